@@ -1,0 +1,77 @@
+// Hash maps keyed by strings with string_view lookups, and the per-thread cache of tokenized
+// pre-tokens that the models use (HF keeps one shared cache behind a lock; a per-thread cache
+// avoids the lock and gives the same results, since a cache never changes what is computed).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace foundry::text {
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const noexcept {
+    // FNV-1a 64 with a final mix: fast for the short keys tokenizers look up.
+    uint64_t h = 1469598103934665603ULL;
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+    h ^= h >> 29;
+    return static_cast<size_t>(h);
+  }
+};
+
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
+inline uint64_t next_model_serial() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1);
+}
+
+/// Pre-token -> flat token data ([id, len, id, len, ...] for BPE). Bounded; stops growing when
+/// full, like HF's cache.
+class ModelCache {
+ public:
+  static constexpr size_t kCapacity = 200000;
+  const std::vector<uint32_t>* find(std::string_view key) const {
+    auto it = map_.find(key);
+    return it == map_.end() ? nullptr : &it->second;
+  }
+  void insert(std::string_view key, std::vector<uint32_t> value) {
+    if (map_.size() >= kCapacity) return;
+    map_.emplace(std::string(key), std::move(value));
+  }
+  void clear() { map_.clear(); }
+
+ private:
+  StringMap<std::vector<uint32_t>> map_;
+};
+
+/// The calling thread's cache for the model with this serial (a few models per thread).
+inline ModelCache& thread_cache(uint64_t serial) {
+  struct Slot {
+    uint64_t serial = 0;
+    uint64_t last_use = 0;
+    ModelCache cache;
+  };
+  thread_local Slot slots[4];
+  thread_local uint64_t clock = 0;
+  ++clock;
+  Slot* victim = &slots[0];
+  for (auto& s : slots) {
+    if (s.serial == serial) {
+      s.last_use = clock;
+      return s.cache;
+    }
+    if (s.last_use < victim->last_use) victim = &s;
+  }
+  victim->serial = serial;
+  victim->last_use = clock;
+  victim->cache.clear();
+  return victim->cache;
+}
+
+}  // namespace foundry::text

@@ -1,0 +1,600 @@
+// Tokenizer: the pipeline (HF tokenizer/mod.rs), truncation and padding (HF utils/), batch
+// encoding on a small thread pool, decoding, and tokenizer.json reading and writing.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <condition_variable>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "text/tokenizer_impl.h"
+
+namespace foundry::text {
+
+// ---------------------------------------------------------------------------------------------
+// Thread pool: a fixed set of workers running index ranges of one job at a time.
+
+namespace {
+
+class ThreadPool {
+ public:
+  static ThreadPool& instance() {
+    static ThreadPool pool;
+    return pool;
+  }
+  size_t size() const { return workers_.size() + 1; }
+
+  /// Runs fn(i) for i in [0, n) on up to `threads` threads (the caller included).
+  void parallel_for(size_t n, size_t threads, const std::function<void(size_t)>& fn) {
+    threads = std::min({threads, n, size()});
+    if (threads <= 1) {
+      for (size_t i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    std::lock_guard<std::mutex> job_lock(job_mu_);  // one job at a time
+    std::atomic<size_t> next{0};
+    std::exception_ptr error;
+    std::mutex err_mu;
+    std::function<void()> work = [&]() {
+      while (true) {
+        size_t i = next.fetch_add(1);
+        if (i >= n) break;
+        try {
+          fn(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> l(err_mu);
+          if (!error) error = std::current_exception();
+        }
+      }
+    };
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      job_ = &work;
+      helpers_wanted_ = threads - 1;
+      active_ = 0;
+      ++generation_;
+    }
+    cv_.notify_all();
+    work();
+    std::unique_lock<std::mutex> l(mu_);
+    done_cv_.wait(l, [&] { return helpers_wanted_ == 0 && active_ == 0; });
+    job_ = nullptr;
+    if (error) std::rethrow_exception(error);
+  }
+
+ private:
+  ThreadPool() {
+    size_t hw = std::max<unsigned>(1, std::thread::hardware_concurrency());
+    for (size_t i = 0; i + 1 < hw; ++i) workers_.emplace_back([this] { loop(); });
+  }
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  void loop() {
+    uint64_t seen = 0;
+    while (true) {
+      std::function<void()>* job;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || (generation_ != seen && helpers_wanted_ > 0); });
+        if (stop_) return;
+        seen = generation_;
+        --helpers_wanted_;
+        ++active_;
+        job = job_;
+      }
+      (*job)();
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        --active_;
+      }
+      done_cv_.notify_all();
+    }
+  }
+  std::vector<std::thread> workers_;
+  std::mutex mu_, job_mu_;
+  std::condition_variable cv_, done_cv_;
+  std::function<void()>* job_ = nullptr;
+  size_t helpers_wanted_ = 0, active_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+// Byte offset -> char offset, as HF's BytesToCharOffsetConverter.
+class CharOffsets {
+ public:
+  explicit CharOffsets(const std::string& s) : n_(s.size()) {
+    bool ascii = true;
+    for (unsigned char c : s)
+      if (c >= 0x80) {
+        ascii = false;
+        break;
+      }
+    if (ascii) return;
+    map_.resize(s.size());
+    uint32_t ci = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) ++ci;
+      map_[i] = ci;
+    }
+  }
+  Span convert(Span b) const {
+    if (map_.empty()) return b;  // ASCII: chars == bytes
+    if (b.first >= n_) return b;
+    size_t s = map_[b.first];
+    size_t e;
+    if (b.second < n_) {
+      e = map_[b.second];
+    } else {
+      e = (b.second > 0 ? map_[b.second - 1] : s) + 1;
+    }
+    return {s, e};
+  }
+
+ private:
+  size_t n_;
+  std::vector<uint32_t> map_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Pipeline
+
+Encoding TokenizerImpl::encode_single(const std::string& text, uint32_t type_id) const {
+  PreTokenizedString pts = added.extract_and_normalize(normalizer.get(), text);
+  if (pre_tokenizer) pre_tokenizer->pre_tokenize(pts);
+  Encoding e;
+  CharOffsets conv(text);
+  std::vector<Token> toks;
+  for (size_t idx = 0; idx < pts.splits.size(); ++idx) {
+    Split& sp = pts.splits[idx];
+    const std::vector<Token>* tv;
+    if (sp.tokens) {
+      tv = &*sp.tokens;
+    } else {
+      toks.clear();
+      model->tokenize(sp.normalized.get(), toks);
+      tv = &toks;
+    }
+    size_t shift = sp.normalized.original_shift();
+    for (const Token& t : *tv) {
+      Span bo;
+      if (auto r = sp.normalized.normalized_to_original(t.offsets.first, t.offsets.second))
+        bo = {shift + r->first, shift + r->second};
+      else
+        bo = t.offsets;
+      e.ids.push_back(t.id);
+      e.tokens.push_back(t.value);
+      e.byte_offsets.push_back(bo);
+      e.offsets.push_back(conv.convert(bo));
+      e.word_ids.push_back(static_cast<int32_t>(idx));
+    }
+  }
+  size_t n = e.ids.size();
+  e.type_ids.assign(n, type_id);
+  e.sequence_ids.assign(n, 0);
+  e.special_tokens_mask.assign(n, 0);
+  e.attention_mask.assign(n, 1);
+  return e;
+}
+
+namespace {
+
+void truncate_encodings(Encoding& a, std::optional<Encoding>& b, const TruncationParams& p) {
+  if (p.max_length == 0) {
+    encoding_truncate(a, 0, p.stride, p.direction);
+    if (b) encoding_truncate(*b, 0, p.stride, p.direction);
+    return;
+  }
+  size_t total = a.ids.size() + (b ? b->ids.size() : 0);
+  if (total <= p.max_length) return;
+  size_t to_remove = total - p.max_length;
+  if (p.strategy == TruncationStrategy::LongestFirst) {
+    if (b) {
+      size_t n1 = a.ids.size(), n2 = b->ids.size();
+      bool swap = false;
+      if (n1 > n2) {
+        swap = true;
+        std::swap(n1, n2);
+      }
+      if (n1 > p.max_length)
+        n2 = n1;
+      else
+        n2 = std::max(n1, p.max_length - n1);
+      if (n1 + n2 > p.max_length) {
+        n1 = p.max_length / 2;
+        n2 = n1 + p.max_length % 2;
+      }
+      if (swap) std::swap(n1, n2);
+      encoding_truncate(a, n1, p.stride, p.direction);
+      encoding_truncate(*b, n2, p.stride, p.direction);
+    } else {
+      encoding_truncate(a, total - to_remove, p.stride, p.direction);
+    }
+    return;
+  }
+  Encoding* target = &a;
+  if (p.strategy == TruncationStrategy::OnlySecond) {
+    if (!b) raise<ValueError>("tokenizer: truncation strategy only_second needs a pair");
+    target = &*b;
+  }
+  size_t len = target->ids.size();
+  if (len <= to_remove)
+    raise<ValueError>("tokenizer: cannot truncate: the sequence to truncate ({} tokens) is shorter than what must be "
+                      "removed ({})",
+                      len, to_remove);
+  encoding_truncate(*target, len - to_remove, p.stride, p.direction);
+}
+
+}  // namespace
+
+void pad_encodings(std::vector<Encoding>& encs, const PaddingParams& p) {
+  if (encs.empty()) return;
+  size_t len = 0;
+  if (p.fixed_length) {
+    len = *p.fixed_length;
+  } else {
+    for (auto& e : encs) len = std::max(len, e.ids.size());
+  }
+  if (p.pad_to_multiple_of && *p.pad_to_multiple_of > 0 && len % *p.pad_to_multiple_of)
+    len += *p.pad_to_multiple_of - len % *p.pad_to_multiple_of;
+  for (auto& e : encs) encoding_pad(e, len, p.pad_id, p.pad_type_id, p.pad_token, p.direction);
+}
+
+Encoding TokenizerImpl::post_process(Encoding a, std::optional<Encoding> b, bool add_special) const {
+  if (truncation) {
+    TruncationParams p = *truncation;
+    size_t n_added = post_processor ? post_processor->added_tokens(b.has_value()) : 0;
+    if (add_special && n_added > 0) {
+      if (p.max_length < n_added)
+        raise<ValueError>("tokenizer: truncation max_length {} is smaller than the {} special tokens", p.max_length,
+                          n_added);
+      p.max_length -= n_added;
+    }
+    truncate_encodings(a, b, p);
+  }
+  std::vector<Encoding> encs;
+  encs.push_back(std::move(a));
+  if (b) encs.push_back(std::move(*b));
+  Encoding out;
+  if (post_processor) {
+    for (size_t i = 0; i < encs.size(); ++i) encoding_set_sequence_id(encs[i], static_cast<int32_t>(i));
+    post_processor->process_encodings(encs, add_special);
+    for (auto& e : encs) encoding_merge_with(out, std::move(e), false);
+  } else if (encs.size() == 1) {
+    out = std::move(encs[0]);
+  } else {
+    for (size_t i = 0; i < encs.size(); ++i) {
+      encoding_set_sequence_id(encs[i], static_cast<int32_t>(i));
+      encoding_merge_with(out, std::move(encs[i]), false);
+    }
+  }
+  if (padding) {
+    std::vector<Encoding> one;
+    one.push_back(std::move(out));
+    pad_encodings(one, *padding);
+    out = std::move(one[0]);
+  }
+  return out;
+}
+
+static std::string clean_input(std::string_view s) {
+  if (uni::is_valid_utf8(s)) return std::string(s);
+  return uni::sanitize_utf8(s);
+}
+
+Encoding TokenizerImpl::encode(std::string_view a, std::optional<std::string_view> b, bool add_special) const {
+  Encoding ea = encode_single(clean_input(a), 0);
+  std::optional<Encoding> eb;
+  if (b) eb = encode_single(clean_input(*b), 1);
+  return post_process(std::move(ea), std::move(eb), add_special);
+}
+
+std::string TokenizerImpl::decode(const std::vector<uint32_t>& ids, bool skip_special) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (uint32_t id : ids) {
+    auto t = added.id_to_token(id, *model);
+    if (!t) raise<IndexError>("tokenizer: decode got id {}, which is not in the vocabulary", id);
+    if (skip_special && added.is_special(*t)) continue;
+    tokens.push_back(std::move(*t));
+  }
+  if (!decoder) {
+    std::string out;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i) out += ' ';
+      out += tokens[i];
+    }
+    return out;
+  }
+  decoder->decode_chain(tokens);
+  std::string out;
+  for (auto& t : tokens) out += t;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// tokenizer.json
+
+namespace {
+
+Direction direction_from(const json& j, const char* key) {
+  std::string d = j.value(key, std::string("Right"));
+  if (d == "Right" || d == "right") return Direction::Right;
+  if (d == "Left" || d == "left") return Direction::Left;
+  raise<ValueError>("tokenizer.json: direction must be Left or Right, not '{}'", d);
+}
+
+std::optional<TruncationParams> truncation_from_json(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  TruncationParams p;
+  p.max_length = j.value("max_length", size_t{512});
+  p.stride = j.value("stride", size_t{0});
+  p.direction = direction_from(j, "direction");
+  std::string s = j.value("strategy", std::string("LongestFirst"));
+  if (s == "LongestFirst" || s == "longest_first") p.strategy = TruncationStrategy::LongestFirst;
+  else if (s == "OnlyFirst" || s == "only_first") p.strategy = TruncationStrategy::OnlyFirst;
+  else if (s == "OnlySecond" || s == "only_second") p.strategy = TruncationStrategy::OnlySecond;
+  else raise<ValueError>("tokenizer.json: unknown truncation strategy '{}'", s);
+  return p;
+}
+
+json truncation_to_json(const std::optional<TruncationParams>& p) {
+  if (!p) return nullptr;
+  const char* s = p->strategy == TruncationStrategy::LongestFirst ? "LongestFirst"
+                  : p->strategy == TruncationStrategy::OnlyFirst  ? "OnlyFirst"
+                                                                  : "OnlySecond";
+  return json{{"direction", p->direction == Direction::Left ? "Left" : "Right"},
+              {"max_length", p->max_length},
+              {"strategy", s},
+              {"stride", p->stride}};
+}
+
+std::optional<PaddingParams> padding_from_json(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  PaddingParams p;
+  if (j.contains("strategy")) {
+    const json& s = j["strategy"];
+    if (s.is_object() && s.contains("Fixed")) p.fixed_length = s["Fixed"].get<size_t>();
+    else if (!(s.is_string() && s.get<std::string>() == "BatchLongest"))
+      raise<ValueError>("tokenizer.json: padding strategy must be \"BatchLongest\" or {{\"Fixed\": n}}");
+  }
+  p.direction = direction_from(j, "direction");
+  if (j.contains("pad_to_multiple_of") && j["pad_to_multiple_of"].is_number()) p.pad_to_multiple_of = j["pad_to_multiple_of"].get<size_t>();
+  p.pad_id = j.value("pad_id", 0u);
+  p.pad_type_id = j.value("pad_type_id", 0u);
+  p.pad_token = j.value("pad_token", std::string("[PAD]"));
+  return p;
+}
+
+json padding_to_json(const std::optional<PaddingParams>& p) {
+  if (!p) return nullptr;
+  json j;
+  j["strategy"] = p->fixed_length ? json{{"Fixed", *p->fixed_length}} : json("BatchLongest");
+  j["direction"] = p->direction == Direction::Left ? "Left" : "Right";
+  j["pad_to_multiple_of"] = p->pad_to_multiple_of ? json(*p->pad_to_multiple_of) : json(nullptr);
+  j["pad_id"] = p->pad_id;
+  j["pad_type_id"] = p->pad_type_id;
+  j["pad_token"] = p->pad_token;
+  return j;
+}
+
+}  // namespace
+
+std::shared_ptr<TokenizerImpl> tokenizer_from_json(const json& j) {
+  FOUNDRY_CHECK_AS(ValueError, j.is_object(), "tokenizer.json: the top level must be an object");
+  auto impl = std::make_shared<TokenizerImpl>();
+  if (j.contains("version") && j["version"].is_string() && j["version"].get<std::string>() != "1.0")
+    raise<ValueError>("tokenizer.json: unsupported version '{}' (expected \"1.0\")", j["version"].get<std::string>());
+  if (!j.contains("model")) raise<ValueError>("tokenizer.json: missing \"model\"");
+  impl->model = model_from_json(j["model"]);
+  if (j.contains("normalizer")) impl->normalizer = normalizer_from_json(j["normalizer"]);
+  if (j.contains("pre_tokenizer")) impl->pre_tokenizer = pre_tokenizer_from_json(j["pre_tokenizer"]);
+  if (j.contains("post_processor")) impl->post_processor = post_processor_from_json(j["post_processor"]);
+  if (j.contains("decoder")) impl->decoder = decoder_from_json(j["decoder"]);
+  if (j.contains("truncation")) impl->truncation = truncation_from_json(j["truncation"]);
+  if (j.contains("padding")) impl->padding = padding_from_json(j["padding"]);
+  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+    FOUNDRY_CHECK_AS(ValueError, j["added_tokens"].is_array(), "tokenizer.json: added_tokens must be an array");
+    std::vector<AddedToken> toks;
+    for (auto& t : j["added_tokens"]) {
+      AddedToken a;
+      a.content = json_string(t, "content", "added token");
+      a.special = t.value("special", false);
+      a.single_word = t.value("single_word", false);
+      a.lstrip = t.value("lstrip", false);
+      a.rstrip = t.value("rstrip", false);
+      a.normalized = t.value("normalized", !a.special);
+      toks.push_back(std::move(a));
+    }
+    impl->added.add_tokens(toks, *impl->model, impl->normalizer.get());
+  }
+  return impl;
+}
+
+json TokenizerImpl::to_json() const {
+  json j;
+  j["version"] = "1.0";
+  j["truncation"] = truncation_to_json(truncation);
+  j["padding"] = padding_to_json(padding);
+  std::vector<std::pair<uint32_t, AddedToken>> toks(added.by_id().begin(), added.by_id().end());
+  std::sort(toks.begin(), toks.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  json at = json::array();
+  for (auto& [id, t] : toks)
+    at.push_back(json{{"id", id}, {"content", t.content}, {"single_word", t.single_word}, {"lstrip", t.lstrip},
+                      {"rstrip", t.rstrip}, {"normalized", t.normalized}, {"special", t.special}});
+  j["added_tokens"] = at;
+  j["normalizer"] = normalizer ? normalizer->to_json() : json(nullptr);
+  j["pre_tokenizer"] = pre_tokenizer ? pre_tokenizer->to_json() : json(nullptr);
+  j["post_processor"] = post_processor ? post_processor->to_json() : json(nullptr);
+  j["decoder"] = decoder ? decoder->to_json() : json(nullptr);
+  j["model"] = model->to_json();
+  return j;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+
+Tokenizer::Tokenizer(std::shared_ptr<TokenizerImpl> impl) : impl_(std::move(impl)) {}
+
+Tokenizer tokenizer_from_impl(std::shared_ptr<TokenizerImpl> impl) { return Tokenizer::from_impl(std::move(impl)); }
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::Tokenizer(const Tokenizer& o) : impl_(std::make_shared<TokenizerImpl>(*o.impl_)) {}
+Tokenizer& Tokenizer::operator=(const Tokenizer& o) {
+  if (this != &o) impl_ = std::make_shared<TokenizerImpl>(*o.impl_);
+  return *this;
+}
+Tokenizer::~Tokenizer() = default;
+
+static std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) raise<IOError>("tokenizer: cannot open '{}'", path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Tokenizer Tokenizer::from_json(std::string_view text) {
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    raise<ValueError>("tokenizer.json: not valid JSON: {}", e.what());
+  }
+  try {
+    return Tokenizer(tokenizer_from_json(j));
+  } catch (const json::exception& e) {
+    raise<ValueError>("tokenizer.json: bad field: {}", e.what());
+  }
+}
+
+Tokenizer Tokenizer::from_file(const std::string& path) {
+  auto ends = [&](const char* suf) {
+    size_t n = std::strlen(suf);
+    return path.size() >= n && path.compare(path.size() - n, n, suf) == 0;
+  };
+  if (ends(".model")) return from_sentencepiece(path);
+  if (ends(".tiktoken")) {
+    TiktokenEncoding enc = TiktokenEncoding::Cl100kBase;
+    if (path.find("r50k") != std::string::npos) enc = TiktokenEncoding::R50kBase;
+    else if (path.find("p50k_edit") != std::string::npos) enc = TiktokenEncoding::P50kEdit;
+    else if (path.find("p50k") != std::string::npos) enc = TiktokenEncoding::P50kBase;
+    else if (path.find("o200k") != std::string::npos) enc = TiktokenEncoding::O200kBase;
+    return from_tiktoken(path, enc);
+  }
+  std::string text = read_file(path);
+  if (ends("encoder.json")) {
+    std::string dir = path.substr(0, path.size() - std::strlen("encoder.json"));
+    return from_gpt2_files(path, dir + "vocab.bpe");
+  }
+  if (!text.empty() && text[0] != '{' && text[0] != ' ' && text[0] != '\n') return from_sentencepiece_bytes(text);
+  return from_json(text);
+}
+
+Encoding Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  return impl_->encode(text, std::nullopt, add_special_tokens);
+}
+
+Encoding Tokenizer::encode_pair(std::string_view text, std::string_view pair, bool add_special_tokens) const {
+  return impl_->encode(text, pair, add_special_tokens);
+}
+
+std::vector<uint32_t> Tokenizer::encode_ids(std::string_view text, bool add_special_tokens) const {
+  return impl_->encode(text, std::nullopt, add_special_tokens).ids;
+}
+
+std::vector<Encoding> Tokenizer::encode_batch(const std::vector<std::string>& texts, bool add_special_tokens,
+                                              size_t num_threads) const {
+  std::vector<Encoding> out(texts.size());
+  if (num_threads == 0) num_threads = ThreadPool::instance().size();
+  ThreadPool::instance().parallel_for(texts.size(), num_threads, [&](size_t i) {
+    out[i] = impl_->encode(texts[i], std::nullopt, add_special_tokens);
+  });
+  if (impl_->padding) pad_encodings(out, *impl_->padding);
+  return out;
+}
+
+std::vector<Encoding> Tokenizer::encode_batch_pairs(const std::vector<std::pair<std::string, std::string>>& pairs,
+                                                    bool add_special_tokens, size_t num_threads) const {
+  std::vector<Encoding> out(pairs.size());
+  if (num_threads == 0) num_threads = ThreadPool::instance().size();
+  ThreadPool::instance().parallel_for(pairs.size(), num_threads, [&](size_t i) {
+    out[i] = impl_->encode(pairs[i].first, std::string_view(pairs[i].second), add_special_tokens);
+  });
+  if (impl_->padding) pad_encodings(out, *impl_->padding);
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<uint32_t>& ids, bool skip_special_tokens) const {
+  return impl_->decode(ids, skip_special_tokens);
+}
+
+std::vector<std::string> Tokenizer::decode_batch(const std::vector<std::vector<uint32_t>>& ids,
+                                                 bool skip_special_tokens, size_t num_threads) const {
+  std::vector<std::string> out(ids.size());
+  if (num_threads == 0) num_threads = ThreadPool::instance().size();
+  ThreadPool::instance().parallel_for(ids.size(), num_threads,
+                                      [&](size_t i) { out[i] = impl_->decode(ids[i], skip_special_tokens); });
+  return out;
+}
+
+std::optional<uint32_t> Tokenizer::token_to_id(std::string_view token) const {
+  return impl_->added.token_to_id(token, *impl_->model);
+}
+
+std::optional<std::string> Tokenizer::id_to_token(uint32_t id) const { return impl_->added.id_to_token(id, *impl_->model); }
+
+std::unordered_map<std::string, uint32_t> Tokenizer::get_vocab(bool with_added_tokens) const {
+  auto v = impl_->model->get_vocab();
+  if (with_added_tokens)
+    for (auto& [t, id] : impl_->added.by_content()) v[t] = id;
+  return v;
+}
+
+size_t Tokenizer::vocab_size(bool with_added_tokens) const {
+  if (!with_added_tokens) return impl_->model->vocab_size();
+  size_t n = impl_->model->vocab_size();
+  for (auto& [t, id] : impl_->added.by_content())
+    if (!impl_->model->token_to_id(t)) ++n;
+  return n;
+}
+
+size_t Tokenizer::add_tokens(const std::vector<AddedToken>& tokens) {
+  return impl_->added.add_tokens(tokens, *impl_->model, impl_->normalizer.get());
+}
+
+size_t Tokenizer::add_special_tokens(const std::vector<std::string>& tokens) {
+  std::vector<AddedToken> t;
+  for (auto& s : tokens) t.push_back(AddedToken::make(s, true));
+  return add_tokens(t);
+}
+
+void Tokenizer::set_encode_special_tokens(bool value) { impl_->added.encode_special_tokens = value; }
+bool Tokenizer::encode_special_tokens() const { return impl_->added.encode_special_tokens; }
+void Tokenizer::set_truncation(std::optional<TruncationParams> params) { impl_->truncation = std::move(params); }
+void Tokenizer::set_padding(std::optional<PaddingParams> params) { impl_->padding = std::move(params); }
+const std::optional<TruncationParams>& Tokenizer::truncation() const { return impl_->truncation; }
+const std::optional<PaddingParams>& Tokenizer::padding() const { return impl_->padding; }
+
+std::string Tokenizer::to_json(bool pretty) const {
+  return impl_->to_json().dump(pretty ? 2 : -1, ' ', false, json::error_handler_t::replace);
+}
+
+void Tokenizer::save(const std::string& path, bool pretty) const {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) raise<IOError>("tokenizer: cannot write '{}'", path);
+  f << to_json(pretty);
+  if (!f) raise<IOError>("tokenizer: failed writing '{}'", path);
+}
+
+}  // namespace foundry::text

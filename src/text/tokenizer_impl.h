@@ -1,0 +1,31 @@
+// The tokenizer pipeline object behind foundry::text::Tokenizer.
+#pragma once
+
+#include "text/added_vocabulary.h"
+#include "text/components.h"
+
+namespace foundry::text {
+
+class TokenizerImpl {
+ public:
+  NormalizerPtr normalizer;
+  PreTokenizerPtr pre_tokenizer;
+  ModelPtr model;
+  PostProcessorPtr post_processor;
+  DecoderPtr decoder;
+  AddedVocabulary added;
+  std::optional<TruncationParams> truncation;
+  std::optional<PaddingParams> padding;
+
+  /// Encodes one sequence into a raw encoding (before post-processing).
+  Encoding encode_single(const std::string& text, uint32_t type_id) const;
+  Encoding post_process(Encoding a, std::optional<Encoding> b, bool add_special) const;
+  Encoding encode(std::string_view a, std::optional<std::string_view> b, bool add_special) const;
+  std::string decode(const std::vector<uint32_t>& ids, bool skip_special) const;
+  json to_json() const;
+};
+
+std::shared_ptr<TokenizerImpl> tokenizer_from_json(const json& j);
+void pad_encodings(std::vector<Encoding>& encs, const PaddingParams& p);
+
+}  // namespace foundry::text
