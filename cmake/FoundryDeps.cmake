@@ -1,0 +1,12 @@
+# Every dependency is a Debian 12 package installed by scripts/install-deps.sh.
+find_package(PkgConfig REQUIRED)
+find_package(OpenMP REQUIRED)
+find_package(Threads REQUIRED)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(dnnl REQUIRED)
+find_package(hwy REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)

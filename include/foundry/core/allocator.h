@@ -1,0 +1,35 @@
+// The caching CPU allocator. Blocks are 64-byte aligned and rounded up to size classes
+// (multiples of 64 bytes up to 1 KiB, then four classes per power of two, so at most 25% slack).
+// Freed blocks go to a per-class free list and are reused; empty_cache() returns them to the OS.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace foundry {
+
+struct AllocatorStats {
+  int64_t current_bytes = 0;   ///< bytes in live blocks (size-class bytes)
+  int64_t peak_bytes = 0;      ///< high-water mark of current_bytes since start or reset_peak
+  int64_t cached_bytes = 0;    ///< bytes held in free lists, ready for reuse
+  int64_t live_blocks = 0;     ///< blocks handed out and not yet freed
+  int64_t num_allocs = 0;      ///< allocate() calls since start
+  int64_t num_cache_hits = 0;  ///< allocate() calls served from a free list
+};
+
+namespace allocator {
+/// Returns a 64-byte aligned block of at least `nbytes` (nbytes may be 0). Throws on OOM.
+void* allocate(size_t nbytes);
+/// Returns a block from allocate(); `nbytes` must be the size that was asked for.
+void deallocate(void* p, size_t nbytes);
+AllocatorStats stats();
+void reset_peak();
+/// Frees every cached block.
+void empty_cache();
+/// Blocks are not cached beyond this many bytes (default 4 GiB, env FOUNDRY_CACHE_LIMIT_MB).
+void set_cache_limit(int64_t bytes);
+/// The size class a request of `nbytes` is rounded to.
+size_t size_class(size_t nbytes);
+}  // namespace allocator
+
+}  // namespace foundry

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package Foundry's build, tests and benchmarks need.
+# Idempotent; run as root (or through sudo) on a fresh machine.
+set -euo pipefail
+
+packages=(
+  # build
+  cmake ninja-build g++ ccache pkg-config git
+  # SIMD, GEMM, BLAS/LAPACK
+  libhwy-dev libdnnl-dev libopenblas-openmp-dev
+  # archives (.npz, .pt zips)
+  libzip-dev
+  # JSON, text, regex, unicode, CLI
+  nlohmann-json3-dev libfmt-dev libpcre2-dev libutf8proc-dev libcli11-dev libtomlplusplus-dev
+  # python bindings and parity references
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
+  # tokenizer references (HF tokenizers/tiktoken come from npm, see tests/text)
+  sentencepiece python3-sentencepiece
+  # tests
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Node.js runs the HF `tokenizers` reference in the tokenizer parity tests. Use the machine's
+# node when present (Debian's nodejs 18 works too).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+fi

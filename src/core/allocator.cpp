@@ -1,0 +1,132 @@
+#include "foundry/core/allocator.h"
+
+#include <bit>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+#include "foundry/core/error.h"
+
+namespace foundry::allocator {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free_lists;
+  AllocatorStats stats;
+  int64_t limit = [] {
+    if (const char* env = std::getenv("FOUNDRY_CACHE_LIMIT_MB")) return int64_t(std::atoll(env)) << 20;
+    return int64_t(4) << 30;
+  }();
+};
+
+Cache& cache() {
+  // Leaked on purpose: tensors held by static objects may be freed after this would be destroyed.
+  // The debug leak report runs from an atexit handler instead.
+  static Cache* c = [] {
+    auto* c = new Cache;
+#ifndef NDEBUG
+    std::atexit([] {
+      auto& st = cache().stats;
+      if (st.live_blocks > 0)
+        std::fprintf(stderr, "[foundry] allocator: %lld blocks (%lld bytes) still live at exit\n",
+                     (long long)st.live_blocks, (long long)st.current_bytes);
+    });
+#endif
+    return c;
+  }();
+  return *c;
+}
+
+}  // namespace
+
+size_t size_class(size_t n) {
+  if (n <= 1024) return n == 0 ? kAlign : (n + kAlign - 1) / kAlign * kAlign;
+  // Four classes per power of two: 1.0, 1.25, 1.5, 1.75 x 2^k.
+  size_t p = std::bit_floor(n);
+  size_t step = p / 4;
+  return (n + step - 1) / step * step;
+}
+
+void* allocate(size_t nbytes) {
+  size_t cls = size_class(nbytes);
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.stats.num_allocs++;
+    c.stats.live_blocks++;
+    c.stats.current_bytes += int64_t(cls);
+    if (c.stats.current_bytes > c.stats.peak_bytes) c.stats.peak_bytes = c.stats.current_bytes;
+    auto it = c.free_lists.find(cls);
+    if (it != c.free_lists.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      c.stats.cached_bytes -= int64_t(cls);
+      c.stats.num_cache_hits++;
+      return p;
+    }
+  }
+  void* p = std::aligned_alloc(kAlign, cls);
+  if (!p) {
+    // Give the cache back and try once more before failing.
+    empty_cache();
+    p = std::aligned_alloc(kAlign, cls);
+  }
+  if (!p) {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.stats.live_blocks--;
+    c.stats.current_bytes -= int64_t(cls);
+    raise<Error>("out of memory: could not allocate {} bytes", cls);
+  }
+  return p;
+}
+
+void deallocate(void* p, size_t nbytes) {
+  if (!p) return;
+  size_t cls = size_class(nbytes);
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.stats.live_blocks--;
+  c.stats.current_bytes -= int64_t(cls);
+  if (c.stats.cached_bytes + int64_t(cls) <= c.limit) {
+    c.free_lists[cls].push_back(p);
+    c.stats.cached_bytes += int64_t(cls);
+  } else {
+    std::free(p);
+  }
+}
+
+AllocatorStats stats() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.stats;
+}
+
+void reset_peak() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.stats.peak_bytes = c.stats.current_bytes;
+}
+
+void empty_cache() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  for (auto& [size, list] : c.free_lists)
+    for (void* p : list) std::free(p);
+  c.free_lists.clear();
+  c.stats.cached_bytes = 0;
+}
+
+void set_cache_limit(int64_t bytes) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.limit = bytes;
+}
+
+}  // namespace foundry::allocator

@@ -1,0 +1,98 @@
+// SIMD kernels for the common float binary ops (Highway, dispatched at run time): vector-vector,
+// vector-scalar and scalar-vector forms.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/binary_simd.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "kernels/cpu/binary.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace foundry::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class D, class F>
+HWY_INLINE void Loop(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TFromD<D>* out, int64_t n,
+                     bool a_scalar, bool b_scalar, F f) {
+  using T = hn::TFromD<D>;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto va_s = hn::Set(d, a[0]);
+  const auto vb_s = hn::Set(d, b[0]);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    auto va = a_scalar ? va_s : hn::LoadU(d, a + i);
+    auto vb = b_scalar ? vb_s : hn::LoadU(d, b + i);
+    hn::StoreU(f(va, vb), d, out + i);
+  }
+  if (i < n) {
+    alignas(64) T ba[64], bb[64], bo[64];
+    for (int64_t k = 0; k < N; ++k) {
+      ba[k] = i + k < n ? (a_scalar ? a[0] : a[i + k]) : T(1);
+      bb[k] = i + k < n ? (b_scalar ? b[0] : b[i + k]) : T(1);
+    }
+    hn::StoreU(f(hn::LoadU(d, ba), hn::LoadU(d, bb)), d, bo);
+    for (int64_t k = 0; i + k < n; ++k) out[i + k] = bo[k];
+  }
+}
+
+template <typename T>
+bool BinaryImpl(BinaryOp op, const T* a, const T* b, T* out, int64_t n, bool as, bool bs, T alpha) {
+  const hn::ScalableTag<T> d;
+  using V = hn::Vec<decltype(d)>;
+  const V valpha = hn::Set(d, alpha);
+  switch (op) {
+    case BinaryOp::Add:
+      if (alpha == T(1)) Loop(d, a, b, out, n, as, bs, [](V x, V y) { return hn::Add(x, y); });
+      else Loop(d, a, b, out, n, as, bs, [&](V x, V y) { return hn::MulAdd(y, valpha, x); });
+      return true;
+    case BinaryOp::Sub:
+      if (alpha == T(1)) Loop(d, a, b, out, n, as, bs, [](V x, V y) { return hn::Sub(x, y); });
+      else Loop(d, a, b, out, n, as, bs, [&](V x, V y) { return hn::NegMulAdd(y, valpha, x); });
+      return true;
+    case BinaryOp::Mul: Loop(d, a, b, out, n, as, bs, [](V x, V y) { return hn::Mul(x, y); }); return true;
+    case BinaryOp::Div: Loop(d, a, b, out, n, as, bs, [](V x, V y) { return hn::Div(x, y); }); return true;
+    case BinaryOp::Maximum:
+      // NaN-propagating: a NaN in either operand gives NaN.
+      Loop(d, a, b, out, n, as, bs, [&](V x, V y) {
+        auto nan = hn::Or(hn::Ne(x, x), hn::Ne(y, y));
+        return hn::IfThenElse(nan, hn::Add(x, y), hn::Max(x, y));
+      });
+      return true;
+    case BinaryOp::Minimum:
+      Loop(d, a, b, out, n, as, bs, [&](V x, V y) {
+        auto nan = hn::Or(hn::Ne(x, x), hn::Ne(y, y));
+        return hn::IfThenElse(nan, hn::Add(x, y), hn::Min(x, y));
+      });
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool BinaryF32(BinaryOp op, const float* a, const float* b, float* out, int64_t n, bool as, bool bs, float alpha) {
+  return BinaryImpl<float>(op, a, b, out, n, as, bs, alpha);
+}
+bool BinaryF64(BinaryOp op, const double* a, const double* b, double* out, int64_t n, bool as, bool bs,
+               double alpha) {
+  return BinaryImpl<double>(op, a, b, out, n, as, bs, alpha);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace foundry::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace foundry::kernels {
+HWY_EXPORT(BinaryF32);
+HWY_EXPORT(BinaryF64);
+bool binary_simd_f32(BinaryOp op, const float* a, const float* b, float* out, int64_t n, bool as, bool bs,
+                     float alpha) {
+  return HWY_DYNAMIC_DISPATCH(BinaryF32)(op, a, b, out, n, as, bs, alpha);
+}
+bool binary_simd_f64(BinaryOp op, const double* a, const double* b, double* out, int64_t n, bool as, bool bs,
+                     double alpha) {
+  return HWY_DYNAMIC_DISPATCH(BinaryF64)(op, a, b, out, n, as, bs, alpha);
+}
+}  // namespace foundry::kernels
+#endif

@@ -1,0 +1,123 @@
+// copy_into: the one strided copy with dtype conversion (every pair of dtypes) and broadcasting.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "foundry/ops/ops.h"
+#include "kernels/cpu/dtype_dispatch.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/cpu/unary.h"
+
+namespace foundry {
+
+namespace kernels {
+
+/// Converts one value between element types, without undefined behaviour: floats out of the
+/// int64 range (and NaN) become INT64_MIN (what x86's cvttsd2si gives), then wrap to the width.
+template <typename To, typename From>
+inline To convert_value(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, bool>) {
+    if constexpr (std::is_integral_v<From>) return v != 0;
+    else return float(v) != 0.0f || std::isnan(float(v));
+  } else if constexpr (std::is_integral_v<To>) {
+    if constexpr (std::is_integral_v<From>) {
+      return To(v);
+    } else {
+      double d;
+      if constexpr (std::is_same_v<From, double>) d = v;
+      else d = double(float(v));
+      if (!(d > -9.2233720368547758e18 && d < 9.2233720368547758e18)) return To(std::numeric_limits<int64_t>::min());
+      return To(int64_t(d));
+    }
+  } else if constexpr (std::is_same_v<To, double>) {
+    if constexpr (std::is_integral_v<From>) return double(v);
+    else if constexpr (std::is_same_v<From, double>) return v;
+    else return double(float(v));
+  } else if constexpr (std::is_same_v<To, float>) {
+    if constexpr (std::is_integral_v<From>) return float(v);
+    else if constexpr (std::is_same_v<From, double>) return float(v);
+    else return float(v);
+  } else {
+    // Half, BFloat16, float8: round once from the widest source value.
+    if constexpr (std::is_same_v<From, double>) {
+      // Double -> half types round twice through float in PyTorch too (c10 converts via float).
+      return To(float(v));
+    } else if constexpr (std::is_integral_v<From>) {
+      return To(float(v));
+    } else {
+      return To(float(v));
+    }
+  }
+}
+
+}  // namespace kernels
+
+void copy_into(Tensor& dst, const Tensor& src_in) {
+  FOUNDRY_CHECK(dst.defined() && src_in.defined(), "copy: undefined tensor");
+  if (dst.numel() == 0) return;
+  if (dst.storage()->read_only())
+    raise<Error>("copy_: the destination is backed by read-only memory (a memory-mapped file); clone() it first");
+  Tensor src = src_in;
+  if (!(Shape(src.sizes()) == Shape(dst.sizes()))) {
+    Shape b = broadcast_shapes(src.sizes(), dst.sizes(), "copy_");
+    FOUNDRY_CHECK(b == Shape(dst.sizes()), "copy_: source of shape {} cannot be broadcast to destination shape {}",
+                  shape_str(src.sizes()), shape_str(dst.sizes()));
+    src = src.expand(dst.sizes());
+  }
+  if (src.storage().get() == dst.storage().get() &&
+      !(src.storage_offset() == dst.storage_offset() && Shape(src.strides()) == Shape(dst.strides()))) {
+    src = src.clone();  // overlapping source and destination: read from a copy
+  }
+  dst.impl()->storage->bump_version();
+  const DType dt = dst.dtype(), st = src.dtype();
+  if (dt == st && dst.is_contiguous() && src.is_contiguous()) {
+    char* d = static_cast<char*>(dst.data_ptr());
+    const char* s = static_cast<const char*>(src.data_ptr());
+    const int64_t bytes = dst.nbytes();
+    if (d != s)
+      parallel_for(0, bytes, int64_t(1) << 20, [&](int64_t b, int64_t e) { std::memmove(d + b, s + b, size_t(e - b)); });
+    return;
+  }
+  kernels::StridedLoop loop({&dst, &src});
+  kernels::visit_all(dt, "copy", [&](auto dtag) {
+    using D = typename decltype(dtag)::type;
+    kernels::visit_all(st, "copy", [&](auto stag) {
+      using S = typename decltype(stag)::type;
+      kernels::for_each_run(loop, kGrainSize, [&](char** data, const int64_t* s, int64_t n) {
+        if constexpr (std::is_same_v<D, S>) {
+          if (s[0] == sizeof(D) && s[1] == sizeof(D)) {
+            std::memmove(data[0], data[1], size_t(n) * sizeof(D));
+            return;
+          }
+        }
+        if constexpr (std::is_same_v<S, float> && std::is_same_v<D, BFloat16>) {
+          if (s[0] == 2 && s[1] == 4)
+            return kernels::convert_f32_to_bf16(reinterpret_cast<const float*>(data[1]),
+                                                reinterpret_cast<uint16_t*>(data[0]), n);
+        }
+        if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<D, float>) {
+          if (s[0] == 4 && s[1] == 2)
+            return kernels::convert_bf16_to_f32(reinterpret_cast<const uint16_t*>(data[1]),
+                                                reinterpret_cast<float*>(data[0]), n);
+        }
+        if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Half>) {
+          if (s[0] == 2 && s[1] == 4)
+            return kernels::convert_f32_to_f16(reinterpret_cast<const float*>(data[1]),
+                                               reinterpret_cast<uint16_t*>(data[0]), n);
+        }
+        if constexpr (std::is_same_v<S, Half> && std::is_same_v<D, float>) {
+          if (s[0] == 4 && s[1] == 2)
+            return kernels::convert_f16_to_f32(reinterpret_cast<const uint16_t*>(data[1]),
+                                               reinterpret_cast<float*>(data[0]), n);
+        }
+        for (int64_t i = 0; i < n; ++i)
+          *reinterpret_cast<D*>(data[0] + i * s[0]) =
+              kernels::convert_value<D>(*reinterpret_cast<const S*>(data[1] + i * s[1]));
+      });
+    });
+  });
+}
+
+}  // namespace foundry

@@ -1,0 +1,20 @@
+// The list of op families. Each family file defines its entries in one register function.
+#include "foundry/ops/registry.h"
+
+namespace foundry::ops {
+
+void register_view_ops(Registry& r);
+void register_creation_ops(Registry& r);
+void register_unary_ops(Registry& r);
+void register_binary_ops(Registry& r);
+void register_reduce_ops(Registry& r);
+
+void register_all_ops(Registry& r) {
+  register_view_ops(r);
+  register_creation_ops(r);
+  register_unary_ops(r);
+  register_binary_ops(r);
+  register_reduce_ops(r);
+}
+
+}  // namespace foundry::ops
