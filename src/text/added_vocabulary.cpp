@@ -200,8 +200,9 @@ void AddedVocabulary::split_with(PreTokenizedString& pts, const TokenMatcher& ma
         if (tok.rstrip) stop += leading_space_end(std::string_view(s).substr(stop));
         if (start_offset < start) hits.push_back({start_offset, start, std::nullopt});
         hits.push_back({start, stop, id});
+        // The next search starts after the raw match, not after what rstrip swallowed: HF's
+        // Aho-Corasick iterator does the same, so splits may overlap.
         start_offset = stop;
-        pos = std::max(pos, stop);
       }
     }
     if (hits.empty()) {

@@ -21,7 +21,7 @@ const char* const kSpaceItems =
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
     "\\x{202F}\\x{205F}\\x{3000}";
 // Oniguruma's \w in UTF-8 mode: letters, marks, decimal numbers, connector punctuation.
-const char* const kWordItems = "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}";
+const char* const kWordItems = "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{200C}\\x{200D}";
 
 struct MatchState {
   pcre2_match_data* md = nullptr;

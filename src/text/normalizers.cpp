@@ -38,7 +38,7 @@ class Strip final : public Normalizer {
 class StripAccents final : public Normalizer {
  public:
   void normalize(NormalizedString& s) const override {
-    s.filter([](char32_t c) { return !uni::is_mark_nonspacing(c); });
+    s.filter([](char32_t c) { return !uni::is_mark(c); });
   }
   json to_json() const override { return json{{"type", "StripAccents"}}; }
 };
@@ -317,15 +317,19 @@ class Precompiled final : public Normalizer {
     std::vector<uni::CharChange> tr;
     tr.reserve(str.size());
     bool modified = false;
+    // HF's replace(): the new chars replace the old ones one for one; extra new chars are
+    // insertions (+1), missing ones are removals folded into the last char.
     auto push_norm = [&](std::string_view old_part, std::string_view norm) {
       long old_count = static_cast<long>(uni::char_count(old_part));
       long new_count = static_cast<long>(uni::char_count(norm));
+      size_t begin = tr.size();
       size_t k = 0;
-      long idx = 0;
-      while (k < norm.size()) {
-        char32_t c = uni::decode(norm, k);
-        tr.push_back({c, static_cast<int>(idx == 0 ? new_count - old_count : idx)});
-        ++idx;
+      while (k < norm.size()) tr.push_back({uni::decode(norm, k), 0});
+      long diff = new_count - old_count;
+      if (diff > 0) {
+        for (long d = 0; d < diff && tr.size() - begin > static_cast<size_t>(d); ++d) tr[tr.size() - 1 - d].second = 1;
+      } else if (diff < 0 && !tr.empty()) {
+        tr.back().second += static_cast<int>(diff);
       }
     };
     std::vector<size_t> starts = uni::grapheme_starts(str);

@@ -159,7 +159,7 @@ class RobertaProc final : public Template {
  public:
   RobertaProc(std::string sep, uint32_t sep_id, std::string cls, uint32_t cls_id, bool trim, bool add_prefix_space)
       : Template({{false, cls, 0}, {true, "A", 0}, {false, sep, 0}},
-                 {{false, cls, 0}, {true, "A", 0}, {false, sep, 0}, {false, sep, 0}, {true, "B", 1}, {false, sep, 0}},
+                 {{false, cls, 0}, {true, "A", 0}, {false, sep, 0}, {false, sep, 0}, {true, "B", 0}, {false, sep, 0}},
                  {{cls, {cls_id}, {cls}}, {sep, {sep_id}, {sep}}}),
         sep_(sep), cls_(cls), sep_id_(sep_id), cls_id_(cls_id), trim_(trim), add_prefix_space_(add_prefix_space) {}
   void process_encodings(std::vector<Encoding>& encs, bool add_special) const override {
@@ -169,7 +169,6 @@ class RobertaProc final : public Template {
         for (auto& o : e.overflowing) trim_offsets(o, add_prefix_space_);
       }
     }
-    // RoBERTa keeps the pair's own type ids (1 from encode), so restore them after the template.
     Template::process_encodings(encs, add_special);
   }
   json to_json() const override {

@@ -152,38 +152,56 @@ class CharOffsets {
 Encoding TokenizerImpl::encode_single(const std::string& text, uint32_t type_id) const {
   PreTokenizedString pts = added.extract_and_normalize(normalizer.get(), text);
   if (pre_tokenizer) pre_tokenizer->pre_tokenize(pts);
-  Encoding e;
-  CharOffsets conv(text);
-  std::vector<Token> toks;
-  for (size_t idx = 0; idx < pts.splits.size(); ++idx) {
-    Split& sp = pts.splits[idx];
-    const std::vector<Token>* tv;
-    if (sp.tokens) {
-      tv = &*sp.tokens;
-    } else {
-      toks.clear();
-      model->tokenize(sp.normalized.get(), toks);
-      tv = &toks;
+  // Tokenize every split. With truncation, HF tokenizers 0.23 stops once max_length tokens are
+  // reached (whole splits, from the end for left truncation) and numbers words from the first
+  // split it kept; the pair truncation then works on that. Reproduce it so ids, word ids and
+  // overflowing parts match.
+  size_t n = pts.splits.size();
+  std::vector<std::vector<Token>> tokens(n);
+  size_t first = 0, last = n;  // kept splits [first, last)
+  size_t limit = truncation ? truncation->max_length : SIZE_MAX;
+  bool left = truncation && truncation->direction == Direction::Left;
+  size_t count = 0;
+  for (size_t k = 0; k < n; ++k) {
+    size_t idx = left ? n - 1 - k : k;
+    if (count >= limit) {
+      if (left) first = idx + 1;
+      else last = idx;
+      break;
     }
+    Split& sp = pts.splits[idx];
+    if (sp.tokens) tokens[idx] = std::move(*sp.tokens);
+    else model->tokenize(sp.normalized.get(), tokens[idx]);
+    count += tokens[idx].size();
+  }
+  Encoding e;
+  e.ids.reserve(count);
+  e.tokens.reserve(count);
+  e.offsets.reserve(count);
+  e.byte_offsets.reserve(count);
+  e.word_ids.reserve(count);
+  CharOffsets conv(text);
+  for (size_t idx = first; idx < last; ++idx) {
+    const Split& sp = pts.splits[idx];
     size_t shift = sp.normalized.original_shift();
-    for (const Token& t : *tv) {
+    for (Token& t : tokens[idx]) {
       Span bo;
       if (auto r = sp.normalized.normalized_to_original(t.offsets.first, t.offsets.second))
         bo = {shift + r->first, shift + r->second};
       else
         bo = t.offsets;
       e.ids.push_back(t.id);
-      e.tokens.push_back(t.value);
+      e.tokens.push_back(std::move(t.value));
       e.byte_offsets.push_back(bo);
       e.offsets.push_back(conv.convert(bo));
-      e.word_ids.push_back(static_cast<int32_t>(idx));
+      e.word_ids.push_back(static_cast<int32_t>(idx - first));
     }
   }
-  size_t n = e.ids.size();
-  e.type_ids.assign(n, type_id);
-  e.sequence_ids.assign(n, 0);
-  e.special_tokens_mask.assign(n, 0);
-  e.attention_mask.assign(n, 1);
+  size_t m = e.ids.size();
+  e.type_ids.assign(m, type_id);
+  e.sequence_ids.assign(m, 0);
+  e.special_tokens_mask.assign(m, 0);
+  e.attention_mask.assign(m, 1);
   return e;
 }
 

@@ -149,7 +149,13 @@ bool is_other(char32_t c) {
 
 bool is_mark_nonspacing(char32_t c) { return cat(c) == UTF8PROC_CATEGORY_MN; }
 
+bool is_mark(char32_t c) {
+  auto k = cat(c);
+  return k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME;
+}
+
 bool is_word_char(char32_t c) {
+  if (c == 0x200C || c == 0x200D) return true;  // Join_Control
   if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == '_';
   auto k = cat(c);
   return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||

@@ -83,7 +83,8 @@ bool is_numeric(char32_t c);           ///< Rust char::is_numeric (Nd, Nl, No)
 bool is_alphabetic(char32_t c);        ///< approximates Rust char::is_alphabetic (L, Nl)
 bool is_punctuation(char32_t c);       ///< Unicode P* categories
 bool is_other(char32_t c);             ///< Unicode C* categories (Cc, Cf, Cs, Co, Cn)
-bool is_mark_nonspacing(char32_t c);   ///< Mn
+bool is_mark_nonspacing(char32_t c);   ///< Mn (BertNormalizer's strip_accents)
+bool is_mark(char32_t c);              ///< Mn, Mc, Me (StripAccents: is_combining_mark)
 bool is_word_char(char32_t c);         ///< regex \w (Unicode): L, M, Nd, Nl, Pc
 bool is_lowercase_letter_only(char32_t c);
 int combining_class(char32_t c);
