@@ -310,7 +310,10 @@ Tokenizer Tokenizer::from_sentencepiece_bytes(std::string_view bytes) {
   }
   impl->normalizer = make_spm_normalizer(m.charsmap, m.add_dummy_prefix, m.remove_extra, m.escape_ws);
   // Decoder as HF's converters write it.
-  std::vector<DecoderPtr> dec{make_replace_decoder("\xE2\x96\x81", " ")};
+  std::vector<DecoderPtr> dec;
+  // SentencePiece renders the unknown piece as " \u2047 " when decoding.
+  if (unk_id) dec.push_back(make_replace_decoder(m.pieces[*unk_id].piece, " \xE2\x81\x87 "));
+  dec.push_back(make_replace_decoder("\xE2\x96\x81", " "));
   if (m.byte_fallback) dec.push_back(make_byte_fallback_decoder());
   dec.push_back(make_fuse_decoder());
   if (m.add_dummy_prefix) dec.push_back(make_strip_decoder(U' ', 1, 0));
@@ -328,6 +331,8 @@ Tokenizer Tokenizer::from_sentencepiece_bytes(std::string_view bytes) {
     }
   }
   impl->added.add_tokens(specials, *impl->model, impl->normalizer.get());
+  // SentencePiece never matches control or unknown pieces in text.
+  impl->added.encode_special_tokens = true;
   if (m.model_type == 2 && bos)
     impl->post_processor = make_template_processor(bos->first + ":0 $A:0", bos->first + ":0 $A:0 " + bos->first + ":1 $B:1",
                                                    {*bos});

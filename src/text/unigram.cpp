@@ -57,8 +57,9 @@ class Trie {
 class Unigram final : public Model {
  public:
   Unigram(std::vector<std::pair<std::string, double>> vocab, std::optional<size_t> unk_id, bool byte_fallback,
-          std::vector<bool> matchable = {}, std::optional<double> min_score = std::nullopt)
-      : vocab_(std::move(vocab)), unk_id_(unk_id), byte_fallback_(byte_fallback), serial_(next_model_serial()) {
+          std::vector<bool> matchable = {}, std::optional<double> min_score = std::nullopt, bool unk_as_piece = false)
+      : vocab_(std::move(vocab)), unk_id_(unk_id), byte_fallback_(byte_fallback), unk_as_piece_(unk_as_piece),
+        serial_(next_model_serial()) {
     if (unk_id_) {
       FOUNDRY_CHECK_AS(ValueError, !vocab_.empty(), "tokenizer: Unigram vocabulary is empty but unk_id is set");
       FOUNDRY_CHECK_AS(ValueError, *unk_id_ < vocab_.size(), "tokenizer: Unigram unk_id {} is out of the vocabulary ({})",
@@ -113,7 +114,9 @@ class Unigram final : public Model {
         }
         if (!done) {
           if (!unk_id_) raise<ValueError>("tokenizer: Unigram met an unknown piece but unk_id is not set");
-          out.push_back(Token{static_cast<uint32_t>(*unk_id_), std::string(str), {off, off + len}});
+          // HF reports the unknown text itself; SentencePiece reports the unk piece.
+          out.push_back(Token{static_cast<uint32_t>(*unk_id_), unk_as_piece_ ? vocab_[*unk_id_].first : std::string(str),
+                              {off, off + len}});
         }
       }
       off += len;
@@ -158,9 +161,12 @@ class Unigram final : public Model {
       bool single = false;
       trie_.common_prefixes(s, pos, [&](size_t len, uint32_t id) {
         Node& t = best[pos + len];
+        // SentencePiece (0.1.97) adds the score to the float path score in double precision,
+        // compares with the float stored so far and stores the sum rounded to float; HF works
+        // in double throughout. The rounding decides near-ties, so emulate it exactly.
         double cand = vocab_[id].second + here;
         if (t.start < 0 || cand > t.score) {
-          t.score = cand;
+          t.score = unk_as_piece_ ? static_cast<double>(static_cast<float>(cand)) : cand;
           t.start = static_cast<long>(pos);
           t.id = id;
         }
@@ -168,10 +174,10 @@ class Unigram final : public Model {
       });
       if (!single) {
         Node& t = best[pos + mblen];
-        double cand = unk_score + here;
+        double cand = unk_as_piece_ ? static_cast<double>(static_cast<float>(unk_score)) + here : unk_score + here;
         if (t.start < 0 || cand > t.score) {
           if (!unk_id_) raise<ValueError>("tokenizer: Unigram met an unknown character but unk_id is not set");
-          t.score = cand;
+          t.score = unk_as_piece_ ? static_cast<double>(static_cast<float>(cand)) : cand;
           t.start = static_cast<long>(pos);
           t.id = static_cast<uint32_t>(*unk_id_);
         }
@@ -214,6 +220,7 @@ class Unigram final : public Model {
   double min_score_;
   std::optional<size_t> unk_id_;
   bool byte_fallback_;
+  bool unk_as_piece_ = false;
   uint32_t byte_ids_[256];
   uint64_t serial_;
 };
@@ -227,7 +234,7 @@ ModelPtr make_unigram(std::vector<std::pair<std::string, double>> vocab, std::op
 
 ModelPtr make_spm_unigram(std::vector<std::pair<std::string, double>> vocab, std::vector<bool> matchable,
                           std::optional<size_t> unk_id, bool byte_fallback, double min_score) {
-  return std::make_shared<Unigram>(std::move(vocab), unk_id, byte_fallback, std::move(matchable), min_score);
+  return std::make_shared<Unigram>(std::move(vocab), unk_id, byte_fallback, std::move(matchable), min_score, true);
 }
 
 ModelPtr unigram_from_json(const json& j) {
