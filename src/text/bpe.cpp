@@ -31,6 +31,10 @@ class Bpe final : public Model {
       auto it = vocab_.find(*cfg_.unk_token);
       if (it != vocab_.end()) unk_id_ = it->second;
     }
+    for (int c = 0; c < 128; ++c) {
+      auto it = vocab_.find(std::string(1, static_cast<char>(c)));
+      ascii_ids_[c] = it == vocab_.end() ? -1 : static_cast<int64_t>(it->second);
+    }
     if (cfg_.byte_fallback) {
       for (int b = 0; b < 256; ++b) {
         auto it = vocab_.find(fmt::format("<0x{:02X}>", b));
@@ -38,7 +42,7 @@ class Bpe final : public Model {
       }
     }
     size_t prefix_len = cfg_.continuing_subword_prefix ? cfg_.continuing_subword_prefix->size() : 0;
-    merges_.reserve(cfg_.merges.size() * 2);
+    merges_.reserve(cfg_.merges.size() + 16);
     for (size_t i = 0; i < cfg_.merges.size(); ++i) {
       const auto& [a, b] = cfg_.merges[i];
       auto ia = vocab_.find(a);
@@ -50,7 +54,7 @@ class Bpe final : public Model {
       if (in == vocab_.end())
         raise<ValueError>("tokenizer: BPE merge {} makes '{}', which is not in the vocabulary", i + 1, merged);
       uint32_t rank = cfg_.merge_ranks.empty() ? static_cast<uint32_t>(i) : cfg_.merge_ranks[i];
-      merges_[key(ia->second, ib->second)] = {rank, in->second};
+      merges_.insert_or_assign(key(ia->second, ib->second), MergeInfo{rank, in->second});
     }
   }
 
@@ -73,7 +77,8 @@ class Bpe final : public Model {
       std::vector<uint32_t> word;
       merge_word(s, word, false);
       emit(word, out);
-      if (s.size() < 256) cache.insert(s, std::move(word));
+      // Long pre-tokens (whole sentences without pre-tokenizer) rarely repeat: not cached.
+      if (s.size() <= 64) cache.insert(s, std::move(word));
       return;
     }
     std::vector<uint32_t> word;
@@ -136,6 +141,7 @@ class Bpe final : public Model {
     uint32_t rank;
     uint32_t pos;
     uint32_t new_id;
+    uint32_t left, right;  // the pair when queued; stale if the symbols changed since
     bool operator<(const Candidate& o) const {  // max-heap on "better"
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
@@ -143,10 +149,7 @@ class Bpe final : public Model {
 
   static uint64_t key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
 
-  const MergeInfo* find_merge(uint32_t a, uint32_t b) const {
-    auto it = merges_.find(key(a, b));
-    return it == merges_.end() ? nullptr : &it->second;
-  }
+  const MergeInfo* find_merge(uint32_t a, uint32_t b) const { return merges_.find(key(a, b)); }
 
   void emit(const std::vector<uint32_t>& word, std::vector<Token>& out) const {
     size_t off = 0;
@@ -183,13 +186,19 @@ class Bpe final : public Model {
         if (last && cfg_.end_of_word_suffix) buf += *cfg_.end_of_word_suffix;
         lookup = buf;
       }
-      auto it = vocab_.find(lookup);
-      if (it != vocab_.end()) {
+      int64_t known = -1;
+      if (lookup.size() == 1 && static_cast<unsigned char>(lookup[0]) < 128) {
+        known = ascii_ids_[static_cast<unsigned char>(lookup[0])];
+      } else {
+        auto it = vocab_.find(lookup);
+        if (it != vocab_.end()) known = it->second;
+      }
+      if (known >= 0) {
         if (unk) {
           add(unk->first, unk->second);
           unk.reset();
         }
-        add(it->second, static_cast<uint32_t>(piece.size()));
+        add(static_cast<uint32_t>(known), static_cast<uint32_t>(piece.size()));
         continue;
       }
       if (cfg_.byte_fallback) {
@@ -215,9 +224,11 @@ class Bpe final : public Model {
 
     std::vector<Candidate> heap;
     heap.reserve(syms.size());
+    // The merge table is large and lookups are memory-bound: prefetch all initial pairs first.
+    for (size_t k = 0; k + 1 < syms.size(); ++k) merges_.prefetch(key(syms[k].id, syms[k + 1].id));
     for (size_t k = 0; k + 1 < syms.size(); ++k)
       if (auto m = find_merge(syms[k].id, syms[k + 1].id))
-        heap.push_back(Candidate{m->rank, static_cast<uint32_t>(k), m->new_id});
+        heap.push_back(Candidate{m->rank, static_cast<uint32_t>(k), m->new_id, syms[k].id, syms[k + 1].id});
     std::make_heap(heap.begin(), heap.end());
     std::vector<Candidate> skipped;
     while (!heap.empty()) {
@@ -237,8 +248,11 @@ class Bpe final : public Model {
       if (cur.len == 0 || cur.next == -1) continue;
       int next_pos = cur.next;
       Symbol right = syms[next_pos];
-      auto m = find_merge(cur.id, right.id);
-      if (!m || m->new_id != top.new_id) continue;
+      if (cur.id != top.left || right.id != top.right) {
+        // Stale entry; HF still applies it when the current pair makes the same token.
+        auto m = find_merge(cur.id, right.id);
+        if (!m || m->new_id != top.new_id) continue;
+      }
       cur.id = top.new_id;
       cur.len += right.len;
       cur.next = right.next;
@@ -246,13 +260,13 @@ class Bpe final : public Model {
       if (right.next >= 0 && right.next < static_cast<int>(syms.size())) syms[right.next].prev = static_cast<int>(top.pos);
       if (cur.prev >= 0) {
         if (auto pm = find_merge(syms[cur.prev].id, cur.id)) {
-          heap.push_back(Candidate{pm->rank, static_cast<uint32_t>(cur.prev), pm->new_id});
+          heap.push_back(Candidate{pm->rank, static_cast<uint32_t>(cur.prev), pm->new_id, syms[cur.prev].id, cur.id});
           std::push_heap(heap.begin(), heap.end());
         }
       }
       if (cur.next >= 0) {
         if (auto nm = find_merge(cur.id, syms[cur.next].id)) {
-          heap.push_back(Candidate{nm->rank, top.pos, nm->new_id});
+          heap.push_back(Candidate{nm->rank, top.pos, nm->new_id, cur.id, syms[cur.next].id});
           std::push_heap(heap.begin(), heap.end());
         }
       }
@@ -277,7 +291,8 @@ class Bpe final : public Model {
   std::vector<bool> has_id_;
   std::optional<uint32_t> unk_id_;
   int64_t byte_ids_[256] = {};
-  std::unordered_map<uint64_t, MergeInfo> merges_;
+  FlatMap64<MergeInfo> merges_;
+  int64_t ascii_ids_[128];  // id of each single ASCII char token (-1 if none)
   mutable std::mutex rng_mu_;
   mutable std::mt19937_64 rng_{0x5eed};
 };

@@ -21,7 +21,8 @@
 
 namespace foundry::text {
 
-using json = nlohmann::ordered_json;
+// std::map-backed: parsing large vocabularies stays O(n log n) (ordered_json is O(n^2) here).
+using json = nlohmann::json;
 
 /// A token produced by a model: offsets are bytes in the normalized piece it was given.
 struct Token {

@@ -3,6 +3,7 @@
 // avoids the lock and gives the same results, since a cache never changes what is computed).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -25,6 +26,58 @@ struct StringHash {
 
 template <typename V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
+/// Open-addressing hash map from 64-bit keys (never ~0) to small values; used for BPE merges,
+/// the hottest lookup of the merge loop.
+template <typename V>
+class FlatMap64 {
+ public:
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < n * 2) cap <<= 1;
+    slots_.assign(cap, Slot{kEmpty, V{}});
+    mask_ = cap - 1;
+    size_ = 0;
+  }
+  void insert_or_assign(uint64_t key, V value) {
+    if (slots_.empty() || (size_ + 1) * 2 > slots_.size()) grow();
+    size_t i = slot(key);
+    while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask_;
+    if (slots_[i].key == kEmpty) ++size_;
+    slots_[i] = Slot{key, value};
+  }
+  const V* find(uint64_t key) const {
+    if (slots_.empty()) return nullptr;
+    size_t i = slot(key);
+    while (true) {
+      const Slot& s = slots_[i];
+      if (s.key == key) return &s.value;
+      if (s.key == kEmpty) return nullptr;
+      i = (i + 1) & mask_;
+    }
+  }
+  size_t size() const { return size_; }
+  void prefetch(uint64_t key) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[slot(key)]);
+  }
+
+ private:
+  struct Slot {
+    uint64_t key;
+    V value;  // key and value share a cache line: one miss per lookup
+  };
+  static constexpr uint64_t kEmpty = ~0ULL;
+  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ULL) >> 20) & mask_; }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    reserve(std::max<size_t>(16, old.size()));
+    for (auto& s : old)
+      if (s.key != kEmpty) insert_or_assign(s.key, s.value);
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
 
 inline uint64_t next_model_serial() {
   static std::atomic<uint64_t> counter{1};

@@ -441,19 +441,28 @@ void NormalizedString::append(std::string_view s) {
 void NormalizedString::replace(const Pattern& pattern, std::string_view content) {
   std::vector<Match> ms;
   pattern.find_matches(normalized_, ms);
-  long long offset = 0;
-  std::vector<uni::CharChange> tr;
-  size_t k = 0;
-  while (k < content.size()) tr.push_back({uni::decode(content, k), 1});
+  bool any = false;
+  for (const auto& m : ms) any |= m.is_match;
+  if (!any) return;
+  // One pass with the result of HF's successive transform_range calls: each match is replaced
+  // by `content`, every new char inserted (+1) with the alignment of the last byte of the match.
+  materialize();
+  std::string out;
+  std::vector<std::pair<uint32_t, uint32_t>> al;
+  out.reserve(normalized_.size() + 16);
+  al.reserve(normalized_.size() + 16);
   for (const auto& m : ms) {
-    if (!m.is_match) continue;
-    long long s = static_cast<long long>(m.start) + offset;
-    long long e = static_cast<long long>(m.end) + offset;
-    size_t rs = s < 0 ? 0 : static_cast<size_t>(s), re = e < 0 ? 0 : static_cast<size_t>(e);
-    size_t removed = uni::char_count(std::string_view(normalized_).substr(rs, re - rs));
-    transform_range(rs, re, tr, removed);
-    offset += static_cast<long long>(content.size()) - static_cast<long long>(m.end - m.start);
+    if (!m.is_match) {
+      out.append(normalized_, m.start, m.end - m.start);
+      al.insert(al.end(), align_.begin() + m.start, align_.begin() + m.end);
+      continue;
+    }
+    std::pair<uint32_t, uint32_t> a = m.end >= 1 ? align_[m.end - 1] : std::pair<uint32_t, uint32_t>{0, 0};
+    out.append(content);
+    al.insert(al.end(), content.size(), a);
   }
+  normalized_ = std::move(out);
+  align_ = std::move(al);
 }
 
 void NormalizedString::lrstrip(bool left, bool right) {
