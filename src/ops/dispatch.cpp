@@ -146,6 +146,8 @@ class OpBackwardContext : public BackwardContext {
   const Tensor& grad(int k) const override;
   size_t num_outputs() const override { return grads_.size(); }
   Shape input_sizes(const std::string& name) const override;
+  size_t num_inputs_of(const std::string& name) const override;
+  Shape input_sizes_of(const std::string& name, int element) const override;
   DType input_dtype(const std::string& name) const override;
   bool needs_grad(const std::string& name, int element) const override;
 
@@ -263,6 +265,27 @@ Shape OpBackwardContext::input_sizes(const std::string& name) const {
   FOUNDRY_CHECK(i >= 0 && node_.first_slot[size_t(i)] >= 0, "{} backward: '{}' is not a tensor parameter",
                 node_.op->name(), name);
   return node_.slot_sizes[size_t(node_.first_slot[size_t(i)])];
+}
+
+size_t OpBackwardContext::num_inputs_of(const std::string& name) const {
+  int i = node_.op->schema.index_of(name);
+  FOUNDRY_CHECK(i >= 0 && node_.first_slot[size_t(i)] >= 0, "{} backward: '{}' is not a tensor parameter",
+                node_.op->name(), name);
+  size_t first = size_t(node_.first_slot[size_t(i)]);
+  size_t end = node_.slot_sizes.size();
+  for (size_t j = size_t(i) + 1; j < node_.first_slot.size(); ++j)
+    if (node_.first_slot[j] >= 0) {
+      end = size_t(node_.first_slot[j]);
+      break;
+    }
+  return end - first;
+}
+
+Shape OpBackwardContext::input_sizes_of(const std::string& name, int element) const {
+  int i = node_.op->schema.index_of(name);
+  FOUNDRY_CHECK(i >= 0 && node_.first_slot[size_t(i)] >= 0, "{} backward: '{}' is not a tensor parameter",
+                node_.op->name(), name);
+  return node_.slot_sizes.at(size_t(node_.first_slot[size_t(i)] + element));
 }
 
 DType OpBackwardContext::input_dtype(const std::string& name) const {

@@ -8,6 +8,12 @@ void register_creation_ops(Registry& r);
 void register_unary_ops(Registry& r);
 void register_binary_ops(Registry& r);
 void register_reduce_ops(Registry& r);
+void register_scan_ops(Registry& r);
+void register_shape_ops(Registry& r);
+void register_indexing_ops(Registry& r);
+void register_sort_ops(Registry& r);
+void register_random_ops(Registry& r);
+void register_loss_ops(Registry& r);
 
 void register_all_ops(Registry& r) {
   register_view_ops(r);
@@ -15,6 +21,12 @@ void register_all_ops(Registry& r) {
   register_unary_ops(r);
   register_binary_ops(r);
   register_reduce_ops(r);
+  register_scan_ops(r);
+  register_shape_ops(r);
+  register_indexing_ops(r);
+  register_sort_ops(r);
+  register_random_ops(r);
+  register_loss_ops(r);
 }
 
 }  // namespace foundry::ops

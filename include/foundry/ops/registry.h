@@ -173,6 +173,9 @@ class BackwardContext {
   virtual size_t num_outputs() const = 0;
   /// Shape and dtype of a tensor parameter (always available).
   virtual Shape input_sizes(const std::string& name) const = 0;
+  /// For Tensor[] parameters: how many tensors, and the shape of element i.
+  virtual size_t num_inputs_of(const std::string& name) const = 0;
+  virtual Shape input_sizes_of(const std::string& name, int element) const = 0;
   virtual DType input_dtype(const std::string& name) const = 0;
   /// Whether the gradient of a tensor parameter (or of element i of a Tensor[] parameter) is needed.
   virtual bool needs_grad(const std::string& name, int element = 0) const = 0;
