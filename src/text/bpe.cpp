@@ -19,6 +19,8 @@ class Bpe final : public Model {
   explicit Bpe(BpeConfig cfg) : cfg_(std::move(cfg)), serial_(next_model_serial()) {
     uint32_t max_id = 0;
     for (auto& [tok, id] : cfg_.vocab) max_id = std::max(max_id, id);
+    if (static_cast<size_t>(max_id) > 16 * cfg_.vocab.size() + 4096)
+      raise<ValueError>("tokenizer: vocabulary ids are too sparse (max id {} for {} tokens)", max_id, cfg_.vocab.size());
     if (!cfg_.vocab.empty()) vocab_r_.resize(static_cast<size_t>(max_id) + 1);
     has_id_.assign(vocab_r_.size(), false);
     vocab_.reserve(cfg_.vocab.size() * 2);

@@ -18,6 +18,8 @@ class VocabModel : public Model {
   explicit VocabModel(const VocabList& vocab) {
     uint32_t max_id = 0;
     for (auto& [t, id] : vocab) max_id = std::max(max_id, id);
+    if (static_cast<size_t>(max_id) > 16 * vocab.size() + 4096)
+      raise<ValueError>("tokenizer: vocabulary ids are too sparse (max id {} for {} tokens)", max_id, vocab.size());
     if (!vocab.empty()) vocab_r_.resize(static_cast<size_t>(max_id) + 1);
     has_.assign(vocab_r_.size(), false);
     for (auto& [t, id] : vocab) {
