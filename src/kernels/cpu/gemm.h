@@ -1,0 +1,49 @@
+// Matrix products for every dtype, with the backend chosen per shape and dtype from measurements
+// on the reference machine (docs/decisions.md, "GEMM backend per shape"):
+//   float32   oneDNN matmul (cached primitives, strided/transposed operands read in place), or
+//             our SIMD matrix-vector kernels when M == 1 or N == 1 (memory bound), or a plain loop
+//             for tiny products where a library call costs more than the arithmetic;
+//   bfloat16  oneDNN bf16 matmul (f32 accumulation), float32 fallback when the CPU lacks it;
+//   float16   converted to float32 and back;
+//   float64   OpenBLAS dgemm (the OpenMP build, so it shares our thread pool);
+//   integers  a blocked loop accumulating in int64 (wraps like PyTorch's integer matmul).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "foundry/core/tensor.h"
+
+namespace foundry::kernels {
+
+/// c[i] = alpha * a[i] @ b[i] + beta * c[i] (+ bias), for i in the batch.
+/// a: [batch, M, K] and b: [batch, K, N] with any strides (a batch stride of 0 broadcasts one
+/// matrix over the batch; transposed operands are read in place). c: [batch, M, N] contiguous.
+/// All three share a dtype. beta == 0 ignores c's contents (NaN-safe). bias: undefined, or [N]
+/// (any stride) of the same dtype, added to every row.
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha = 1.0, double beta = 0.0,
+          const Tensor& bias = Tensor());
+
+/// The backend gemm() would use: "onednn", "openblas", "gemv", "small" or "loop" (tests, docs).
+std::string gemm_backend(const Tensor& a, const Tensor& b);
+
+/// Whether oneDNN primitives may be used (FOUNDRY_GEMM=openblas or =loop in the environment
+/// forces the other backends, for measurements and tests).
+enum class GemmPolicy { Auto, OpenBlas, Loop };
+GemmPolicy gemm_policy();
+void set_gemm_policy(GemmPolicy p);
+
+// ---- matrix-vector kernels (float32, SIMD; exposed for tests against the scalar twins) ------
+/// y[r] = alpha * sum_k A[r * lda + k] * x[k] + beta * y[r] (+ bias[r]), r < R.
+void gemv_rows_f32(const float* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y, float alpha,
+                   float beta, const float* bias);
+/// y[n] = alpha * sum_k x[k] * A[k * lda + n] + beta * y[n] (+ bias[n]), n < N.
+void gemv_cols_f32(const float* A, int64_t lda, int64_t K, int64_t N, const float* x, float* y, float alpha,
+                   float beta, const float* bias);
+/// Scalar twins of the two kernels (same contract, double accumulation).
+void gemv_rows_f32_ref(const float* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y, float alpha,
+                       float beta, const float* bias);
+void gemv_cols_f32_ref(const float* A, int64_t lda, int64_t K, int64_t N, const float* x, float* y, float alpha,
+                       float beta, const float* bias);
+
+}  // namespace foundry::kernels
