@@ -14,6 +14,7 @@ void register_indexing_ops(Registry& r);
 void register_sort_ops(Registry& r);
 void register_random_ops(Registry& r);
 void register_loss_ops(Registry& r);
+void register_linalg_ops(Registry& r);
 
 void register_all_ops(Registry& r) {
   register_view_ops(r);
@@ -27,6 +28,7 @@ void register_all_ops(Registry& r) {
   register_sort_ops(r);
   register_random_ops(r);
   register_loss_ops(r);
+  register_linalg_ops(r);
 }
 
 }  // namespace foundry::ops
