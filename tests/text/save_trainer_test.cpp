@@ -60,7 +60,9 @@ void write_saved(const std::string& name, const Tokenizer& original, bool add_sp
       out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     }
   }
-  if (same_as_original) EXPECT_EQ(same, texts.size()) << name << ": reloaded save differs from the original";
+  if (same_as_original) {
+    EXPECT_EQ(same, texts.size()) << name << ": reloaded save differs from the original";
+  }
   std::ofstream(dir + "/" + name + ".meta.json") << json{{"add_special", add_special}}.dump();
 }
 
