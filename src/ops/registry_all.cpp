@@ -14,6 +14,7 @@ void register_indexing_ops(Registry& r);
 void register_sort_ops(Registry& r);
 void register_random_ops(Registry& r);
 void register_loss_ops(Registry& r);
+void register_nn_ops(Registry& r);
 void register_linalg_ops(Registry& r);
 
 void register_all_ops(Registry& r) {
@@ -28,6 +29,7 @@ void register_all_ops(Registry& r) {
   register_sort_ops(r);
   register_random_ops(r);
   register_loss_ops(r);
+  register_nn_ops(r);
   register_linalg_ops(r);
 }
 
