@@ -32,10 +32,10 @@ bool gradcheck(const Fn& fn, const std::vector<Tensor>& inputs, const GradcheckO
 
   std::vector<Tensor> outs = float_outputs(fn(inputs));
   // Numerical Jacobian columns: d out / d x_j by central differences on detached copies.
+  // Grad mode stays on: the checked function may itself differentiate (gradgradcheck).
   auto eval_detached = [&](const std::vector<Tensor>& xs) {
-    NoGradGuard ng;
     std::vector<Tensor> r = float_outputs(fn(xs));
-    for (Tensor& t : r) t = t.to(DType::Float64).contiguous();
+    for (Tensor& t : r) t = t.detach().to(DType::Float64).contiguous();
     return r;
   };
   for (size_t k = 0; k < outs.size(); ++k) {
@@ -65,6 +65,8 @@ bool gradcheck(const Fn& fn, const std::vector<Tensor>& inputs, const GradcheckO
         double v = xp.reshape({-1}).index({i}).item<double>();
         xp.reshape({-1}).index_put_({i}, Scalar(v + opt.eps));
         xm.reshape({-1}).index_put_({i}, Scalar(v - opt.eps));
+        xp.requires_grad_(true);
+        xm.requires_grad_(true);
         plus[wi] = xp;
         minus[wi] = xm;
         Tensor fp = eval_detached(plus)[k], fm = eval_detached(minus)[k];

@@ -110,6 +110,7 @@ Scalar Tensor::item() const {
     T v = *static_cast<const T*>(data_ptr());
     if constexpr (std::is_same_v<T, bool>) return Scalar(v);
     else if constexpr (std::is_integral_v<T>) return Scalar(int64_t(v));
+    else if constexpr (std::is_same_v<T, double>) return Scalar(v);
     else return Scalar(double(float(v)));
   });
 }

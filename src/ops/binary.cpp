@@ -63,6 +63,9 @@ struct BinarySpec {
   std::string ref = "";
 };
 
+const std::vector<DType> kNoBool = {DType::UInt8,   DType::Int8,     DType::Int16,   DType::Int32,  DType::Int64,
+                                    DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
+
 std::vector<Sample> binary_samples(DType dt, Generator& g, BinarySpec::Values v) {
   auto lhs = [&](IntList s) {
     if (v == BinarySpec::Values::Positive) return ops::sample_uniform(s, dt, g, 0.5, 2.5);
@@ -233,26 +236,26 @@ void register_binary_ops(Registry& r) {
        [both](BackwardContext& c) {
          Scalar alpha = c.arg("alpha").scalar();
          return both(c, c.grad(), c.grad() * W(-alpha.to_double()));
-       }},
+       }, kNoBool},
       {"mul(Tensor input, Tensor other) -> Tensor", BinaryOp::Mul, "input * other", Promote::Same, AB, {},
        [both, a, b](BackwardContext& c) {
          return both(c, c.needs_grad("input") ? c.grad() * b(c) : Tensor(),
                      c.needs_grad("other") ? c.grad() * a(c) : Tensor());
        }},
       {"floor_divide(Tensor input, Tensor other) -> Tensor", BinaryOp::DivFloor,
-       "floor(input / other); integer division by zero raises", Promote::Same, {}, {}, nullptr, {}, V::NonZeroOther},
+       "floor(input / other); integer division by zero raises", Promote::Same, {}, {}, nullptr, kNoBool, V::NonZeroOther},
       {"remainder(Tensor input, Tensor other) -> Tensor", BinaryOp::Remainder,
        "Python's modulus: the result has the sign of other", Promote::Same, AB, {},
        [both, a, b](BackwardContext& c) {
          return both(c, c.grad(), c.needs_grad("other") ? neg(c.grad()) * floor_divide(a(c), b(c)) : Tensor());
        },
-       {}, V::NonZeroOther},
+       kNoBool, V::NonZeroOther},
       {"fmod(Tensor input, Tensor other) -> Tensor", BinaryOp::Fmod, "C's fmod: the result has the sign of input",
        Promote::Same, AB, {},
        [both, a, b](BackwardContext& c) {
          return both(c, c.grad(), c.needs_grad("other") ? neg(c.grad()) * trunc(a(c) / b(c)) : Tensor());
        },
-       {}, V::NonZeroOther},
+       kNoBool, V::NonZeroOther},
       {"pow(Tensor input, Tensor exponent) -> Tensor", BinaryOp::Pow, "input ** exponent", Promote::Same,
        {"input", "exponent"}, {0},
        [](BackwardContext& c) {
@@ -267,7 +270,7 @@ void register_binary_ops(Registry& r) {
          }
          return std::vector<Tensor>{gx, ge};
        },
-       {}, V::Positive},
+       kNoBool, V::Positive},
       {"atan2(Tensor input, Tensor other) -> Tensor", BinaryOp::Atan2, "angle of (other, input)", Promote::ToFloat,
        AB, {},
        [both, a, b](BackwardContext& c) {
@@ -395,7 +398,7 @@ void register_binary_ops(Registry& r) {
                return both(c, c.needs_grad("input") ? c.grad() / y : Tensor(),
                            c.needs_grad("other") ? neg(c.grad()) * x / (y * y) : Tensor());
              },
-         .dtypes = kNumericTypes,
+         .dtypes = kNoBool,
          .samples =
              [](DType dt, Generator& g) {
                auto s = binary_samples(dt, g, BinarySpec::Values::NonZeroOther);

@@ -85,7 +85,9 @@ Tensor tril(const Tensor& x, int64_t d) { return ops::call1(FOUNDRY_OP("tril"), 
 Tensor triu(const Tensor& x, int64_t d) { return ops::call1(FOUNDRY_OP("triu"), {x, d}); }
 
 Tensor wrap_scalar(const Scalar& s) {
-  Tensor t = filled({}, s, s.dtype());
+  // Python floats are kept in double precision (as PyTorch's wrapped numbers); promotion still
+  // treats them as the default float dtype.
+  Tensor t = filled({}, s, s.is_float() ? DType::Float64 : s.dtype());
   t.impl()->wrapped_number = true;
   return t;
 }

@@ -325,7 +325,7 @@ void record(const OpDef& op, const std::vector<Value>& values, const Slots& slot
       if (values[i].is_tensor()) {
         node->versions[i].push_back(values[i].tensor().defined() ? values[i].tensor().version() : 0);
       } else if (values[i].is_tensor_list()) {
-        for (const Tensor& t : values[i].tensor_list()) node->versions[i].push_back(t.version());
+        for (const Tensor& t : values[i].tensor_list()) node->versions[i].push_back(t.defined() ? t.version() : 0);
       }
     }
   }

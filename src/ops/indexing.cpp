@@ -143,9 +143,9 @@ Tensor index_forward(const Tensor& x, const std::vector<Tensor>& indices) {
   std::vector<int64_t> off = element_offsets(x, p, "index");
   Tensor out = empty(p.canonical_shape, x.dtype());
   int64_t nb = int64_t(off.size());
-  Tensor out_rows = out.view({nb, -1});
   Tensor probe = rest_view(x, p, 0);
   int64_t rest_n = probe.numel();
+  Tensor out_rows = out.view({nb, rest_n});
   const int64_t isz = x.element_size();
   if (rest_n == 1) {
     const char* base = static_cast<const char*>(x.storage()->data()) + x.storage_offset() * isz;
@@ -178,8 +178,8 @@ void index_put_impl(Tensor& x, const std::vector<Tensor>& indices, const Tensor&
                    shape_str(values.sizes()), shape_str(p.result_shape));
   Tensor v = result_to_canonical(values.to(x.dtype()).expand(p.result_shape), p).contiguous();
   int64_t nb = int64_t(off.size());
-  Tensor vrows = v.view({nb, -1});
   Tensor probe = rest_view(x, p, 0);
+  Tensor vrows = v.view({nb, probe.numel()});
   x.impl()->storage->bump_version();
   if (!accumulate) {
     // Sequential so that, for repeated indices, the last write wins (as NumPy).
@@ -488,6 +488,7 @@ void register_indexing_ops(Registry& r) {
          .family = "indexing",
          .doc = "Advanced indexing x[i0, i1, ...] with index tensors (None = full slice) and bool masks; "
                 "NumPy places the broadcast index dims where the (adjacent) indexed dims were, else first.",
+         .saves = {"indices"},
          .forward = [](const Args& a) { return std::vector<Tensor>{index_forward(a.tensor(0), a[1].tensor_list())}; },
          .backward =
              [](BackwardContext& c) {
@@ -517,6 +518,7 @@ void register_indexing_ops(Registry& r) {
   r.add({.schema_text = "index_put(Tensor input, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor",
          .family = "indexing",
          .doc = "A copy of input with x[indices] = values (or += with accumulate; repeated indices add up).",
+         .saves = {"indices"},
          .forward =
              [](const Args& a) {
                Tensor out = clone(a.tensor(0));
@@ -575,7 +577,7 @@ void register_indexing_ops(Registry& r) {
   };
   auto scatter_samples = [](DType dt, Generator& g) {
     Tensor x = sample_uniform({3, 5}, dt, g);
-    Tensor idx0 = tensor<int64_t>({0, 2, 1, 1, 0, 2, 0, 1}, {2, 4});  // distinct along dim 0 per column
+    Tensor idx0 = tensor<int64_t>({0, 2, 1, 1, 2, 0, 0, 2}, {2, 4});  // distinct along dim 0 per column
     Tensor idx1 = tensor<int64_t>({4, 0, 2, 1, 3, 0}, {2, 3});        // distinct along dim 1 per row
     return std::vector<Sample>{{{x, int64_t(0), idx0, sample_uniform({2, 4}, dt, g)}},
                                {{x, int64_t(1), idx1, sample_uniform({3, 4}, dt, g)}}};

@@ -360,8 +360,12 @@ void register_scan_ops(Registry& r) {
                if (is_floating(dt)) x = x * Scalar(0.25) - Scalar(1.0);
                return std::vector<Sample>{{{x, int64_t(1), false}}, {{x, int64_t(0), true}}};
              }
+             // Ties are the point of mode: finite differences break them, so only parity checks grads.
              Tensor x = tensor<int64_t>({1, 3, 3, 2, 2, 5, 1, 1, 5, 0, 4, 4, 4, 0, 0}, {3, 5}).to(dt);
-             return std::vector<Sample>{{{x, int64_t(1), false}}, {{x, int64_t(-1), true}}};
+             // Distinct values: the mode is the smallest value, which finite differences can check.
+             Tensor d = randperm(12, DType::Int64, &g).to(dt).reshape({3, 4});
+             return std::vector<Sample>{{{x, int64_t(1), false}, "ties", false}, {{x, int64_t(-1), true}, "ties", false},
+                                        {{d, int64_t(1), false}, "distinct"}};
            }});
   };
   ostat(true);

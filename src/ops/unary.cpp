@@ -2,6 +2,7 @@
 // function, the sampling domain, and the gradient written in Foundry ops.
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "kernels/cpu/dtype_dispatch.h"
 #include "kernels/cpu/binary.h"
@@ -18,6 +19,7 @@ using ops::Args;
 using ops::BackwardContext;
 using ops::OpDef;
 using ops::Sample;
+using ops::Schema;
 using ops::Value;
 
 namespace {
@@ -50,7 +52,8 @@ void unary_int(UnaryOp op, const Tensor& in, Tensor& out, const UnaryParams& p) 
         T r = x;
         if constexpr (std::is_same_v<T, bool>) {
           if (op == UnaryOp::Neg) raise<TypeError>("negation, the `-` operator, on a bool tensor is not supported");
-          if (op == UnaryOp::Relu || op == UnaryOp::Square) raise<TypeError>("{}: not implemented for 'bool'", kernels::unary_op_name(op));
+          if (op == UnaryOp::Relu || op == UnaryOp::Square || op == UnaryOp::Relu6 || op == UnaryOp::Hardtanh)
+            raise<TypeError>("{}: not implemented for 'bool'", kernels::unary_op_name(op));
         } else {
           using U = std::make_unsigned_t<T>;
           switch (op) {
@@ -61,10 +64,14 @@ void unary_int(UnaryOp op, const Tensor& in, Tensor& out, const UnaryParams& p) 
             case UnaryOp::Sign: r = T((T(0) < x) - (x < T(0))); break;
             case UnaryOp::Square: r = T(U(x) * U(x)); break;
             case UnaryOp::Relu: r = x < 0 ? T(0) : x; break;
+            case UnaryOp::Relu6: r = std::min<T>(std::max<T>(x, T(0)), T(6)); break;
+            case UnaryOp::Hardtanh:
             case UnaryOp::Clamp:
-              if (!std::isnan(p.a) && double(r) < p.a) r = T(int64_t(p.a));
-              if (!std::isnan(p.b) && double(r) > p.b) r = T(int64_t(p.b));
+              // Bounds are cast to the tensor's dtype first (PyTorch converts the scalars).
+              if (!std::isnan(p.a)) r = std::max<T>(r, T(int64_t(p.a)));
+              if (!std::isnan(p.b)) r = std::min<T>(r, T(int64_t(p.b)));
               break;
+            case UnaryOp::NanToNum: break;
             default: break;  // floor/ceil/round/trunc: identity on integers
           }
         }
@@ -99,9 +106,20 @@ void register_unary(ops::Registry& r, const UnarySpec& spec) {
   def.saves = spec.saves;
   def.saves_outputs = spec.saves_outputs;
   const bool int_ok = spec.int_ok;
-  def.prepare = [int_ok](Args& a) {
+  const std::string name = Schema::parse(spec.schema).name;
+  def.prepare = [int_ok, name](Args& a) {
     Tensor& x = a[0].tensor();
     if (!int_ok && !is_floating(x.dtype())) x = x.to(default_float_dtype());
+    if (name == "square" && x.dtype() == DType::Bool) x = x.to(DType::Int64);  // pow(bool, 2) is int64
+    if (name == "clamp") {
+      // result_type(input, min, max): bounds are wrapped numbers.
+      ResultTypeState st;
+      st.add_tensor(x.dtype(), x.dim(), false);
+      for (size_t i : {size_t(1), size_t(2)})
+        if (!a[i].is_none()) st.add_tensor(a[i].scalar().dtype(), 0, true);
+      DType dt = st.result();
+      if (dt != x.dtype()) x = x.to(dt);
+    }
   };
   auto params = spec.params;
   const UnaryOp op = spec.op;
@@ -109,8 +127,10 @@ void register_unary(ops::Registry& r, const UnarySpec& spec) {
     const Tensor& x = a.tensor(0);
     UnaryParams p = params ? params(a) : UnaryParams{};
     Tensor out = ops::empty_as(x, x.dtype());
-    if (is_floating(x.dtype())) kernels::unary_kernel(op, x, out, p);
-    else unary_int(op, x, out, p);
+    UnaryOp effective = op;
+    if (op == UnaryOp::Gelu && a[1].str() == "tanh") effective = UnaryOp::GeluTanh;
+    if (is_floating(x.dtype())) kernels::unary_kernel(effective, x, out, p);
+    else unary_int(effective, x, out, p);
     return std::vector<Tensor>{out};
   };
   if (spec.grad) {
@@ -118,6 +138,9 @@ void register_unary(ops::Registry& r, const UnarySpec& spec) {
     def.backward = [g](BackwardContext& c) { return std::vector<Tensor>{g(c)}; };
   }
   def.dtypes = int_ok ? ops::kNumericTypes : ops::kIntAndFloat;
+  // PyTorch rejects bool for these (negation, relu and clamping bool make no sense).
+  static const std::set<std::string> no_bool = {"neg", "relu", "relu6", "hardtanh"};
+  if (no_bool.count(name)) std::erase(def.dtypes, DType::Bool);
   const Domain dom = spec.domain;
   auto extra = spec.extra_samples;
   const bool has_params = bool(params);
@@ -282,7 +305,7 @@ void register_unary_ops(Registry& r) {
        "torch.nn.functional.logsigmoid"},
       {"relu(Tensor input) -> Tensor", UnaryOp::Relu, "max(x, 0)", Domain::NonZero, true, {}, {0},
        [y](BackwardContext& c) { return where(y(c) > Scalar(0), c.grad(), W(0.0)); }},
-      {"relu6(Tensor input) -> Tensor", UnaryOp::Relu6, "min(max(x, 0), 6)", Domain::Wide, false, X, {},
+      {"relu6(Tensor input) -> Tensor", UnaryOp::Relu6, "min(max(x, 0), 6)", Domain::Wide, true, X, {},
        [x](BackwardContext& c) {
          return where(logical_and(x(c) > Scalar(0), x(c) < Scalar(6)), c.grad(), W(0.0));
        }, nullptr, nullptr, "torch.nn.functional.relu6"},
@@ -374,7 +397,7 @@ void register_unary_ops(Registry& r) {
          return c.grad() / (d * d);
        }, nullptr, nullptr, "torch.nn.functional.softsign"},
       {"hardtanh(Tensor input, float min_val=-1.0, float max_val=1.0) -> Tensor", UnaryOp::Hardtanh,
-       "clamp(x, min_val, max_val)", Domain::Any, false, X, {},
+       "clamp(x, min_val, max_val)", Domain::Any, true, X, {},
        [x](BackwardContext& c) {
          Tensor keep = logical_and(x(c) > Scalar(c.double_arg("min_val")), x(c) < Scalar(c.double_arg("max_val")));
          return where(keep, c.grad(), W(0.0));
@@ -444,7 +467,7 @@ void register_unary_ops(Registry& r) {
        }},
       {"nan_to_num(Tensor input, float? nan=0.0, float? posinf=None, float? neginf=None) -> Tensor",
        UnaryOp::NanToNum, "replaces NaN, +inf and -inf by finite values (default: 0 and the dtype's extremes)",
-       Domain::Any, false, X, {},
+       Domain::Any, true, X, {},
        [x](BackwardContext& c) { return where(isfinite(x(c)), c.grad(), W(0.0)); },
        [](const Args& a) {
          DType dt = a.tensor(0).dtype();

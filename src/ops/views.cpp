@@ -47,7 +47,7 @@ Shape infer_size(IntList shape, int64_t numel, const char* op) {
 std::optional<Shape> compute_view_strides(IntList sizes, IntList strides, IntList new_sizes) {
   Shape new_strides(new_sizes.size());
   int64_t numel = numel_of(sizes);
-  if (numel == 0) {
+  if (numel == 0 || sizes.empty()) {
     return contiguous_strides(new_sizes);
   }
   int64_t view_d = int64_t(new_sizes.size()) - 1;
@@ -348,7 +348,9 @@ void register_view_ops(Registry& r) {
            out.push_back({{x, std::vector<int64_t>{-1}}});
            out.push_back({{x, std::vector<int64_t>{2, -1, 2}}});
          }),
-         .ref = "lambda input, size: input.view(size)"});
+         .ref = "lambda input, size: input.view(size)",
+         .notes = "Fails (as PyTorch) when the input's strides do not allow the view, so layout variants are skipped.",
+         .layout_sensitive = true});
 
   r.add({.schema_text = "reshape(Tensor input, int[] shape) -> Tensor",
          .family = "view",

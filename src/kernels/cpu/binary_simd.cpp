@@ -55,13 +55,13 @@ bool BinaryImpl(BinaryOp op, const T* a, const T* b, T* out, int64_t n, bool as,
     case BinaryOp::Maximum:
       // NaN-propagating: a NaN in either operand gives NaN.
       Loop(d, a, b, out, n, as, bs, [&](V x, V y) {
-        auto nan = hn::Or(hn::Ne(x, x), hn::Ne(y, y));
+        auto nan = hn::Or(hn::IsNaN(x), hn::IsNaN(y));
         return hn::IfThenElse(nan, hn::Add(x, y), hn::Max(x, y));
       });
       return true;
     case BinaryOp::Minimum:
       Loop(d, a, b, out, n, as, bs, [&](V x, V y) {
-        auto nan = hn::Or(hn::Ne(x, x), hn::Ne(y, y));
+        auto nan = hn::Or(hn::IsNaN(x), hn::IsNaN(y));
         return hn::IfThenElse(nan, hn::Add(x, y), hn::Min(x, y));
       });
       return true;

@@ -64,11 +64,11 @@ float ExtremeF32(const float* p, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t N = int64_t(hn::Lanes(d));
   auto acc = hn::Set(d, p[0]);
-  auto nan = hn::Ne(acc, acc);
+  auto nan = hn::IsNaN(acc);
   int64_t i = 0;
   for (; i + N <= n; i += N) {
     auto v = hn::LoadU(d, p + i);
-    nan = hn::Or(nan, hn::Ne(v, v));
+    nan = hn::Or(nan, hn::IsNaN(v));
     acc = kMax ? hn::Max(acc, v) : hn::Min(acc, v);
   }
   if (!hn::AllFalse(d, nan)) return std::numeric_limits<float>::quiet_NaN();

@@ -1,0 +1,11 @@
+// Subcommands of the `foundry` program; each file registers one with CLI11.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace foundry::cli {
+
+void add_ops_command(CLI::App& app);
+void add_demo_command(CLI::App& app);
+
+}  // namespace foundry::cli

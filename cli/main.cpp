@@ -1,0 +1,21 @@
+// foundry: the command-line front end of the framework.
+#include <cstdio>
+
+#include "commands.h"
+#include "foundry/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Foundry: tensors, autograd, models, training and inference in C++"};
+  app.require_subcommand(1);
+  foundry::cli::add_ops_command(app);
+  foundry::cli::add_demo_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const foundry::Error& e) {
+    std::fprintf(stderr, "foundry: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The README's test command (and what .ci/run calls): install dependencies, build everything,
+# run the C++ test suite (CTest: unit, ops, text labels) and the Python tests (pytest with
+# Debian's PyTorch as the live reference). Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh
+status=0
+ctest --test-dir build --output-on-failure -j "${FOUNDRY_TEST_JOBS:-2}" --timeout 900 || status=1
+PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python || status=1
+exit $status

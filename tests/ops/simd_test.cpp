@@ -1,0 +1,168 @@
+// Every SIMD kernel against its scalar reference twin, on every compiled Highway target the
+// machine supports (the dispatch is forced to each in turn).
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "foundry/core/numeric.h"
+#include "kernels/cpu/binary.h"
+#include "kernels/cpu/reduce.h"
+#include "kernels/cpu/unary.h"
+
+using namespace foundry;
+using namespace foundry::kernels;
+
+namespace {
+
+// Distance in units in the last place between two floats (0 for equal, also for NaN == NaN).
+int64_t ulp_distance(float a, float b) {
+  if (std::isnan(a) && std::isnan(b)) return 0;
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<int64_t>::max();
+  if (a == b) return 0;
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  if (ia < 0) ia = int32_t(0x80000000u - uint32_t(ia));
+  if (ib < 0) ib = int32_t(0x80000000u - uint32_t(ib));
+  return std::abs(int64_t(ia) - int64_t(ib));
+}
+
+std::vector<float> sweep() {
+  std::vector<float> v;
+  for (int i = -4000; i <= 4000; ++i) v.push_back(float(i) * 0.0025f);  // [-10, 10]
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-6f, 0.5f, 1.0f, -1.0f, 30.0f, -30.0f, 88.0f, -88.0f, 100.0f,
+                  -100.0f, 1e10f, -1e10f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::denorm_min()})
+    v.push_back(x);
+  return v;
+}
+
+// Allowed error per function: ulp bound, or an absolute bound (for erf-based functions whose
+// float approximation is stated in absolute terms).
+struct Bound {
+  int64_t ulp;
+  double abs;
+};
+Bound bound_for(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Erf: return {3, 2.5e-7};
+    case UnaryOp::Gelu: return {3, 3e-7};  // times max(1, |x|): erf's absolute error scaled by x
+    case UnaryOp::Tanh: case UnaryOp::GeluTanh: case UnaryOp::Mish: return {6, 1e-7};
+    case UnaryOp::Softplus: case UnaryOp::LogSigmoid: case UnaryOp::Log1p: return {6, 1e-7};
+    case UnaryOp::Sigmoid: case UnaryOp::Silu: case UnaryOp::Elu: return {6, 1e-7};
+    case UnaryOp::Sin: case UnaryOp::Cos: return {4, 1e-7};
+    default: return {4, 0};
+  }
+}
+
+class EachTarget : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
+  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+};
+
+std::string target_name(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }
+
+}  // namespace
+
+TEST_P(EachTarget, UnaryFloatMatchesReference) {
+  std::vector<float> x = sweep();
+  std::vector<float> out(x.size());
+  UnaryParams params[] = {{}, {0.1, 1.0, 1.0}};
+  for (int o = 0; o < int(UnaryOp::Count); ++o) {
+    UnaryOp op = UnaryOp(o);
+    UnaryParams p = params[0];
+    if (op == UnaryOp::LeakyRelu) p = {0.1};
+    if (op == UnaryOp::Elu) p = {1.0, 1.0, 1.0};
+    if (op == UnaryOp::Softplus) p = {1.0, 20.0};
+    if (op == UnaryOp::Hardtanh || op == UnaryOp::Clamp) p = {-1.0, 2.0};
+    if (op == UnaryOp::NanToNum) p = {0.0, 1e30, -1e30};
+    unary_f32(op, x.data(), out.data(), int64_t(x.size()), p);
+    Bound b = bound_for(op);
+    for (size_t i = 0; i < x.size(); ++i) {
+      float ref = unary_ref(op, x[i], p);
+      int64_t d = ulp_distance(out[i], ref);
+      double scale = std::max(1.0, std::fabs(double(x[i])));
+      bool ok = d <= b.ulp || (b.abs > 0 && std::fabs(double(out[i]) - double(ref)) <= b.abs * scale);
+      ASSERT_TRUE(ok) << unary_op_name(op) << "(" << x[i] << "): simd " << out[i] << " vs ref " << ref << " (" << d
+                      << " ulp)";
+    }
+  }
+}
+
+TEST_P(EachTarget, UnaryDoubleMatchesReference) {
+  std::vector<double> x;
+  for (float f : sweep()) x.push_back(double(f));
+  std::vector<double> out(x.size());
+  for (UnaryOp op : {UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Sqrt, UnaryOp::Sin}) {
+    unary_f64(op, x.data(), out.data(), int64_t(x.size()), {});
+    for (size_t i = 0; i < x.size(); ++i) {
+      double ref = unary_ref(op, x[i], {});
+      if ((std::isnan(ref) && std::isnan(out[i])) || out[i] == ref) continue;
+      ASSERT_LE(std::fabs(out[i] - ref), 8 * std::numeric_limits<double>::epsilon() * std::max(1.0, std::fabs(ref)))
+          << unary_op_name(op) << "(" << x[i] << ")";
+    }
+  }
+}
+
+TEST_P(EachTarget, BinaryAndReductions) {
+  std::vector<float> a = sweep(), b = sweep();
+  std::reverse(b.begin(), b.end());
+  std::vector<float> out(a.size());
+  for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum}) {
+    ASSERT_TRUE(binary_simd_f32(op, a.data(), b.data(), out.data(), int64_t(a.size()), false, false, 1.0f));
+    for (size_t i = 0; i < a.size(); ++i) {
+      float ref;
+      switch (op) {
+        case BinaryOp::Add: ref = a[i] + b[i]; break;
+        case BinaryOp::Sub: ref = a[i] - b[i]; break;
+        case BinaryOp::Mul: ref = a[i] * b[i]; break;
+        case BinaryOp::Div: ref = a[i] / b[i]; break;
+        case BinaryOp::Maximum:
+          ref = (std::isnan(a[i]) || std::isnan(b[i])) ? NAN : std::max(a[i], b[i]);
+          break;
+        default:
+          ref = (std::isnan(a[i]) || std::isnan(b[i])) ? NAN : std::min(a[i], b[i]);
+          break;
+      }
+      ASSERT_EQ(ulp_distance(out[i], ref), 0) << binary_op_name(op) << " " << a[i] << ", " << b[i];
+    }
+  }
+  std::vector<float> v(1000);
+  double exact = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = float(std::sin(double(i)));
+    exact += v[i];
+  }
+  EXPECT_NEAR(sum_f32(v.data(), int64_t(v.size())), exact, 1e-4);
+  EXPECT_EQ(max_f32(v.data(), 1000), *std::max_element(v.begin(), v.end()));
+  EXPECT_EQ(min_f32(v.data(), 1000), *std::min_element(v.begin(), v.end()));
+  v[500] = NAN;
+  EXPECT_TRUE(std::isnan(max_f32(v.data(), 1000)));
+}
+
+TEST_P(EachTarget, HalfConversionsMatchScalar) {
+  std::vector<float> x = sweep();
+  for (int i = 0; i < 70000; i += 7) x.push_back(float(i) * 1.37f);
+  std::vector<uint16_t> h(x.size()), bf(x.size());
+  convert_f32_to_f16(x.data(), h.data(), int64_t(x.size()));
+  convert_f32_to_bf16(x.data(), bf.data(), int64_t(x.size()));
+  std::vector<float> back(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint16_t rh = Half::from_float(x[i]), rb = BFloat16::from_float(x[i]);
+    if (std::isnan(x[i])) continue;
+    ASSERT_EQ(h[i], rh) << x[i];
+    ASSERT_EQ(bf[i], rb) << x[i];
+  }
+  convert_f16_to_f32(h.data(), back.data(), int64_t(h.size()));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(ulp_distance(back[i], Half::to_float(h[i])), 0);
+  convert_bf16_to_f32(bf.data(), back.data(), int64_t(bf.size()));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(ulp_distance(back[i], float(BFloat16::from_bits(bf[i]))), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, EachTarget, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), target_name);

@@ -1,0 +1,86 @@
+"""The Python bindings: tensors, NumPy interop, autograd, grad modes and errors."""
+import numpy as np
+import pytest
+import torch
+
+import foundry
+
+
+def test_numpy_roundtrip_is_zero_copy():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = foundry.from_numpy(a)
+    a[0, 0] = 42
+    assert t[0, 0].item() == 42
+    v = t.numpy()
+    v[1, 1] = -7
+    assert a[1, 1] == -7
+    neg = foundry.from_numpy(a[::-1, ::2])  # negative strides shared, not copied
+    np.testing.assert_array_equal(neg.numpy(), a[::-1, ::2])
+
+
+def test_tensor_constructor_dtypes_follow_torch():
+    assert foundry.tensor([1.5, 2]).dtype == foundry.float32
+    assert foundry.tensor([1, 2]).dtype == foundry.int64
+    assert foundry.tensor([True]).dtype == foundry.bool
+    assert foundry.tensor(3.0).shape == ()
+    assert (foundry.tensor([1, 2], dtype=foundry.int32) + 5).dtype == foundry.int32
+    assert (foundry.tensor([1, 2], dtype=foundry.int32) + 5.5).dtype == foundry.float32
+    assert foundry.tensor([1.0], dtype=foundry.bfloat16).numpy().dtype == np.float32
+
+
+def test_operators_and_methods():
+    x = foundry.tensor([[1.0, -2.0], [3.0, 4.0]])
+    y = torch.tensor([[1.0, -2.0], [3.0, 4.0]])
+    for f in [lambda a: a + 1, lambda a: 2 - a, lambda a: a * a, lambda a: a / 3, lambda a: -a, lambda a: a ** 2,
+              lambda a: a @ a, lambda a: a.sum(1), lambda a: a.mean(), lambda a: a.T, lambda a: a.exp().log(),
+              lambda a: abs(a), lambda a: a.view(4), lambda a: a.reshape(1, 4), lambda a: a.permute(1, 0),
+              lambda a: a.softmax(-1), lambda a: a.clamp(min=0)]:
+        np.testing.assert_allclose(f(x).numpy(), f(y).numpy(), rtol=1e-6)
+    vals, idx = foundry.max(x, 1)
+    assert idx.tolist() == [0, 1]
+    assert foundry.max(x).item() == 4.0
+
+
+def test_autograd_and_grad_modes():
+    x = foundry.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = (x * x).sum()
+    y.backward()
+    assert x.grad.tolist() == [2.0, 4.0, 6.0]
+    with foundry.no_grad():
+        z = x * 2
+    assert not z.requires_grad
+    g, = foundry.autograd.grad([(x ** 3).sum()], [x], create_graph=True)
+    gg, = foundry.autograd.grad([g.sum()], [x])
+    assert gg.tolist() == [6.0, 12.0, 18.0]
+    assert foundry.autograd.gradcheck(lambda a: a.tanh(), [foundry.tensor([0.3, -0.2], dtype=foundry.float64,
+                                                                         requires_grad=True)])
+
+
+def test_hooks_from_python():
+    x = foundry.tensor([1.0, 2.0], requires_grad=True)
+    seen = []
+    x.register_hook(lambda g: seen.append(g.tolist()))
+    (x * 3).sum().backward()
+    assert seen == [[3.0, 3.0]]
+
+
+def test_errors_become_python_exceptions():
+    with pytest.raises(ValueError):
+        foundry.ones(2, 3) + foundry.ones(4)
+    with pytest.raises(TypeError):
+        foundry.bitwise_and(foundry.ones(2), foundry.ones(2))
+    with pytest.raises(IndexError):
+        foundry.ones(2).sum(5)
+    with pytest.raises(TypeError):
+        foundry.add(foundry.ones(2), "x")
+    with pytest.raises(RuntimeError):
+        a = foundry.ones(2, requires_grad=True)
+        a.add_(1)
+
+
+def test_manual_seed_reproducible():
+    foundry.manual_seed(1)
+    a = foundry.randn(100)
+    foundry.manual_seed(1)
+    b = foundry.randn(100)
+    assert foundry.equal(a, b)

@@ -1,0 +1,138 @@
+// Autograd engine: accumulation, graph retention, higher order, hooks, grad modes, in-place rules.
+#include <gtest/gtest.h>
+
+#include "foundry/autograd/autograd.h"
+#include "foundry/autograd/node.h"
+#include "foundry/ops/ops.h"
+
+using namespace foundry;
+
+namespace {
+Tensor scalar(double v) { return tensor<double>({v}, {}).requires_grad_(); }
+}  // namespace
+
+TEST(Autograd, SimpleChainAndAccumulation) {
+  Tensor x = scalar(3.0);
+  Tensor y = x * x * x;  // 3x^2 = 27
+  y.backward(Tensor(), /*retain_graph=*/true);
+  EXPECT_DOUBLE_EQ(x.grad().item<double>(), 27.0);
+  y.backward();  // accumulates
+  EXPECT_DOUBLE_EQ(x.grad().item<double>(), 54.0);
+  EXPECT_THROW(y.backward(), Error);  // graph freed
+}
+
+TEST(Autograd, BroadcastGradientsSumBack) {
+  Tensor a = ones({3, 1}, DType::Float64).requires_grad_();
+  Tensor b = ones({4}, DType::Float64).requires_grad_();
+  sum(a * b).backward();
+  EXPECT_EQ(Shape(a.grad().sizes()), (Shape{3, 1}));
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{4, 4, 4}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{3, 3, 3, 3}));
+}
+
+TEST(Autograd, HigherOrder) {
+  Tensor x = scalar(2.0);
+  Tensor y = sin(x) * x;
+  auto g1 = autograd::grad({y}, {x}, {}, std::nullopt, /*create_graph=*/true);
+  // d/dx (x sin x) = sin x + x cos x
+  EXPECT_NEAR(g1[0].item<double>(), std::sin(2.0) + 2.0 * std::cos(2.0), 1e-12);
+  auto g2 = autograd::grad({g1[0]}, {x}, {}, std::nullopt, true);
+  // second derivative: 2 cos x - x sin x
+  EXPECT_NEAR(g2[0].item<double>(), 2 * std::cos(2.0) - 2.0 * std::sin(2.0), 1e-12);
+  auto g3 = autograd::grad({g2[0]}, {x});
+  EXPECT_NEAR(g3[0].item<double>(), -3 * std::sin(2.0) - 2.0 * std::cos(2.0), 1e-12);
+}
+
+TEST(Autograd, GradDoesNotTouchDotGradAndReportsUnused) {
+  Tensor x = scalar(1.5), z = scalar(2.0);
+  Tensor y = exp(x);
+  auto g = autograd::grad({y}, {x}, {}, true);
+  EXPECT_NEAR(g[0].item<double>(), std::exp(1.5), 1e-12);
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_THROW(autograd::grad({y}, {z}), Error);
+  auto gu = autograd::grad({y}, {z}, {}, true, false, /*allow_unused=*/true);
+  EXPECT_FALSE(gu[0].defined());
+}
+
+TEST(Autograd, NoGradAndDetach) {
+  Tensor x = scalar(1.0);
+  {
+    autograd::NoGradGuard ng;
+    Tensor y = x * 2.0;
+    EXPECT_FALSE(y.requires_grad());
+    {
+      autograd::EnableGradGuard eg;
+      EXPECT_TRUE((x * 2.0).requires_grad());
+    }
+  }
+  {
+    autograd::InferenceModeGuard im;
+    EXPECT_FALSE((x + 1.0).requires_grad());
+  }
+  Tensor d = (x * 3.0).detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_TRUE(d.is_leaf());
+}
+
+TEST(Autograd, HooksSeeAndReplaceGradients) {
+  Tensor x = scalar(2.0);
+  double seen = 0;
+  x.register_hook([&](const Tensor& g) {
+    seen = g.item<double>();
+    return g * 10.0;
+  });
+  Tensor y = x * x;
+  Tensor mid = y * 1.0;
+  int h = y.register_hook([](const Tensor& g) { return g * 2.0; });
+  (void)h;
+  y.retain_grad();
+  mid.backward();
+  EXPECT_DOUBLE_EQ(y.grad().item<double>(), 2.0);  // retained after the hook doubled it
+  EXPECT_DOUBLE_EQ(seen, 8.0);                     // 2 * 2x
+  EXPECT_DOUBLE_EQ(x.grad().item<double>(), 80.0);
+}
+
+TEST(Autograd, InPlaceOnSavedTensorIsDetected) {
+  Tensor x = ones({3}, DType::Float64).requires_grad_();
+  Tensor a = x * 2.0;
+  Tensor b = sin(a);  // saves a
+  a.mul_(3.0);
+  EXPECT_THROW(sum(b).backward(), Error);
+}
+
+TEST(Autograd, InPlaceRebasesHistory) {
+  Tensor x = ones({3}, DType::Float64).requires_grad_();
+  Tensor a = x * 2.0;
+  a.add_(x * 3.0);  // a = 5x
+  sum(a).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{5, 5, 5}));
+  Tensor leaf = ones({2}).requires_grad_();
+  EXPECT_THROW(leaf.add_(ones({2})), Error);
+  {
+    autograd::NoGradGuard ng;
+    EXPECT_NO_THROW(leaf.add_(ones({2})));
+  }
+}
+
+TEST(Autograd, SetItemWithAutograd) {
+  Tensor x = arange(6, DType::Float64).requires_grad_();
+  Tensor y = x * 1.0;
+  y.index_put_({Slice(1, 4)}, Scalar(0.0));
+  sum(y * y).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 0, 0, 0, 8, 10}));
+}
+
+TEST(Autograd, GradcheckCatchesWrongGradients) {
+  Tensor x = tensor<double>({0.3, -0.7}, {2}).requires_grad_();
+  EXPECT_TRUE(autograd::gradcheck([](const std::vector<Tensor>& in) { return std::vector<Tensor>{tanh(in[0])}; }, {x}));
+  // A function whose gradient hook lies must fail the check.
+  auto wrong = [](const std::vector<Tensor>& in) {
+    Tensor y = in[0] * 2.0;
+    if (y.requires_grad()) y.register_hook([](const Tensor& g) { return g * 1.5; });
+    return std::vector<Tensor>{y};
+  };
+  autograd::GradcheckOptions opt;
+  opt.raise_on_failure = false;
+  EXPECT_FALSE(autograd::gradcheck(wrong, {x}, opt));
+  EXPECT_TRUE(autograd::gradgradcheck([](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * in[0] * in[0]}; }, {x}));
+}
