@@ -1,0 +1,28 @@
+// Conversions between Python objects and Foundry values (tensors, NumPy arrays, indices).
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "foundry/core/tensor.h"
+#include "foundry/ops/registry.h"
+
+namespace foundry::python {
+
+namespace py = pybind11;
+
+/// A tensor sharing the array's memory (any strides, negative too); the array stays alive as
+/// long as the tensor does. Read-only arrays give read-only storage.
+Tensor from_numpy(py::array arr);
+/// A NumPy view of the tensor's memory (bfloat16 and float8 become float32 copies).
+py::array to_numpy(const Tensor& t);
+/// torch.tensor semantics: copies; Python floats become the default float, ints int64.
+Tensor tensor_from(py::handle obj, std::optional<DType> dtype);
+/// A value for a schema parameter (Python numbers for Tensor parameters become wrapped numbers).
+ops::Value value_from(py::handle obj, const ops::Param& param, const std::string& op);
+/// NumPy-style index expression -> TensorIndex list.
+std::vector<TensorIndex> index_from(py::handle obj);
+/// dtype from a foundry dtype, a string name, or a NumPy dtype.
+DType dtype_from(py::handle obj);
+
+}  // namespace foundry::python
