@@ -43,6 +43,15 @@ class Bpe final : public Model {
         byte_ids_[b] = it == vocab_.end() ? -1 : static_cast<int64_t>(it->second);
       }
     }
+    split_metaspace_ = !cfg_.continuing_subword_prefix && !cfg_.end_of_word_suffix && vocab_.count(kMeta);
+    for (auto& [tok, id] : vocab_) {
+      if (!split_metaspace_) break;
+      for (size_t i = 1; i + 3 <= tok.size(); ++i)
+        if (metaspace_boundary(tok, i)) {
+          split_metaspace_ = false;  // a token holds "\u2581" after another char
+          break;
+        }
+    }
     size_t prefix_len = cfg_.continuing_subword_prefix ? cfg_.continuing_subword_prefix->size() : 0;
     merges_.reserve(cfg_.merges.size() + 16);
     for (size_t i = 0; i < cfg_.merges.size(); ++i) {
@@ -62,10 +71,30 @@ class Bpe final : public Model {
 
   void tokenize(std::string_view s, std::vector<Token>& out) const override {
     if (s.empty()) return;
+    if (split_metaspace_ && s.size() > 3) {
+      // No token spans a boundary just before a "\u2581" that follows another char, so words
+      // can be merged independently (same result) and cached: SentencePiece-style models have
+      // no pre-tokenizer and would otherwise run BPE over whole sentences.
+      size_t start = 0;
+      for (size_t i = 1; i + 3 <= s.size(); ++i) {
+        if (metaspace_boundary(s, i)) {
+          tokenize_word(s.substr(start, i - start), start, out);
+          start = i;
+          i += 2;
+        }
+      }
+      tokenize_word(s.substr(start), start, out);
+      return;
+    }
+    tokenize_word(s, 0, out);
+  }
+
+  void tokenize_word(std::string_view s, size_t base, std::vector<Token>& out) const {
+    if (s.empty()) return;
     if (cfg_.ignore_merges) {
       auto it = vocab_.find(s);
       if (it != vocab_.end()) {
-        out.push_back(Token{it->second, std::string(s), {0, s.size()}});
+        out.push_back(Token{it->second, std::string(s), {base, base + s.size()}});
         return;
       }
     }
@@ -73,19 +102,19 @@ class Bpe final : public Model {
     if (!use_dropout) {
       ModelCache& cache = thread_cache(serial_);
       if (const auto* hit = cache.find(s)) {
-        emit(*hit, out);
+        emit(*hit, base, out);
         return;
       }
       std::vector<uint32_t> word;
       merge_word(s, word, false);
-      emit(word, out);
+      emit(word, base, out);
       // Long pre-tokens (whole sentences without pre-tokenizer) rarely repeat: not cached.
       if (s.size() <= 64) cache.insert(s, std::move(word));
       return;
     }
     std::vector<uint32_t> word;
     merge_word(s, word, true);
-    emit(word, out);
+    emit(word, base, out);
   }
 
   std::optional<uint32_t> token_to_id(std::string_view t) const override {
@@ -149,12 +178,18 @@ class Bpe final : public Model {
     }
   };
 
+  // True when s has "\u2581" at byte i and the char before it is not "\u2581".
+  static bool metaspace_boundary(std::string_view s, size_t i) {
+    if (s.compare(i, 3, kMeta) != 0) return false;
+    return !(i >= 3 && s.compare(i - 3, 3, kMeta) == 0);
+  }
+
   static uint64_t key(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
 
   const MergeInfo* find_merge(uint32_t a, uint32_t b) const { return merges_.find(key(a, b)); }
 
-  void emit(const std::vector<uint32_t>& word, std::vector<Token>& out) const {
-    size_t off = 0;
+  void emit(const std::vector<uint32_t>& word, size_t base, std::vector<Token>& out) const {
+    size_t off = base;
     for (size_t k = 0; k + 1 < word.size(); k += 2) {
       uint32_t id = word[k], len = word[k + 1];
       out.push_back(Token{id, vocab_r_[id], {off, off + len}});
@@ -171,7 +206,8 @@ class Bpe final : public Model {
       syms.push_back(Symbol{id, idx - 1, -1, len});
       if (idx > 0) syms[idx - 1].next = idx;
     };
-    std::optional<std::pair<uint32_t, uint32_t>> unk;
+    bool has_unk = false;
+    uint32_t unk_tok = 0, unk_len = 0;
     std::string buf;
     size_t i = 0;
     while (i < w.size()) {
@@ -196,9 +232,9 @@ class Bpe final : public Model {
         if (it != vocab_.end()) known = it->second;
       }
       if (known >= 0) {
-        if (unk) {
-          add(unk->first, unk->second);
-          unk.reset();
+        if (has_unk) {
+          add(unk_tok, unk_len);
+          has_unk = false;
         }
         add(static_cast<uint32_t>(known), static_cast<uint32_t>(piece.size()));
         continue;
@@ -214,15 +250,17 @@ class Bpe final : public Model {
       }
       if (cfg_.unk_token) {
         if (!unk_id_) raise<ValueError>("tokenizer: BPE unk_token '{}' is not in the vocabulary", *cfg_.unk_token);
-        if (unk && cfg_.fuse_unk) {
-          unk->second += static_cast<uint32_t>(piece.size());
+        if (has_unk && cfg_.fuse_unk) {
+          unk_len += static_cast<uint32_t>(piece.size());
         } else {
-          if (unk) add(unk->first, unk->second);
-          unk = std::make_pair(*unk_id_, static_cast<uint32_t>(piece.size()));
+          if (has_unk) add(unk_tok, unk_len);
+          has_unk = true;
+          unk_tok = *unk_id_;
+          unk_len = static_cast<uint32_t>(piece.size());
         }
       }
     }
-    if (unk) add(unk->first, unk->second);
+    if (has_unk) add(unk_tok, unk_len);
 
     std::vector<Candidate> heap;
     heap.reserve(syms.size());
@@ -286,8 +324,10 @@ class Bpe final : public Model {
     return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
   }
 
+  static constexpr const char* kMeta = "\xE2\x96\x81";  // U+2581
   BpeConfig cfg_;
   uint64_t serial_;
+  bool split_metaspace_ = false;
   StringMap<uint32_t> vocab_;
   std::vector<std::string> vocab_r_;
   std::vector<bool> has_id_;

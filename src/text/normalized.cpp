@@ -490,6 +490,27 @@ void NormalizedString::normalize_unicode(uni::NormForm form) {
   if (uni::normalize(normalized_, form, tr)) transform(tr, 0);
 }
 
+void NormalizedString::map_bytes(const std::string* table) {
+  std::string out;
+  out.reserve(normalized_.size() * 2);
+  std::vector<std::pair<uint32_t, uint32_t>> al;
+  al.reserve(normalized_.size() * 2);
+  size_t i = 0;
+  while (i < normalized_.size()) {
+    size_t n = std::min<size_t>(uni::utf8_len(static_cast<unsigned char>(normalized_[i])), normalized_.size() - i);
+    auto a = alignment(i);
+    for (size_t k = 0; k < n; ++k) {
+      const std::string& rep = table[static_cast<unsigned char>(normalized_[i + k])];
+      out += rep;
+      al.insert(al.end(), rep.size(), a);
+    }
+    i += n;
+  }
+  normalized_ = std::move(out);
+  align_ = std::move(al);
+  identity_ = false;
+}
+
 void NormalizedString::clear() {
   size_t n = uni::char_count(normalized_);
   transform({}, n);

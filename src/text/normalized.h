@@ -127,6 +127,10 @@ class NormalizedString {
   void lrstrip(bool left, bool right);
   void normalize_unicode(uni::NormForm form);
   void clear();
+  /// Replaces every byte b by the UTF-8 string table[b]; the new bytes keep the alignment of
+  /// the char they come from. Same result as HF's ByteLevel transform, without building the
+  /// (char, change) list.
+  void map_bytes(const std::string* table);
   /// Replaces the normalized text wholesale; `align` gives, per new byte, the range of the
   /// current normalized text it comes from (composed here with the existing alignments).
   void set_normalized(std::string text, const std::vector<std::pair<uint32_t, uint32_t>>& align);

@@ -1,6 +1,8 @@
 // Pre-tokenizers (HF tokenizers' pre_tokenizers/*.rs): ByteLevel, Split, Whitespace,
 // WhitespaceSplit, Punctuation, Digits, Metaspace, CharDelimiterSplit, BertPreTokenizer,
 // UnicodeScripts, Sequence.
+#include <array>
+
 #include "text/components.h"
 
 namespace foundry::text {
@@ -31,23 +33,13 @@ class ByteLevelPre final : public PreTokenizer {
         out.push_back(std::move(n));
       }
     });
-    std::vector<uni::CharChange> tr;
-    for (auto& sp : pts.splits) {
-      if (sp.tokens) continue;
-      const std::string& s = sp.normalized.get();
-      tr.clear();
-      tr.reserve(s.size());
-      size_t i = 0;
-      while (i < s.size()) {
-        size_t n = uni::utf8_len(static_cast<unsigned char>(s[i]));
-        for (size_t k = 0; k < n && i + k < s.size(); ++k) {
-          size_t p = 0;
-          tr.push_back({uni::decode(byte_to_unicode(static_cast<uint8_t>(s[i + k])), p), k > 0 ? 1 : 0});
-        }
-        i += n;
-      }
-      sp.normalized.transform(tr, 0);
-    }
+    static const std::array<std::string, 256> table = [] {
+      std::array<std::string, 256> t;
+      for (int b = 0; b < 256; ++b) t[b] = byte_to_unicode(static_cast<uint8_t>(b));
+      return t;
+    }();
+    for (auto& sp : pts.splits)
+      if (!sp.tokens) sp.normalized.map_bytes(table.data());
   }
   json to_json() const override {
     return json{{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space_}, {"trim_offsets", trim_offsets_},

@@ -157,7 +157,11 @@ Encoding TokenizerImpl::encode_single(const std::string& text, uint32_t type_id)
   // split it kept; the pair truncation then works on that. Reproduce it so ids, word ids and
   // overflowing parts match.
   size_t n = pts.splits.size();
-  std::vector<std::vector<Token>> tokens(n);
+  // All tokens in one flat vector; ranges[idx] = [begin, end) of split idx.
+  thread_local std::vector<Token> flat;
+  thread_local std::vector<std::pair<uint32_t, uint32_t>> ranges;
+  flat.clear();
+  ranges.assign(n, {0, 0});
   size_t first = 0, last = n;  // kept splits [first, last)
   size_t limit = truncation ? truncation->max_length : SIZE_MAX;
   bool left = truncation && truncation->direction == Direction::Left;
@@ -170,9 +174,14 @@ Encoding TokenizerImpl::encode_single(const std::string& text, uint32_t type_id)
       break;
     }
     Split& sp = pts.splits[idx];
-    if (sp.tokens) tokens[idx] = std::move(*sp.tokens);
-    else model->tokenize(sp.normalized.get(), tokens[idx]);
-    count += tokens[idx].size();
+    size_t begin = flat.size();
+    if (sp.tokens) {
+      for (auto& t : *sp.tokens) flat.push_back(std::move(t));
+    } else {
+      model->tokenize(sp.normalized.get(), flat);
+    }
+    ranges[idx] = {static_cast<uint32_t>(begin), static_cast<uint32_t>(flat.size())};
+    count += flat.size() - begin;
   }
   Encoding e;
   e.ids.reserve(count);
@@ -184,7 +193,8 @@ Encoding TokenizerImpl::encode_single(const std::string& text, uint32_t type_id)
   for (size_t idx = first; idx < last; ++idx) {
     const Split& sp = pts.splits[idx];
     size_t shift = sp.normalized.original_shift();
-    for (Token& t : tokens[idx]) {
+    for (uint32_t ti = ranges[idx].first; ti < ranges[idx].second; ++ti) {
+      Token& t = flat[ti];
       Span bo;
       if (auto r = sp.normalized.normalized_to_original(t.offsets.first, t.offsets.second))
         bo = {shift + r->first, shift + r->second};
