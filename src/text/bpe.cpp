@@ -117,6 +117,31 @@ class Bpe final : public Model {
     emit(word, base, out);
   }
 
+  bool supports_raw_bytes() const override { return !(cfg_.dropout && *cfg_.dropout > 0.0); }
+
+  // Same tokens as tokenize(bytes_to_byte_level(raw)), with offsets in raw bytes. The cache is
+  // keyed by the raw bytes and stores [id, raw_len, ...].
+  void tokenize_raw_bytes(std::string_view raw, size_t base, std::vector<Token>& out) const override {
+    if (raw.empty()) return;
+    ModelCache& cache = thread_cache(serial_ ^ (1ULL << 63));
+    const std::vector<uint32_t>* hit = cache.find(raw);
+    std::vector<uint32_t> word;
+    if (!hit) {
+      std::string bl = bytes_to_byte_level(raw);
+      std::vector<Token> toks;
+      tokenize(bl, toks);
+      word.reserve(toks.size() * 2);
+      for (auto& t : toks) {
+        word.push_back(t.id);
+        // Every byte-level char stands for one raw byte.
+        word.push_back(static_cast<uint32_t>(uni::char_count(std::string_view(bl).substr(t.offsets.first, t.offsets.second - t.offsets.first))));
+      }
+      if (raw.size() <= 64) cache.insert(raw, word);
+      hit = &word;
+    }
+    emit(*hit, base, out);
+  }
+
   std::optional<uint32_t> token_to_id(std::string_view t) const override {
     auto it = vocab_.find(t);
     if (it == vocab_.end()) return std::nullopt;

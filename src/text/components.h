@@ -73,6 +73,9 @@ class PreTokenizer {
   virtual ~PreTokenizer() = default;
   virtual void pre_tokenize(PreTokenizedString& s) const = 0;
   virtual json to_json() const = 0;
+  /// When this pre-tokenizer is exactly "split by a regex (pieces and gaps kept) then map bytes
+  /// to GPT-2's byte-level chars", the regex; the tokenizer then runs a faster equivalent path.
+  virtual std::shared_ptr<const Regex> byte_level_split_regex() const { return nullptr; }
 };
 
 class Model {
@@ -85,6 +88,11 @@ class Model {
   virtual size_t vocab_size() const = 0;
   virtual std::unordered_map<std::string, uint32_t> get_vocab() const = 0;
   virtual json to_json() const = 0;
+  /// Byte-level fast path: tokenizes raw bytes as if they had been mapped to byte-level chars;
+  /// token offsets are raw byte offsets plus `base`. Only models that return true from
+  /// supports_raw_bytes() implement it.
+  virtual bool supports_raw_bytes() const { return false; }
+  virtual void tokenize_raw_bytes(std::string_view raw, size_t base, std::vector<Token>& out) const {}
 };
 
 class PostProcessor {

@@ -24,6 +24,11 @@ class ByteLevelPre final : public PreTokenizer {
     static std::shared_ptr<const Regex> re = std::make_shared<Regex>(kGpt2Pattern);
     pattern_ = Pattern::re(re);
   }
+  std::shared_ptr<const Regex> byte_level_split_regex() const override {
+    return use_regex_ && !add_prefix_space_ ? pattern_.regex : nullptr;
+  }
+  /// Plain byte mapping (no regex, no prefix space): the second half of a Split+ByteLevel pair.
+  bool is_plain_byte_map() const { return !use_regex_ && !add_prefix_space_; }
   void pre_tokenize(PreTokenizedString& pts) const override {
     pts.split([&](size_t, NormalizedString&& n, std::vector<NormalizedString>& out) {
       if (add_prefix_space_ && (n.get().empty() || n.get()[0] != ' ')) n.prepend(" ");
@@ -62,6 +67,10 @@ class SplitPre final : public PreTokenizer {
     pts.split([&](size_t, NormalizedString&& n, std::vector<NormalizedString>& out) {
       out = n.split(pattern_, behavior_);
     });
+  }
+  /// The regex when this splits by a regex keeping matches and gaps (Isolated, not inverted).
+  std::shared_ptr<const Regex> isolated_regex() const {
+    return is_regex_ && behavior_ == SplitBehavior::Isolated && !invert_ ? pattern_.regex : nullptr;
   }
   json to_json() const override {
     return json{{"type", "Split"}, {"pattern", pattern_to_json(text_, is_regex_)},
@@ -194,6 +203,14 @@ class UnicodeScripts final : public PreTokenizer {
 class SequencePre final : public PreTokenizer {
  public:
   explicit SequencePre(std::vector<PreTokenizerPtr> items) : items_(std::move(items)) {}
+  std::shared_ptr<const Regex> byte_level_split_regex() const override {
+    if (items_.size() == 1) return items_[0]->byte_level_split_regex();
+    if (items_.size() != 2) return nullptr;
+    auto* split = dynamic_cast<const SplitPre*>(items_[0].get());
+    auto* bl = dynamic_cast<const ByteLevelPre*>(items_[1].get());
+    if (!split || !bl || !bl->is_plain_byte_map()) return nullptr;
+    return split->isolated_regex();
+  }
   void pre_tokenize(PreTokenizedString& pts) const override {
     for (auto& p : items_) p->pre_tokenize(pts);
   }

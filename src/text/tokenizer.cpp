@@ -149,7 +149,107 @@ class CharOffsets {
 // ---------------------------------------------------------------------------------------------
 // Pipeline
 
+void TokenizerImpl::prepare() {
+  fast_regex = nullptr;
+  if (!normalizer && pre_tokenizer && model && model->supports_raw_bytes())
+    fast_regex = pre_tokenizer->byte_level_split_regex();
+}
+
+Encoding TokenizerImpl::encode_single_fast(const std::string& text, uint32_t type_id) const {
+  PreTokenizedString pts = added.extract_and_normalize(nullptr, text);
+  // Pieces of the original text: regex matches and the gaps between them (Isolated split),
+  // or whole added-token splits.
+  struct Piece {
+    size_t a, b;
+    const Split* added;
+  };
+  thread_local std::vector<Piece> pieces;
+  thread_local std::vector<Offsets> ms;
+  pieces.clear();
+  for (const Split& sp : pts.splits) {
+    size_t base = sp.normalized.original_shift();
+    if (sp.tokens) {
+      pieces.push_back({base, base + sp.normalized.len_original(), &sp});
+      continue;
+    }
+    const std::string& s = sp.normalized.get();
+    ms.clear();
+    fast_regex->find_all(s, ms);
+    size_t prev = 0;
+    for (auto [a, b] : ms) {
+      if (prev < a) pieces.push_back({base + prev, base + a, nullptr});
+      if (a < b) pieces.push_back({base + a, base + b, nullptr});
+      prev = b;
+    }
+    if (prev < s.size()) pieces.push_back({base + prev, base + s.size(), nullptr});
+  }
+  size_t n = pieces.size();
+  thread_local std::vector<Token> flat;
+  thread_local std::vector<std::pair<uint32_t, uint32_t>> ranges;
+  flat.clear();
+  ranges.assign(n, {0, 0});
+  size_t first = 0, last = n;
+  size_t limit = truncation ? truncation->max_length : SIZE_MAX;
+  bool left = truncation && truncation->direction == Direction::Left;
+  size_t count = 0;
+  for (size_t k = 0; k < n; ++k) {
+    size_t idx = left ? n - 1 - k : k;
+    if (count >= limit) {
+      if (left) first = idx + 1;
+      else last = idx;
+      break;
+    }
+    const Piece& p = pieces[idx];
+    size_t begin = flat.size();
+    if (p.added) {
+      size_t shift = p.added->normalized.original_shift();
+      for (const Token& t : *p.added->tokens) {
+        Token c = t;
+        if (auto r = p.added->normalized.normalized_to_original(t.offsets.first, t.offsets.second))
+          c.offsets = {shift + r->first, shift + r->second};
+        flat.push_back(std::move(c));
+      }
+    } else {
+      model->tokenize_raw_bytes(std::string_view(text).substr(p.a, p.b - p.a), p.a, flat);
+    }
+    ranges[idx] = {static_cast<uint32_t>(begin), static_cast<uint32_t>(flat.size())};
+    count += flat.size() - begin;
+  }
+  Encoding e;
+  e.ids.reserve(count);
+  e.tokens.reserve(count);
+  e.offsets.reserve(count);
+  e.byte_offsets.reserve(count);
+  e.word_ids.reserve(count);
+  CharOffsets conv(text);
+  auto is_cont = [&](size_t i) { return i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80; };
+  for (size_t idx = first; idx < last; ++idx) {
+    bool raw = pieces[idx].added == nullptr;
+    for (uint32_t ti = ranges[idx].first; ti < ranges[idx].second; ++ti) {
+      Token& t = flat[ti];
+      Span bo = t.offsets;
+      if (raw) {
+        // A token holding part of a char covers the whole char (byte-level alignments).
+        while (bo.first > 0 && is_cont(bo.first)) --bo.first;
+        while (is_cont(bo.second)) ++bo.second;
+      }
+      e.ids.push_back(t.id);
+      e.tokens.push_back(std::move(t.value));
+      e.byte_offsets.push_back(bo);
+      e.offsets.push_back(conv.convert(bo));
+      e.word_ids.push_back(static_cast<int32_t>(idx - first));
+    }
+  }
+  size_t m = e.ids.size();
+  e.type_ids.assign(m, type_id);
+  e.sequence_ids.assign(m, 0);
+  e.special_tokens_mask.assign(m, 0);
+  e.attention_mask.assign(m, 1);
+  return e;
+}
+
 Encoding TokenizerImpl::encode_single(const std::string& text, uint32_t type_id) const {
+  if (fast_regex) return encode_single_fast(text, type_id);
   PreTokenizedString pts = added.extract_and_normalize(normalizer.get(), text);
   if (pre_tokenizer) pre_tokenizer->pre_tokenize(pts);
   // Tokenize every split. With truncation, HF tokenizers 0.23 stops once max_length tokens are
@@ -472,7 +572,7 @@ json TokenizerImpl::to_json() const {
 // ---------------------------------------------------------------------------------------------
 // Public API
 
-Tokenizer::Tokenizer(std::shared_ptr<TokenizerImpl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(std::shared_ptr<TokenizerImpl> impl) : impl_(std::move(impl)) { impl_->prepare(); }
 
 Tokenizer tokenizer_from_impl(std::shared_ptr<TokenizerImpl> impl) { return Tokenizer::from_impl(std::move(impl)); }
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;

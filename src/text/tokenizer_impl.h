@@ -16,6 +16,12 @@ class TokenizerImpl {
   AddedVocabulary added;
   std::optional<TruncationParams> truncation;
   std::optional<PaddingParams> padding;
+  /// Set by prepare() when the pipeline is "no normalizer, regex split + byte-level map, BPE":
+  /// encode then tokenizes raw byte ranges directly (same output, no per-piece strings).
+  std::shared_ptr<const Regex> fast_regex;
+
+  void prepare();
+  Encoding encode_single_fast(const std::string& text, uint32_t type_id) const;
 
   /// Encodes one sequence into a raw encoding (before post-processing).
   Encoding encode_single(const std::string& text, uint32_t type_id) const;
