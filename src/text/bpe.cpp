@@ -121,6 +121,18 @@ class Bpe final : public Model {
 
   // Same tokens as tokenize(bytes_to_byte_level(raw)), with offsets in raw bytes. The cache is
   // keyed by the raw bytes and stores [id, raw_len, ...].
+  void tokenize_raw_ids(std::string_view raw, std::vector<uint32_t>& out) const override {
+    if (raw.empty()) return;
+    const std::vector<uint32_t>* hit = thread_cache(serial_ ^ (1ULL << 63)).find(raw);
+    if (!hit) {
+      std::vector<Token> toks;
+      tokenize_raw_bytes(raw, 0, toks);
+      for (auto& t : toks) out.push_back(t.id);
+      return;
+    }
+    for (size_t k = 0; k < hit->size(); k += 2) out.push_back((*hit)[k]);
+  }
+
   void tokenize_raw_bytes(std::string_view raw, size_t base, std::vector<Token>& out) const override {
     if (raw.empty()) return;
     ModelCache& cache = thread_cache(serial_ ^ (1ULL << 63));

@@ -93,6 +93,8 @@ class Model {
   /// supports_raw_bytes() implement it.
   virtual bool supports_raw_bytes() const { return false; }
   virtual void tokenize_raw_bytes(std::string_view raw, size_t base, std::vector<Token>& out) const {}
+  /// Same, ids only.
+  virtual void tokenize_raw_ids(std::string_view raw, std::vector<uint32_t>& out) const {}
 };
 
 class PostProcessor {

@@ -248,6 +248,41 @@ Encoding TokenizerImpl::encode_single_fast(const std::string& text, uint32_t typ
   return e;
 }
 
+bool TokenizerImpl::encode_ids_fast(std::string_view text_in, std::vector<uint32_t>& out) const {
+  if (!fast_regex || truncation || padding) return false;
+  std::string cleaned;
+  std::string_view text = text_in;
+  if (!uni::is_valid_utf8(text)) {
+    cleaned = uni::sanitize_utf8(text);
+    text = cleaned;
+  }
+  thread_local std::vector<Offsets> ms;
+  auto run = [&](std::string_view s) {
+    ms.clear();
+    fast_regex->find_all(s, ms);
+    size_t prev = 0;
+    for (auto [a, b] : ms) {
+      if (prev < a) model->tokenize_raw_ids(s.substr(prev, a - prev), out);
+      if (a < b) model->tokenize_raw_ids(s.substr(a, b - a), out);
+      prev = b;
+    }
+    if (prev < s.size()) model->tokenize_raw_ids(s.substr(prev), out);
+  };
+  if (added.size() == 0) {
+    run(text);
+    return true;
+  }
+  PreTokenizedString pts = added.extract_and_normalize(nullptr, std::string(text));
+  for (const Split& sp : pts.splits) {
+    if (sp.tokens) {
+      for (auto& t : *sp.tokens) out.push_back(t.id);
+    } else {
+      run(sp.normalized.get());
+    }
+  }
+  return true;
+}
+
 Encoding TokenizerImpl::encode_single(const std::string& text, uint32_t type_id) const {
   if (fast_regex) return encode_single_fast(text, type_id);
   PreTokenizedString pts = added.extract_and_normalize(normalizer.get(), text);
@@ -638,6 +673,11 @@ Encoding Tokenizer::encode_pair(std::string_view text, std::string_view pair, bo
 }
 
 std::vector<uint32_t> Tokenizer::encode_ids(std::string_view text, bool add_special_tokens) const {
+  bool no_specials = !add_special_tokens || !impl_->post_processor || impl_->post_processor->added_tokens(false) == 0;
+  if (no_specials) {
+    std::vector<uint32_t> ids;
+    if (impl_->encode_ids_fast(text, ids)) return ids;
+  }
   return impl_->encode(text, std::nullopt, add_special_tokens).ids;
 }
 

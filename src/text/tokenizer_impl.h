@@ -22,6 +22,8 @@ class TokenizerImpl {
 
   void prepare();
   Encoding encode_single_fast(const std::string& text, uint32_t type_id) const;
+  /// ids of one sequence through the fast path (no post-processing); false if not applicable.
+  bool encode_ids_fast(std::string_view text, std::vector<uint32_t>& out) const;
 
   /// Encodes one sequence into a raw encoding (before post-processing).
   Encoding encode_single(const std::string& text, uint32_t type_id) const;
