@@ -129,7 +129,9 @@ void run_parity(const std::string& name) {
       if (x["overflowing"].get<std::vector<std::vector<uint32_t>>>() != ov)
         diffs.push_back("overflowing " + show(ov) + " vs " + x["overflowing"].dump());
     }
-    if (!pairs && tok.encode_ids(in[i].text, add_special) != enc.ids) diffs.push_back("encode_ids differs from encode");
+    // (With batch padding a lone encode differs from the batch; skip those.)
+    if (!pairs && !tok.padding() && tok.encode_ids(in[i].text, add_special) != enc.ids)
+      diffs.push_back("encode_ids differs from encode");
     if (x.contains("decode")) {
       std::string d = tok.decode(enc.ids, false);
       if (d != x["decode"].get<std::string>()) diffs.push_back("decode " + show(d) + " vs " + x["decode"].dump());
