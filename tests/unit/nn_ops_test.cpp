@@ -13,6 +13,7 @@
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
 #include "foundry/ops/registry.h"
+#include "../../src/kernels/cpu/conv.h"
 #include "../../src/kernels/cpu/norm.h"
 #include "../../src/kernels/cpu/softmax.h"
 
@@ -366,6 +367,112 @@ TEST(NnNorm, GradcheckAndGradgradcheck) {
   };
   EXPECT_TRUE(gradcheck(bn, {x3, w, b}));
   EXPECT_TRUE(gradgradcheck(bn, {x3, w, b}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// convolution
+// ---------------------------------------------------------------------------------------------
+
+// Direct definition: out[n, o, i, j] = b[o] + sum x[n, g*Cg + c, i*s - p + ki*d, j*s - p + kj*d] w[o, c, ki, kj].
+Tensor naive_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t s, int64_t p, int64_t d, int64_t groups) {
+  auto xv = vec(x), wv = vec(w);
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), Wd = x.size(3), O = w.size(0), KH = w.size(2),
+                KW = w.size(3), Cg = C / groups, Og = O / groups;
+  const int64_t OH = (H + 2 * p - d * (KH - 1) - 1) / s + 1, OW = (Wd + 2 * p - d * (KW - 1) - 1) / s + 1;
+  std::vector<double> out(size_t(N * O * OH * OW), 0.0);
+  auto bv = b.defined() ? vec(b) : std::vector<double>(size_t(O), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          double acc = bv[size_t(o)];
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t ki = 0; ki < KH; ++ki)
+              for (int64_t kj = 0; kj < KW; ++kj) {
+                int64_t ih = i * s - p + ki * d, iw = j * s - p + kj * d;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= Wd) continue;
+                acc += xv[size_t(((n * C + (o / Og) * Cg + c) * H + ih) * Wd + iw)] *
+                       wv[size_t(((o * Cg + c) * KH + ki) * KW + kj)];
+              }
+          out[size_t(((n * O + o) * OH + i) * OW + j)] = acc;
+        }
+  return tensor<double>(out, {N, O, OH, OW});
+}
+
+TEST(NnConv, Conv2dMatchesNaiveDefinition) {
+  struct Case { std::vector<int64_t> x, w; int64_t s, p, d, g; };
+  for (const Case& c : std::vector<Case>{{{2, 3, 7, 6}, {4, 3, 3, 3}, 1, 1, 1, 1},
+                                         {{1, 4, 9, 8}, {6, 2, 3, 2}, 2, 1, 2, 2},
+                                         {{2, 8, 6, 6}, {8, 1, 3, 3}, 2, 0, 1, 8},
+                                         {{1, 16, 12, 12}, {32, 16, 1, 1}, 1, 0, 1, 1}}) {
+    Tensor x = rnd(c.x), w = rnd(c.w), b = rnd({c.w[0]});
+    Tensor ref = naive_conv2d(x, w, b, c.s, c.p, c.d, c.g);
+    expect_close(conv2d(x, w, b, {c.s, c.s}, {c.p, c.p}, {c.d, c.d}, c.g), ref, 1e-4, 1e-4);
+    expect_close(conv2d(x.to(DType::Float64), w.to(DType::Float64), b.to(DType::Float64), {c.s}, {c.p}, {c.d}, c.g),
+                 ref, 1e-12, 1e-12);
+  }
+  // 1-d: out[n, o, j] = sum x[n, c, 2j - 1 + 2k] w[o, c, k].
+  Tensor x1 = rnd({2, 3, 11}), w1 = rnd({5, 3, 3});
+  auto xv = vec(x1), wv = vec(w1);
+  std::vector<double> ref1;
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t o = 0; o < 5; ++o)
+      for (int64_t j = 0; j < 5; ++j) {
+        double acc = 0;
+        for (int64_t c = 0; c < 3; ++c)
+          for (int64_t k = 0; k < 3; ++k) {
+            int64_t i = 2 * j - 1 + 2 * k;
+            if (i >= 0 && i < 11) acc += xv[size_t((n * 3 + c) * 11 + i)] * wv[size_t((o * 3 + c) * 3 + k)];
+          }
+        ref1.push_back(acc);
+      }
+  expect_close(conv1d(x1, w1, {}, {2}, {1}, {2}), tensor<double>(ref1, {2, 5, 5}), 1e-5, 1e-5);
+}
+
+TEST(NnConv, OneDnnMatchesReferenceLoopsForEveryPass) {
+  struct Case { std::vector<int64_t> x, w, stride, padding, dilation, output_padding; int64_t g; bool t; };
+  for (const Case& c : std::vector<Case>{{{2, 3, 7, 6}, {4, 3, 3, 2}, {2, 1}, {1, 0}, {1, 2}, {0, 0}, 1, false},
+                                         {{1, 6, 5, 5}, {6, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, 6, false},
+                                         {{2, 4, 4, 3}, {4, 3, 3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 0}, 2, true},
+                                         {{1, 3, 9}, {3, 2, 4}, {3}, {2}, {1}, {1}, 1, true}}) {
+    kernels::ConvArgs a{c.stride, c.padding, c.dilation, c.output_padding, c.g, c.t};
+    Tensor x = rnd(c.x), w = rnd(c.w), b = rnd({c.t ? c.w[1] * c.g : c.w[0]});
+    kernels::set_conv_use_reference(false);
+    Tensor y = kernels::conv_forward(x, w, b, a);
+    Tensor gy = rnd(y.sizes());
+    Tensor dw = kernels::conv_backward_weight(gy, x, w.sizes(), a);
+    kernels::set_conv_use_reference(true);
+    expect_close(y, kernels::conv_forward(x, w, b, a), 1e-5, 1e-5);
+    expect_close(dw, kernels::conv_backward_weight(gy, x, w.sizes(), a), 1e-5, 1e-4);
+    kernels::set_conv_use_reference(false);
+  }
+}
+
+TEST(NnConv, ErrorsNameOpAndShapes) {
+  expect_error<ValueError>([] { conv2d(rnd({1, 3, 5, 5}), rnd({4, 2, 3, 3})); }, "expected input[1, 3, 5, 5] to have 2 channels");
+  expect_error<ValueError>([] { conv2d(rnd({1, 3, 2, 2}), rnd({4, 3, 3, 3})); }, "smaller than the (dilated) kernel");
+  expect_error<ValueError>([] { conv2d(rnd({1, 3, 5, 5}), rnd({4, 3, 3, 3}), rnd({3})); }, "bias of shape [4]");
+  expect_error<ValueError>([] { conv2d(rnd({1, 4, 5, 5}), rnd({3, 2, 3, 3}), {}, {1}, {0}, {1}, 2); }, "divisible by 2");
+  expect_error<TypeError>([] { conv2d(rnd({1, 3, 5, 5}), rnd({4, 3, 3, 3}, DType::Float64)); }, "should be the same");
+  expect_error<ValueError>([] { conv_transpose2d(rnd({1, 3, 5, 5}), rnd({3, 2, 3, 3}), {}, {1}, {0}, {1}); },
+                           "output padding must be smaller");
+  expect_error<ValueError>([] { conv2d(rnd({3, 5}), rnd({4, 3, 3, 3})); }, "conv2d: expected a 4-D (batched) or 3-D");
+}
+
+TEST(NnConv, GradcheckAndGradgradcheck) {
+  Tensor x = leaf(rnd({2, 4, 5, 4}, DType::Float64)), w = leaf(rnd({4, 2, 3, 2}, DType::Float64)),
+         b = leaf(rnd({4}, DType::Float64));
+  Fn f = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{conv2d(in[0], in[1], in[2], {2, 1}, {1, 1}, {1, 2}, 2)};
+  };
+  EXPECT_TRUE(gradcheck(f, {x, w, b}));
+  EXPECT_TRUE(gradgradcheck(f, {x, w, b}));
+  Tensor xt = leaf(rnd({1, 4, 3, 3}, DType::Float64)), wt = leaf(rnd({4, 1, 2, 3}, DType::Float64));
+  Fn ft = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{conv_transpose2d(in[0], in[1], {}, {2, 2}, {0, 1}, {1, 0}, 2, {1, 1})};
+  };
+  EXPECT_TRUE(gradcheck(ft, {xt, wt}));
+  EXPECT_TRUE(gradgradcheck(ft, {xt, wt}));
 }
 
 // ---------------------------------------------------------------------------------------------

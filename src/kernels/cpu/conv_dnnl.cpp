@@ -1,0 +1,212 @@
+// float32 convolutions on oneDNN 2.6: forward, backward-data and backward-weights primitives with
+// layouts left to oneDNN (blocked formats on AVX-512/AVX2), cached per shape together with the
+// reorders from and to the NCHW / OIHW tensors Foundry holds. Temporary buffers come from
+// Foundry's caching allocator, so repeated calls neither allocate nor fault pages.
+#include <dnnl.hpp>
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "foundry/core/error.h"
+#include "foundry/core/tensor.h"
+#include "kernels/cpu/conv.h"
+
+namespace foundry::kernels {
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+enum class Kind { Forward, BackwardData, BackwardWeights };
+
+struct Dims {
+  memory::dims src, wei, dst, bias, strides, dilates, pad_l, pad_r;
+  tag wei_tag;
+};
+
+Dims dims_of(const ConvGeometry& g) {
+  Dims d;
+  d.src = {g.N, g.C, g.H, g.W};
+  d.dst = {g.N, g.OC, g.OH, g.OW};
+  d.bias = {g.OC};
+  if (g.groups == 1) {
+    d.wei = {g.OC, g.C, g.KH, g.KW};
+    d.wei_tag = tag::oihw;
+  } else {
+    d.wei = {g.groups, g.OC / g.groups, g.C / g.groups, g.KH, g.KW};
+    d.wei_tag = tag::goihw;
+  }
+  d.strides = {g.sh, g.sw};
+  d.dilates = {g.dh - 1, g.dw - 1};
+  d.pad_l = {g.ph, g.pw};
+  // oneDNN wants OH == (H + pl + pr - ((KH - 1) dh + 1)) / sh + 1 exactly: the right padding is
+  // what the floor in PyTorch's output size leaves (it may be negative).
+  d.pad_r = {(g.OH - 1) * g.sh + (g.KH - 1) * g.dh + 1 - g.H - g.ph, (g.OW - 1) * g.sw + (g.KW - 1) * g.dw + 1 - g.W - g.pw};
+  return d;
+}
+
+// A cached primitive: the descriptors oneDNN chose, the primitive, and reorders for the operands
+// whose chosen layout differs from the plain one (null when equal). Operands: 0 and 1 are inputs,
+// 2 is the output.
+struct Entry {
+  dnnl::primitive prim;
+  memory::desc user[3], inner[3];
+  std::unique_ptr<dnnl::reorder> to_inner[2], to_user;
+};
+
+std::string key_of(Kind k, const ConvGeometry& g, bool bias) {
+  return fmt::format("{}|{},{},{},{}|{},{},{}|{},{}|{},{},{},{},{},{}|{}|{}", int(k), g.N, g.C, g.H, g.W, g.OC, g.KH,
+                     g.KW, g.OH, g.OW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups, bias);
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const Dims& d, bool bias, dnnl::prop_kind prop) {
+  auto any = [](const memory::dims& x) { return memory::desc(x, dt::f32, tag::any); };
+  if (bias) {
+    dnnl::convolution_forward::desc desc(prop, dnnl::algorithm::convolution_direct, any(d.src), any(d.wei),
+                                         memory::desc(d.bias, dt::f32, tag::x), any(d.dst), d.strides, d.dilates,
+                                         d.pad_l, d.pad_r);
+    return {desc, cpu_engine()};
+  }
+  dnnl::convolution_forward::desc desc(prop, dnnl::algorithm::convolution_direct, any(d.src), any(d.wei), any(d.dst),
+                                       d.strides, d.dilates, d.pad_l, d.pad_r);
+  return {desc, cpu_engine()};
+}
+
+std::shared_ptr<Entry> make_entry(Kind k, const ConvGeometry& g, bool bias) {
+  const Dims d = dims_of(g);
+  auto e = std::make_shared<Entry>();
+  const memory::desc usrc(d.src, dt::f32, tag::nchw), uwei(d.wei, dt::f32, d.wei_tag), udst(d.dst, dt::f32, tag::nchw);
+  auto any = [](const memory::dims& x) { return memory::desc(x, dt::f32, tag::any); };
+  switch (k) {
+    case Kind::Forward: {
+      auto pd = forward_pd(d, bias, dnnl::prop_kind::forward_inference);
+      e->prim = dnnl::convolution_forward(pd);
+      e->user[0] = usrc, e->user[1] = uwei, e->user[2] = udst;
+      e->inner[0] = pd.src_desc(), e->inner[1] = pd.weights_desc(), e->inner[2] = pd.dst_desc();
+      break;
+    }
+    case Kind::BackwardData: {
+      auto hint = forward_pd(d, false, dnnl::prop_kind::forward_training);
+      dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, any(d.src), any(d.wei),
+                                                 any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
+      dnnl::convolution_backward_data::primitive_desc pd(desc, cpu_engine(), hint);
+      e->prim = dnnl::convolution_backward_data(pd);
+      e->user[0] = udst, e->user[1] = uwei, e->user[2] = usrc;
+      e->inner[0] = pd.diff_dst_desc(), e->inner[1] = pd.weights_desc(), e->inner[2] = pd.diff_src_desc();
+      break;
+    }
+    case Kind::BackwardWeights: {
+      auto hint = forward_pd(d, false, dnnl::prop_kind::forward_training);
+      dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, any(d.src), any(d.wei),
+                                                    any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
+      dnnl::convolution_backward_weights::primitive_desc pd(desc, cpu_engine(), hint);
+      e->prim = dnnl::convolution_backward_weights(pd);
+      e->user[0] = usrc, e->user[1] = udst, e->user[2] = uwei;
+      e->inner[0] = pd.src_desc(), e->inner[1] = pd.diff_dst_desc(), e->inner[2] = pd.diff_weights_desc();
+      break;
+    }
+  }
+  for (int i = 0; i < 2; ++i)
+    if (e->user[i] != e->inner[i])
+      e->to_inner[i] = std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(
+          cpu_engine(), e->user[i], cpu_engine(), e->inner[i]));
+  if (e->user[2] != e->inner[2])
+    e->to_user = std::make_unique<dnnl::reorder>(
+        dnnl::reorder::primitive_desc(cpu_engine(), e->inner[2], cpu_engine(), e->user[2]));
+  return e;
+}
+
+std::shared_ptr<Entry> lookup(Kind k, const ConvGeometry& g, bool bias) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<Entry>> cache;
+  const std::string key = key_of(k, g, bias);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  std::shared_ptr<Entry> e;
+  try {
+    e = make_entry(k, g, bias);
+  } catch (const dnnl::error& err) {
+    raise<Error>("convolution: oneDNN could not create a primitive for input [{}, {}, {}, {}], weight [{}, {}, {}, {}] "
+                 "(groups {}): {}",
+                 g.N, g.C, g.H, g.W, g.OC, g.C / g.groups, g.KH, g.KW, g.groups, err.what());
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() > 512) cache.clear();
+  cache.emplace(key, e);
+  return e;
+}
+
+// A scratch buffer for an operand in oneDNN's layout, from the caching allocator.
+memory scratch(const memory::desc& d, Tensor& holder) {
+  holder = empty({int64_t(d.get_size())}, DType::UInt8);
+  return memory(d, cpu_engine(), holder.data_ptr());
+}
+
+// Runs entry `e` on user buffers in0, in1 -> out (plain layouts), with an optional bias.
+void run(const Entry& e, Kind k, const float* in0, const float* in1, const float* bias, float* out,
+         const ConvGeometry& g) {
+  dnnl::stream s(cpu_engine());
+  Tensor hold[3];
+  memory u0(e.user[0], cpu_engine(), const_cast<float*>(in0));
+  memory u1(e.user[1], cpu_engine(), const_cast<float*>(in1));
+  memory u2(e.user[2], cpu_engine(), out);
+  memory m0 = u0, m1 = u1, m2 = u2;
+  if (e.to_inner[0]) {
+    m0 = scratch(e.inner[0], hold[0]);
+    e.to_inner[0]->execute(s, u0, m0);
+  }
+  if (e.to_inner[1]) {
+    m1 = scratch(e.inner[1], hold[1]);
+    e.to_inner[1]->execute(s, u1, m1);
+  }
+  if (e.to_user) m2 = scratch(e.inner[2], hold[2]);
+  switch (k) {
+    case Kind::Forward: {
+      std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, m0}, {DNNL_ARG_WEIGHTS, m1}, {DNNL_ARG_DST, m2}};
+      if (bias) args.emplace(DNNL_ARG_BIAS, memory({{g.OC}, dt::f32, tag::x}, cpu_engine(), const_cast<float*>(bias)));
+      e.prim.execute(s, args);
+      break;
+    }
+    case Kind::BackwardData:
+      e.prim.execute(s, {{DNNL_ARG_DIFF_DST, m0}, {DNNL_ARG_WEIGHTS, m1}, {DNNL_ARG_DIFF_SRC, m2}});
+      break;
+    case Kind::BackwardWeights:
+      e.prim.execute(s, {{DNNL_ARG_SRC, m0}, {DNNL_ARG_DIFF_DST, m1}, {DNNL_ARG_DIFF_WEIGHTS, m2}});
+      break;
+  }
+  if (e.to_user) e.to_user->execute(s, m2, u2);
+  s.wait();
+}
+
+}  // namespace
+
+void conv_forward_f32(const float* src, const float* wei, const float* bias, float* dst, const ConvGeometry& g) {
+  auto e = lookup(Kind::Forward, g, bias != nullptr);
+  run(*e, Kind::Forward, src, wei, bias, dst, g);
+}
+
+void conv_backward_data_f32(const float* diff_dst, const float* wei, float* diff_src, const ConvGeometry& g) {
+  auto e = lookup(Kind::BackwardData, g, false);
+  run(*e, Kind::BackwardData, diff_dst, wei, nullptr, diff_src, g);
+}
+
+void conv_backward_weights_f32(const float* src, const float* diff_dst, float* diff_wei, const ConvGeometry& g) {
+  auto e = lookup(Kind::BackwardWeights, g, false);
+  run(*e, Kind::BackwardWeights, src, diff_dst, nullptr, diff_wei, g);
+}
+
+}  // namespace foundry::kernels
