@@ -27,7 +27,13 @@ Tensor sample_uniform(IntList shape, DType dtype, Generator& gen, double lo, dou
 }
 
 Tensor sample_away_from_zero(IntList shape, DType dtype, Generator& gen, double lo, double hi) {
-  Tensor mag = sample_uniform(shape, DType::Float64, gen, lo, hi);
+  if (is_integral(dtype)) {
+    // Integers in [max(1, lo), max(1, hi)] with random signs (positive only for uint8).
+    lo = std::max(1.0, std::ceil(lo));
+    hi = std::max(lo, std::floor(hi));
+  }
+  Tensor mag = sample_uniform(shape, is_integral(dtype) ? DType::Int64 : DType::Float64, gen, lo, hi).to(DType::Float64);
+  if (dtype == DType::UInt8) return mag.to(dtype);
   Tensor sgn = sample_uniform(shape, DType::Bool, gen);
   Tensor signs = where(sgn, scalar_tensor(1.0), scalar_tensor(-1.0));
   return (mag * signs).to(dtype);
