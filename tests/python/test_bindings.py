@@ -84,3 +84,12 @@ def test_manual_seed_reproducible():
     foundry.manual_seed(1)
     b = foundry.randn(100)
     assert foundry.equal(a, b)
+
+
+def test_promotion_table_matches_torch():
+    names = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+    for a in names:
+        for b in names:
+            want = torch.promote_types(getattr(torch, a), getattr(torch, b))
+            got = foundry.promote_types(a, b)
+            assert got.name == str(want).split(".")[1], (a, b)
