@@ -182,3 +182,48 @@ TEST_P(OpTest, LayoutsAgree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, OpTest, ::testing::ValuesIn(optest::all_op_names()), param_name);
+
+// Bad input never crashes: each sample is mutated (a tensor replaced by one of an unrelated shape,
+// by a float8 tensor, an int argument by an out-of-range value) and the op must either succeed or
+// raise a foundry::Error whose message names the op or the problem; any other exception fails.
+TEST_P(OpTest, BadInputsRaiseFoundryErrors) {
+  const OpDef& op = op_named(GetParam());
+  auto samples = ops::generate_samples(op, op.dtypes.empty() ? DType::Float32 : op.dtypes.front());
+  if (samples.empty()) GTEST_SKIP();
+  const auto& base = samples.front().args;
+  std::vector<std::vector<Value>> variants;
+  for (size_t i = 0; i < base.size(); ++i) {
+    if (base[i].is_tensor() && base[i].tensor().defined()) {
+      auto v = base;
+      v[i] = ones({7, 11}, base[i].tensor().dtype());
+      variants.push_back(v);
+      v[i] = zeros({2, 3}, DType::Float8E4M3);
+      variants.push_back(v);
+      v[i] = zeros({0}, base[i].tensor().dtype());
+      variants.push_back(v);
+    } else if (base[i].is_int()) {
+      auto v = base;
+      v[i] = int64_t(99);
+      variants.push_back(v);
+      v[i] = int64_t(-99);
+      variants.push_back(v);
+    } else if (base[i].is_int_list()) {
+      auto v = base;
+      v[i] = std::vector<int64_t>{99, -99};
+      variants.push_back(v);
+    } else if (base[i].is_string()) {
+      auto v = base;
+      v[i] = std::string("no-such-mode");
+      variants.push_back(v);
+    }
+  }
+  for (size_t k = 0; k < variants.size(); ++k) {
+    try {
+      ops::call(op, variants[k]);
+    } catch (const Error& e) {
+      EXPECT_FALSE(std::string(e.what()).empty());
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << op.name() << " variant " << k << " raised a non-foundry exception: " << e.what();
+    }
+  }
+}

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "foundry/core/allocator.h"
@@ -196,4 +197,22 @@ TEST(Errors, ClearMessages) {
   EXPECT_THROW(ones({2}).index({5}), IndexError);
   EXPECT_THROW(gather(ones({2, 2}), 0, tensor<int64_t>({5, 0}, {1, 2})), IndexError);
   EXPECT_THROW(floor_divide(ones({2}, DType::Int64), zeros({2}, DType::Int64)), Error);
+}
+
+TEST(Storage, MemoryMappedIsReadOnlyAndZeroCopy) {
+  std::string path = ::testing::TempDir() + "/foundry_map_test.bin";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    float vals[6] = {1, 2, 3, 4, 5, 6};
+    std::fwrite(vals, sizeof(float), 6, f);
+    std::fclose(f);
+  }
+  Storage s = map_file_storage(path);
+  EXPECT_TRUE(s->read_only());
+  Tensor t = make_tensor(s, {2, 3}, {3, 1}, 0, DType::Float32);
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(sum(t).item<float>(), 21.0f);
+  EXPECT_THROW(t.fill_(0), Error);
+  EXPECT_THROW(t.add_(ones({2, 3})), Error);
+  EXPECT_THROW(map_file_storage(path + ".missing"), IOError);
 }
