@@ -120,7 +120,7 @@ def randn(*size, dtype=None, requires_grad=False):
 
 
 def empty(*size, dtype=None):
-    return _C._call("zeros", _size(size), dtype=dtype)
+    return _C._call("empty", _size(size), dtype=dtype)
 
 
 def arange(start, end=None, step=1, *, dtype=None):

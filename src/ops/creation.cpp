@@ -71,7 +71,7 @@ Tensor ones_like(const Tensor& x, OptDType dt) { return ops::call1(FOUNDRY_OP("o
 Tensor full_like(const Tensor& x, const Scalar& v, OptDType dt) {
   return ops::call1(FOUNDRY_OP("full_like"), {x, v, dt});
 }
-Tensor empty_like(const Tensor& x, OptDType dt) { return empty(x.sizes(), dt.value_or(x.dtype())); }
+Tensor empty_like(const Tensor& x, OptDType dt) { return ops::call1(FOUNDRY_OP("empty_like"), {x, dt}); }
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, OptDType dt) {
   return ops::call1(FOUNDRY_OP("arange"), {start, end, step, dt});
 }
@@ -151,6 +151,29 @@ void register_creation_ops(Registry& r) {
                                       {{std::vector<int64_t>{4}, Scalar(-1.5), Value()}, "dtype from value"},
                                       {{std::vector<int64_t>{2}, Scalar(7), Value()}, "int value"}};
          }});
+  r.add({.schema_text = "empty(int[] size, *, ScalarType? dtype=None) -> Tensor",
+         .family = "creation",
+         .doc = "An uninitialised tensor (values unspecified; only shape and dtype are compared in tests).",
+         .differentiable = false,
+         .forward = [](const Args& a) {
+           return std::vector<Tensor>{empty(a[0].int_list(), opt_dtype(a[1], default_float_dtype()))};
+         },
+         .dtypes = kAllTypes,
+         .samples = size_samples,
+         .random = true});
+  r.add({.schema_text = "empty_like(Tensor input, *, ScalarType? dtype=None) -> Tensor",
+         .family = "creation",
+         .doc = "An uninitialised tensor with the input's shape (and dtype unless given).",
+         .differentiable = false,
+         .forward = [](const Args& a) {
+           const Tensor& x = a.tensor(0);
+           return std::vector<Tensor>{empty(x.sizes(), opt_dtype(a[1], x.dtype()))};
+         },
+         .dtypes = kAllTypes,
+         .samples = [](DType dt, Generator& g) {
+           return std::vector<Sample>{{{sample_uniform({2, 3}, dt, g), Value()}}, {{sample_uniform({4}, dt, g), DType::Int32}}};
+         },
+         .random = true});
   auto like_samples = [](DType dt, Generator& g) {
     return std::vector<Sample>{{{sample_uniform({2, 3}, dt, g), Value()}}, {{sample_uniform({4}, dt, g), DType::Int32}}};
   };
