@@ -357,12 +357,12 @@ struct ScriptTable {
     int err;
     PCRE2_SIZE off;
     for (int k = 0; k < kNumScripts; ++k) {
-      std::string pat = std::string("^\\p{") + kScripts[k] + "}$";
+      std::string pat = std::string("^\\p{sc:") + kScripts[k] + "}$";  // Script, not Script_Extensions
       codes.push_back(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.c_str()), pat.size(),
                                     PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr));
     }
-    const char* inh = "^\\p{Inherited}$";
-    inherited = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(inh), 15, PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+    const char* inh = "^\\p{sc:Inherited}$";
+    inherited = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(inh), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
   }
 };
 }  // namespace

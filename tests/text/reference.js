@@ -315,6 +315,64 @@ async function main() {
   runTiktoken('tiktoken-cl100k-special', 'cl100k_base', cl100k, true);
   runTiktoken('tiktoken-o200k', 'o200k_base', o200k, false);
 
+  // 9. Components one by one: normalizers (normalizeString), pre-tokenizers
+  //    (preTokenizeString) and decoders (decode of token lists), from tokenizer.json objects.
+  {
+    const adv = JSON.parse(fs.readFileSync(path.join(testsDir, 'adversarial.json'), 'utf8'));
+    const strs = adv.concat(texts.slice(0, 200));
+    const wrap = (extra) => Object.assign({ version: '1.0', truncation: null, padding: null, added_tokens: [], normalizer: null, pre_tokenizer: null, post_processor: null, decoder: null, model: { type: 'WordLevel', vocab: { '[UNK]': 0 }, unk_token: '[UNK]' } }, extra);
+    const normalizers = [
+      { type: 'NFC' }, { type: 'NFD' }, { type: 'NFKC' }, { type: 'NFKD' }, { type: 'Lowercase' }, { type: 'StripAccents' },
+      { type: 'Strip', strip_left: true, strip_right: false }, { type: 'Nmt' }, { type: 'ByteLevel' },
+      { type: 'BertNormalizer', clean_text: true, handle_chinese_chars: true, strip_accents: null, lowercase: true },
+      { type: 'BertNormalizer', clean_text: false, handle_chinese_chars: false, strip_accents: true, lowercase: false },
+      { type: 'Replace', pattern: { Regex: '[aeiou]+' }, content: '_' }, { type: 'Prepend', prepend: '>>' },
+      { type: 'Sequence', normalizers: [{ type: 'NFKD' }, { type: 'StripAccents' }, { type: 'Lowercase' }, { type: 'Replace', pattern: { String: ' ' }, content: '' }] },
+    ];
+    const pres = [
+      { type: 'Whitespace' }, { type: 'WhitespaceSplit' }, { type: 'BertPreTokenizer' },
+      { type: 'Punctuation', behavior: 'Isolated' }, { type: 'Punctuation', behavior: 'MergedWithPrevious' }, { type: 'Punctuation', behavior: 'MergedWithNext' }, { type: 'Punctuation', behavior: 'Removed' },
+      { type: 'Digits', individual_digits: true }, { type: 'Digits', individual_digits: false },
+      { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true }, { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: false }, { type: 'Metaspace', replacement: '_', prepend_scheme: 'never', split: true },
+      { type: 'CharDelimiterSplit', delimiter: ' ' }, { type: 'UnicodeScripts' },
+      { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true }, { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false },
+      { type: 'Split', pattern: { Regex: '\\s+' }, behavior: 'Contiguous', invert: false }, { type: 'Split', pattern: { String: 'e' }, behavior: 'MergedWithNext', invert: true },
+      { type: 'Split', pattern: { Regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" }, behavior: 'Isolated', invert: false },
+    ];
+    const decoders = [
+      { type: 'BPEDecoder', suffix: '</w>' }, { type: 'CTC', pad_token: '<pad>', word_delimiter_token: '|', cleanup: true },
+      { type: 'CTC', pad_token: '<pad>', word_delimiter_token: '|', cleanup: false },
+      { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true }, { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'never', split: true },
+      { type: 'WordPiece', prefix: '##', cleanup: false }, { type: 'WordPiece', prefix: '##', cleanup: true },
+      { type: 'Strip', content: 'x', start: 2, stop: 1 }, { type: 'Replace', pattern: { Regex: 'a+' }, content: 'A' }, { type: 'ByteFallback' }, { type: 'Fuse' },
+      { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+      { type: 'Sequence', decoders: [{ type: 'ByteFallback' }, { type: 'Fuse' }, { type: 'Strip', content: ' ', start: 1, stop: 0 }] },
+    ];
+    const tokenLists = [
+      ['hel', 'lo</w>', 'wor', 'ld</w>'], ['<pad>', 'h', 'h', 'e', '<pad>', 'l', 'l', '|', 'o', 'o', '|', 'w'],
+      ['\u2581Hello', '\u2581', '\u2581world', '!'], ['\u2581\u2581a', 'b\u2581'], ['un', '##aff', '##able', ' .', 'do', 'n\'t', ','],
+      ['xxhixx', 'xa', 'aab', 'xy'], ['<0x48>', '<0x69>', ' ', '<0xE2>', '<0x82>', '<0xAC>', '<0xE2>', '<0x82>', 'z', '<0xFF>', '<0x4G>'],
+      ['\u0120Hello', '\u0120w\u00c3\u00b6rld', '<|endoftext|>', '\u010a'], ['a', 'xax', 'bx'], [],
+    ];
+    const out = [];
+    for (const n of normalizers) {
+      const t = hf.Tokenizer.fromString(JSON.stringify(wrap({ normalizer: n })));
+      const norm = t.getNormalizer();
+      for (const s of strs) out.push(JSON.stringify({ kind: 'normalizer', config: n, input: s, output: norm.normalizeString(s) }));
+    }
+    for (const p of pres) {
+      const t = hf.Tokenizer.fromString(JSON.stringify(wrap({ pre_tokenizer: p })));
+      const pre = t.getPreTokenizer();
+      for (const s of strs) out.push(JSON.stringify({ kind: 'pre_tokenizer', config: p, input: s, output: pre.preTokenizeString(s) }));
+    }
+    for (const d of decoders) {
+      const t = hf.Tokenizer.fromString(JSON.stringify(wrap({ decoder: d })));
+      const dec = t.getDecoder();
+      for (const toks of tokenLists) out.push(JSON.stringify({ kind: 'decoder', config: d, input: toks, output: dec.decode(toks) }));
+    }
+    fs.writeFileSync(path.join(outDir, 'components.jsonl'), out.join('\n') + '\n');
+  }
+
   fs.writeFileSync(path.join(outDir, 'manifest.json'), JSON.stringify(manifest, null, 1));
   console.log(`reference: ${inputs.length} inputs, ${manifest.length} tokenizers -> ${outDir}`);
 }
