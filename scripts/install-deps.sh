@@ -16,6 +16,7 @@ packages=(
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
   # tokenizer references (HF tokenizers/tiktoken come from npm, see tests/text)
   sentencepiece python3-sentencepiece
+  ocl-icd-opencl-dev opencl-headers  # libdnnl-dev's CMake config needs OpenCL to configure
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev
 )
