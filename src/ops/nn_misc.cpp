@@ -521,12 +521,14 @@ namespace foundry::ops {
 void register_nn_misc_ops(Registry& r);
 void register_nn_norm_ops(Registry& r);
 void register_nn_conv_ops(Registry& r);
+void register_nn_pool_ops(Registry& r);
 
 // The neural-network family: one register function per nn_*.cpp file.
 void register_nn_ops(Registry& r) {
   register_nn_misc_ops(r);
   register_nn_norm_ops(r);
   register_nn_conv_ops(r);
+  register_nn_pool_ops(r);
 }
 
 }  // namespace foundry::ops

@@ -476,6 +476,84 @@ TEST(NnConv, GradcheckAndGradgradcheck) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// pooling and upsampling
+// ---------------------------------------------------------------------------------------------
+
+TEST(NnPool, MaxPoolValuesIndicesAndNaN) {
+  // 1 x 1 x 4 x 4 input 0..15; 2x2 windows, stride 2.
+  std::vector<double> v(16);
+  std::iota(v.begin(), v.end(), 0.0);
+  v[5] = std::nan("");
+  Tensor x = tensor<double>(v, {1, 1, 4, 4});
+  auto outs = ops::call(ops::find_op("max_pool2d_with_indices"), {x, std::vector<int64_t>{2, 2}});
+  auto y = vec(outs[0]);
+  auto idx = outs[1].to_vector<int64_t>();
+  EXPECT_TRUE(std::isnan(y[0]));  // NaN wins
+  EXPECT_EQ(idx[0], 5);
+  EXPECT_EQ(y[1], 7.0);
+  EXPECT_EQ(idx[1], 7);
+  EXPECT_EQ(y[3], 15.0);
+  // padding with ceil_mode: windows start inside the input.
+  Tensor z = max_pool2d(tensor<double>({1, 2, 3, 4, 5}, {1, 1, 1, 5}), {1, 2}, {1, 2}, {0, 1}, {1, 1}, true);
+  EXPECT_EQ(vec(z), (std::vector<double>{1, 3, 5}));
+  Tensor m1 = max_pool1d(tensor<double>({3, 1, 4, 1, 5, 9, 2}, {1, 1, 7}), {3}, {2});
+  EXPECT_EQ(vec(m1), (std::vector<double>{4, 5, 9}));
+  expect_error<ValueError>([] { max_pool2d(rnd({1, 1, 4, 4}), {2, 2}, {1, 1}, {2, 2}); }, "pad should be smaller");
+  expect_error<ValueError>([] { max_pool2d(rnd({4, 4}), {2, 2}); }, "3-D (unbatched) or 4-D");
+}
+
+TEST(NnPool, AvgPoolDivisorRules) {
+  Tensor x = ones({1, 1, 3, 3}, DType::Float64);
+  // 2x2 windows, stride 2, padding 1: corners see 1 real element of a 4-element window.
+  EXPECT_EQ(vec(avg_pool2d(x, {2, 2}, {2, 2}, {1, 1}, false, true)), (std::vector<double>{0.25, 0.5, 0.5, 1.0}));
+  EXPECT_EQ(vec(avg_pool2d(x, {2, 2}, {2, 2}, {1, 1}, false, false)), (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_EQ(vec(avg_pool2d(x, {2, 2}, {2, 2}, {1, 1}, false, true, 2)), (std::vector<double>{0.5, 1, 1, 2}));
+  Tensor a = adaptive_avg_pool2d(tensor<double>({1, 2, 3, 4, 5}, {1, 1, 1, 5}), {1, 3});
+  // windows [0, 2), [1, 4), [3, 5)
+  expect_close(a, tensor<double>({1.5, 3.0, 4.5}, {1, 1, 1, 3}), 1e-15, 0);
+}
+
+TEST(NnPool, InterpolateIndexFormulas) {
+  Tensor x = tensor<double>({0, 1, 2}, {1, 1, 1, 3});
+  // nearest: src = floor(dst * in / out) -> 5 outputs from 3: 0 0 1 1 2
+  EXPECT_EQ(vec(interpolate(x, std::vector<int64_t>{1, 5})), (std::vector<double>{0, 0, 1, 1, 2}));
+  // bilinear, align_corners: src = dst * (in - 1) / (out - 1)
+  expect_close(interpolate(x, std::vector<int64_t>{1, 5}, std::nullopt, "bilinear", true),
+               tensor<double>({0, 0.5, 1, 1.5, 2}, {1, 1, 1, 5}), 1e-15, 1e-15);
+  // bilinear, half-pixel centres: src = max((dst + 0.5) * 3 / 5 - 0.5, 0)
+  expect_close(interpolate(x, std::vector<int64_t>{1, 5}, std::nullopt, "bilinear", false),
+               tensor<double>({0, 0.4, 1, 1.6, 2}, {1, 1, 1, 5}), 1e-12, 1e-12);
+  // scale_factor: output floor(in * s), index scale 1 / s.
+  Tensor y = interpolate(ones({1, 1, 3, 3}), std::nullopt, std::vector<double>{1.5, 1.5});
+  EXPECT_EQ(shape_str(y.sizes()), "[1, 1, 4, 4]");
+  expect_error<ValueError>([&] { interpolate(x, std::vector<int64_t>{2, 2}, std::nullopt, "nearest", true); },
+                           "align_corners option can only be set");
+  expect_error<NotImplementedError>([&] { interpolate(x, std::vector<int64_t>{2, 2}, std::nullopt, "bicubic"); },
+                                    "not supported");
+}
+
+TEST(NnPool, GradcheckAndGradgradcheck) {
+  Tensor x = leaf(rnd({1, 2, 5, 6}, DType::Float64));
+  std::vector<Fn> fns = {
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{max_pool2d(in[0], {3, 2}, {2, 2}, {1, 1})}; },
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{avg_pool2d(in[0], {3, 3}, {2, 1}, {1, 1}, true, false)};
+      },
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{adaptive_avg_pool2d(in[0], {3, 4})}; },
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{interpolate(in[0], std::vector<int64_t>{7, 9}, std::nullopt, "bilinear", false)};
+      },
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{interpolate(in[0], std::nullopt, std::vector<double>{1.5, 2.0})};
+      },
+  };
+  for (const Fn& f : fns) {
+    EXPECT_TRUE(gradcheck(f, {x}));
+    EXPECT_TRUE(gradgradcheck(f, {x}));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Every nn op's registry samples run (forward, and backward where differentiable).
 // ---------------------------------------------------------------------------------------------
 
