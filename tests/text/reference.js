@@ -63,7 +63,11 @@ function readJson(p) {
   return JSON.parse(fs.readFileSync(p, 'utf8'));
 }
 
+// FOUNDRY_REF_ONLY=name1,name2 restricts the run (used for full-corpus checks).
+const ONLY = process.env.FOUNDRY_REF_ONLY ? new Set(process.env.FOUNDRY_REF_ONLY.split(',')) : null;
+
 async function runHF(name, tok, load, opts = {}) {
+  if (ONLY && !ONLY.has(name)) return;
   const addSpecial = opts.addSpecial !== undefined ? opts.addSpecial : true;
   const out = [];
   const B = 256;
@@ -91,6 +95,7 @@ async function runHF(name, tok, load, opts = {}) {
 }
 
 function runTiktoken(name, encName, tiktokenFile, special) {
+  if (ONLY && !ONLY.has(name)) return;
   const enc = tiktoken.get_encoding(encName);
   const out = [];
   const td = new TextDecoder('utf-8');
