@@ -135,6 +135,20 @@ TEST(Trainer, WordLevelStyleBpeWithSuffix) {
   write_saved("trained-suffix", t, true, true);
 }
 
+TEST(Trainer, PrefixBpeOnWikitext) {
+  foundry::text::BpeTrainerOptions opt;
+  opt.vocab_size = 3000;
+  opt.byte_level = false;
+  opt.continuing_subword_prefix = "##";
+  opt.limit_alphabet = 200;
+  opt.special_tokens = {"[UNK]"};
+  Tokenizer t = foundry::text::train_bpe({data_dir() + "/corpora/wikitext2.valid.txt"}, opt);
+  auto e = t.encode("unbelievable results", false);
+  ASSERT_GE(e.tokens.size(), 2u);
+  EXPECT_EQ(e.tokens[1].rfind("##", 0) == 0 || e.tokens.size() == 2, true);
+  write_saved("trained-prefix", t, true, true);
+}
+
 TEST(Trainer, RejectsBadOptions) {
   foundry::text::BpeTrainerOptions opt;
   opt.vocab_size = 0;
