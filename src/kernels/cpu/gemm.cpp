@@ -42,13 +42,16 @@ GemmPolicy initial_policy() {
   std::string v(env);
   if (v == "openblas") return GemmPolicy::OpenBlas;
   if (v == "loop") return GemmPolicy::Loop;
+  if (v == "onednn") return GemmPolicy::OneDnn;
   return GemmPolicy::Auto;
 }
 GemmPolicy g_policy = initial_policy();
 
-// Below this many multiply-adds a product runs in the plain loop: a library call (primitive
-// lookup, memory objects, thread fork) costs more than the arithmetic. Measured: see
-// docs/decisions.md.
+// Measured on the reference machine (docs/decisions.md, "GEMM backend per shape"): OpenBLAS's
+// small-matrix kernels cost ~0.2 us per call where a oneDNN primitive costs ~3 us, so float32
+// products below this many multiply-adds go to OpenBLAS; above it oneDNN's brgemm is faster.
+constexpr int64_t kDnnlMinMacs = 112 * 112 * 112;
+// bfloat16 products below this many multiply-adds run in the plain loop (no BLAS has bf16).
 constexpr int64_t kSmallMacs = 24 * 24 * 24;
 
 // ---- operand layout ------------------------------------------------------------------------
@@ -95,6 +98,7 @@ Mat describe(const Tensor& t, Tensor& holder) {
     blas_layout(m.rows, m.cols, src.stride(1), src.stride(2), m.row_major, m.ld);
   }
   m.ptr = static_cast<const char*>(src.data_ptr());
+  if (src.stride(0) == 0) m.batch = 1;  // one matrix broadcast over the batch
   m.bs = m.batch > 1 ? src.stride(0) : 0;
   m.rs = m.row_major ? m.ld : 1;
   m.cs = m.row_major ? 1 : m.ld;
@@ -433,14 +437,13 @@ Backend choose(DType dt, int64_t M, int64_t N, int64_t K) {
   if (is_integral(dt, true)) return Backend::Loop;
   if (g_policy == GemmPolicy::Loop) return Backend::Loop;
   const int64_t macs = M * N * K;
-  if (dt == DType::Float64) {
-    if (macs <= kSmallMacs) return Backend::Small;
-    return Backend::Blas;
-  }
-  // float32 (float16 and bfloat16 fall back to it when oneDNN cannot take them)
-  if (dt == DType::Float32 && (M == 1 || N == 1)) return Backend::Gemv;
-  if (macs <= kSmallMacs) return Backend::Small;
-  if (g_policy == GemmPolicy::OpenBlas && dt == DType::Float32) return Backend::Blas;
+  if (dt == DType::Float64) return Backend::Blas;
+  if (dt == DType::BFloat16) return macs <= kSmallMacs ? Backend::Small : Backend::Dnnl;
+  // float32 (float16 is converted to it; bfloat16 falls back to it where oneDNN lacks bf16)
+  if (g_policy == GemmPolicy::OneDnn) return Backend::Dnnl;
+  if (g_policy == GemmPolicy::OpenBlas) return Backend::Blas;
+  if (M == 1 || N == 1) return Backend::Gemv;
+  if (macs < kDnnlMinMacs) return Backend::Blas;
   return Backend::Dnnl;
 }
 

@@ -27,9 +27,9 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha = 1.0, doubl
 /// The backend gemm() would use: "onednn", "openblas", "gemv", "small" or "loop" (tests, docs).
 std::string gemm_backend(const Tensor& a, const Tensor& b);
 
-/// Whether oneDNN primitives may be used (FOUNDRY_GEMM=openblas or =loop in the environment
-/// forces the other backends, for measurements and tests).
-enum class GemmPolicy { Auto, OpenBlas, Loop };
+/// Backend choice: Auto (measured per shape), or forced for measurements and tests through
+/// FOUNDRY_GEMM=openblas|loop|onednn in the environment (float32; other dtypes keep theirs).
+enum class GemmPolicy { Auto, OpenBlas, Loop, OneDnn };
 GemmPolicy gemm_policy();
 void set_gemm_policy(GemmPolicy p);
 
