@@ -656,9 +656,13 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
     return from_tiktoken(path, enc);
   }
   std::string text = read_file(path);
-  if (ends("encoder.json")) {
-    std::string dir = path.substr(0, path.size() - std::strlen("encoder.json"));
-    return from_gpt2_files(path, dir + "vocab.bpe");
+  std::string dir = path.substr(0, path.rfind('/') + 1);
+  auto exists = [](const std::string& p) { return static_cast<bool>(std::ifstream(p)); };
+  if (ends("encoder.json") || ends("vocab.json")) {
+    // GPT-2 style vocabulary + merges pair (encoder.json/vocab.bpe or vocab.json/merges.txt).
+    for (const char* merges : {"vocab.bpe", "merges.txt"})
+      if (exists(dir + merges)) return from_gpt2_files(path, dir + merges);
+    raise<IOError>("tokenizer: '{}' needs vocab.bpe or merges.txt beside it", path);
   }
   if (!text.empty() && text[0] != '{' && text[0] != ' ' && text[0] != '\n') return from_sentencepiece_bytes(text);
   return from_json(text);

@@ -103,8 +103,9 @@ class TokenizerImpl;
 class Tokenizer {
  public:
   /// Loads any supported format, chosen by content and name: tokenizer.json, SentencePiece
-  /// .model, GPT-2 encoder.json (vocab.bpe must sit beside it) or a .tiktoken rank file (the
-  /// encoding is guessed from the file name, e.g. "cl100k_base.tiktoken"; else cl100k_base).
+  /// .model, GPT-2 encoder.json or vocab.json (vocab.bpe or merges.txt must sit beside it) or a
+  /// .tiktoken rank file (the encoding is guessed from the file name, e.g.
+  /// "cl100k_base.tiktoken"; else cl100k_base).
   static Tokenizer from_file(const std::string& path);
   /// Parses tokenizer.json text (version "1.0").
   static Tokenizer from_json(std::string_view json);
