@@ -222,7 +222,7 @@ void run_generic(BinaryOp op, char** data, const int64_t* s, int64_t n, opmath_t
 }
 
 template <typename T>
-bool try_simd(BinaryOp op, char** data, const int64_t* s, int64_t n, T alpha) {
+bool try_simd(BinaryOp op, char** data, const int64_t* s, int64_t n, T alpha, bool stream) {
   constexpr int64_t w = sizeof(T);
   if (s[0] != w) return false;
   bool a_ok = s[1] == w || s[1] == 0, b_ok = s[2] == w || s[2] == 0;
@@ -231,9 +231,9 @@ bool try_simd(BinaryOp op, char** data, const int64_t* s, int64_t n, T alpha) {
   auto* b = reinterpret_cast<const T*>(data[2]);
   auto* o = reinterpret_cast<T*>(data[0]);
   if constexpr (std::is_same_v<T, float>)
-    return binary_simd_f32(op, a, b, o, n, s[1] == 0, s[2] == 0, alpha);
+    return binary_simd_f32(op, a, b, o, n, s[1] == 0, s[2] == 0, alpha, stream);
   else
-    return binary_simd_f64(op, a, b, o, n, s[1] == 0, s[2] == 0, alpha);
+    return binary_simd_f64(op, a, b, o, n, s[1] == 0, s[2] == 0, alpha, stream);
 }
 
 }  // namespace
@@ -247,9 +247,11 @@ void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, c
     using C = opmath_t<T>;
     const C alpha_c = alpha.to<C>();
     const bool pred = binary_op_is_predicate(op);
+    // Outputs beyond the caches get non-temporal stores even when written in short runs.
+    const bool stream = out.nbytes() >= (int64_t(1) << 22) && out.is_contiguous();
     for_each_run(loop, kGrainSize / 2, [&](char** data, const int64_t* s, int64_t n) {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        if (!pred && try_simd<T>(op, data, s, n, alpha_c)) return;
+        if (!pred && try_simd<T>(op, data, s, n, alpha_c, stream)) return;
       }
       if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
         if (!pred && s[0] == 2 && (s[1] == 2 || s[1] == 0) && (s[2] == 2 || s[2] == 0)) {

@@ -15,7 +15,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 template <class D, class F>
 HWY_INLINE void Loop(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TFromD<D>* out, int64_t n,
-                     bool a_scalar, bool b_scalar, F f) {
+                     bool a_scalar, bool b_scalar, bool stream_hint, F f) {
   using T = hn::TFromD<D>;
   const int64_t N = int64_t(hn::Lanes(d));
   const auto va_s = hn::Set(d, a[0]);
@@ -25,7 +25,7 @@ HWY_INLINE void Loop(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TF
   // so a memory-bound op moves a third less data. The first vector is stored unaligned, then
   // the loop restarts at the next aligned address (recomputing a few lanes; out never aliases
   // the inputs here).
-  const bool stream = n * int64_t(sizeof(T)) >= (int64_t(1) << 21) && n >= 2 * N &&
+  const bool stream = (stream_hint || n * int64_t(sizeof(T)) >= (int64_t(1) << 21)) && n >= 2 * N &&
                       out != a && out != b;
   if (stream) {
     hn::StoreU(f(a_scalar ? va_s : hn::LoadU(d, a), b_scalar ? vb_s : hn::LoadU(d, b)), d, out);
@@ -55,30 +55,30 @@ HWY_INLINE void Loop(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TF
 }
 
 template <typename T>
-bool BinaryImpl(BinaryOp op, const T* a, const T* b, T* out, int64_t n, bool as, bool bs, T alpha) {
+bool BinaryImpl(BinaryOp op, const T* a, const T* b, T* out, int64_t n, bool as, bool bs, T alpha, bool st) {
   const hn::ScalableTag<T> d;
   using V = hn::Vec<decltype(d)>;
   const V valpha = hn::Set(d, alpha);
   switch (op) {
     case BinaryOp::Add:
-      if (alpha == T(1)) Loop(d, a, b, out, n, as, bs, [](V x, V y) { return hn::Add(x, y); });
-      else Loop(d, a, b, out, n, as, bs, [&](V x, V y) { return hn::MulAdd(y, valpha, x); });
+      if (alpha == T(1)) Loop(d, a, b, out, n, as, bs, st, [](V x, V y) { return hn::Add(x, y); });
+      else Loop(d, a, b, out, n, as, bs, st, [&](V x, V y) { return hn::MulAdd(y, valpha, x); });
       return true;
     case BinaryOp::Sub:
-      if (alpha == T(1)) Loop(d, a, b, out, n, as, bs, [](V x, V y) { return hn::Sub(x, y); });
-      else Loop(d, a, b, out, n, as, bs, [&](V x, V y) { return hn::NegMulAdd(y, valpha, x); });
+      if (alpha == T(1)) Loop(d, a, b, out, n, as, bs, st, [](V x, V y) { return hn::Sub(x, y); });
+      else Loop(d, a, b, out, n, as, bs, st, [&](V x, V y) { return hn::NegMulAdd(y, valpha, x); });
       return true;
-    case BinaryOp::Mul: Loop(d, a, b, out, n, as, bs, [](V x, V y) { return hn::Mul(x, y); }); return true;
-    case BinaryOp::Div: Loop(d, a, b, out, n, as, bs, [](V x, V y) { return hn::Div(x, y); }); return true;
+    case BinaryOp::Mul: Loop(d, a, b, out, n, as, bs, st, [](V x, V y) { return hn::Mul(x, y); }); return true;
+    case BinaryOp::Div: Loop(d, a, b, out, n, as, bs, st, [](V x, V y) { return hn::Div(x, y); }); return true;
     case BinaryOp::Maximum:
       // NaN-propagating: a NaN in either operand gives NaN.
-      Loop(d, a, b, out, n, as, bs, [&](V x, V y) {
+      Loop(d, a, b, out, n, as, bs, st, [&](V x, V y) {
         auto nan = hn::Or(hn::IsNaN(x), hn::IsNaN(y));
         return hn::IfThenElse(nan, hn::Add(x, y), hn::Max(x, y));
       });
       return true;
     case BinaryOp::Minimum:
-      Loop(d, a, b, out, n, as, bs, [&](V x, V y) {
+      Loop(d, a, b, out, n, as, bs, st, [&](V x, V y) {
         auto nan = hn::Or(hn::IsNaN(x), hn::IsNaN(y));
         return hn::IfThenElse(nan, hn::Add(x, y), hn::Min(x, y));
       });
@@ -88,12 +88,13 @@ bool BinaryImpl(BinaryOp op, const T* a, const T* b, T* out, int64_t n, bool as,
   }
 }
 
-bool BinaryF32(BinaryOp op, const float* a, const float* b, float* out, int64_t n, bool as, bool bs, float alpha) {
-  return BinaryImpl<float>(op, a, b, out, n, as, bs, alpha);
+bool BinaryF32(BinaryOp op, const float* a, const float* b, float* out, int64_t n, bool as, bool bs, float alpha,
+               bool st) {
+  return BinaryImpl<float>(op, a, b, out, n, as, bs, alpha, st);
 }
 bool BinaryF64(BinaryOp op, const double* a, const double* b, double* out, int64_t n, bool as, bool bs,
-               double alpha) {
-  return BinaryImpl<double>(op, a, b, out, n, as, bs, alpha);
+               double alpha, bool st) {
+  return BinaryImpl<double>(op, a, b, out, n, as, bs, alpha, st);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -105,12 +106,12 @@ namespace foundry::kernels {
 HWY_EXPORT(BinaryF32);
 HWY_EXPORT(BinaryF64);
 bool binary_simd_f32(BinaryOp op, const float* a, const float* b, float* out, int64_t n, bool as, bool bs,
-                     float alpha) {
-  return HWY_DYNAMIC_DISPATCH(BinaryF32)(op, a, b, out, n, as, bs, alpha);
+                     float alpha, bool stream) {
+  return HWY_DYNAMIC_DISPATCH(BinaryF32)(op, a, b, out, n, as, bs, alpha, stream);
 }
 bool binary_simd_f64(BinaryOp op, const double* a, const double* b, double* out, int64_t n, bool as, bool bs,
-                     double alpha) {
-  return HWY_DYNAMIC_DISPATCH(BinaryF64)(op, a, b, out, n, as, bs, alpha);
+                     double alpha, bool stream) {
+  return HWY_DYNAMIC_DISPATCH(BinaryF64)(op, a, b, out, n, as, bs, alpha, stream);
 }
 }  // namespace foundry::kernels
 #endif
