@@ -219,6 +219,24 @@ TEST(Gemm, LargeShapesAndThreads) {
   }
 }
 
+// Wide row-major products run in column chunks through oneDNN; bias, alpha, beta and batches
+// must land in the right columns.
+TEST(Gemm, WideProductsInColumnChunks) {
+  Tensor a = rnd({40, 32}, DType::Float32), b = rnd({32, 1700}, DType::Float32), bias = rnd({1700}, DType::Float32);
+  ASSERT_EQ(kernels::gemm_backend(a.reshape({1, 40, 32}), b.reshape({1, 32, 1700})), "onednn");
+  Tensor P = naive_mm(a, b);
+  EXPECT_CLOSE(mm(a, b), P, 1e-4);
+  EXPECT_CLOSE(addmm(bias, a, b), P + bias.to(DType::Float64), 1e-4);
+  Tensor c = rnd({40, 1700}, DType::Float32);
+  EXPECT_CLOSE(addmm(c, a, b, 0.5, 2), c.to(DType::Float64) * Scalar(0.5) + P * Scalar(2.0), 1e-4);
+  Tensor ba = rnd({2, 40, 32}, DType::Float32), bb = rnd({2, 32, 3100}, DType::Float32);
+  Tensor got = bmm(ba, bb);
+  for (int64_t i = 0; i < 2; ++i) EXPECT_CLOSE(got.select(0, i), naive_mm(ba.select(0, i), bb.select(0, i)), 1e-4);
+  // one matrix broadcast against a batch of wide ones
+  Tensor got2 = matmul(a, bb);
+  for (int64_t i = 0; i < 2; ++i) EXPECT_CLOSE(got2.select(0, i), naive_mm(a, bb.select(0, i)), 1e-4);
+}
+
 TEST(Gemm, EmptyAndZeroInner) {
   Tensor a = rnd({3, 0}, DType::Float32), b = rnd({0, 4}, DType::Float32);
   Tensor c = mm(a, b);
