@@ -535,9 +535,11 @@ void register_linalg_lapack_ops(Registry& r) {
          .samples =
              [](DType dt, Generator& g) {
                // gradcheck = false: the op reads only the lower triangle while its gradient (as in
-               // PyTorch) is the symmetric one, so raw finite differences disagree by design; the
-               // unit tests check it through a symmetrising wrapper.
-               return std::vector<Sample>{{{spd({3, 3}, dt, g), false}, "", false},
+               // PyTorch) is the symmetric one, so raw finite differences disagree by design (the
+               // unit tests check n x n through a symmetrising wrapper). 1x1 matrices have no
+               // off-diagonal part, so they are checked raw.
+               return std::vector<Sample>{{{spd({2, 1, 1}, dt, g), false}, "1x1 batch"},
+                                          {{spd({3, 3}, dt, g), false}, "", false},
                                           {{spd({2, 4, 4}, dt, g), false}, "batched", false},
                                           {{spd({3, 3}, dt, g), true}, "upper", false},
                                           {{empty({0, 0}, dt), false}, "empty", false}};
