@@ -353,6 +353,10 @@ struct ScriptTable {
   pcre2_code* inherited = nullptr;
   std::mutex mu;
   std::unordered_map<char32_t, int> cache;
+  ~ScriptTable() {
+    for (auto* c : codes) pcre2_code_free(c);
+    pcre2_code_free(inherited);
+  }
   ScriptTable() {
     int err;
     PCRE2_SIZE off;
