@@ -13,6 +13,7 @@
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
 #include "foundry/ops/registry.h"
+#include "../../src/kernels/cpu/attention.h"
 #include "../../src/kernels/cpu/conv.h"
 #include "../../src/kernels/cpu/norm.h"
 #include "../../src/kernels/cpu/softmax.h"
@@ -554,6 +555,110 @@ TEST(NnPool, GradcheckAndGradgradcheck) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// scaled_dot_product_attention
+// ---------------------------------------------------------------------------------------------
+
+Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal) {
+  Tensor qd = q.to(DType::Float64), kd = k.to(DType::Float64), vd = v.to(DType::Float64);
+  Tensor s = matmul(qd, kd.transpose(-2, -1)) * sc(1.0 / std::sqrt(double(q.size(-1))));
+  if (mask.defined()) s = s + mask.to(DType::Float64);
+  if (causal) s = where(tril(ones({q.size(-2), k.size(-2)}, DType::Bool)), s, sc(-INFINITY));
+  return matmul(softmax(s, -1), vd);
+}
+
+TEST(NnAttention, MatchesMathFormula) {
+  struct Case { std::vector<int64_t> q, k, v; bool causal, mask; };
+  for (const Case& c : std::vector<Case>{{{2, 3, 70, 16}, {2, 3, 70, 16}, {2, 3, 70, 16}, true, false},
+                                         {{1, 2, 65, 12}, {1, 2, 130, 12}, {1, 2, 130, 20}, false, true},
+                                         {{1, 129, 64}, {1, 129, 64}, {1, 129, 64}, true, false},
+                                         {{3, 5, 7}, {3, 9, 7}, {3, 9, 3}, false, false}}) {
+    Tensor q = rnd(c.q), k = rnd(c.k), v = rnd(c.v);
+    Tensor mask = c.mask ? rnd({c.q[c.q.size() - 2], c.k[c.k.size() - 2]}, DType::Float32, -3, 1) : Tensor();
+    Tensor y = scaled_dot_product_attention(q, k, v, mask, 0.0, c.causal);
+    expect_close(y, naive_attention(q, k, v, mask, c.causal), 1e-4, 2e-5);
+  }
+  // Boolean masks keep True; a row with every key masked out is NaN (as the math formula).
+  Tensor q = rnd({1, 2, 4}), k = rnd({1, 3, 4}), v = rnd({1, 3, 2});
+  Tensor bm = tensor<int64_t>({1, 0, 1, 0, 0, 0}, {2, 3}).to(DType::Bool);
+  Tensor y = scaled_dot_product_attention(q, k, v, bm);
+  auto yv = vec(y);
+  Tensor add = tensor<double>({0, -INFINITY, 0}, {1, 3}).to(DType::Float32);
+  expect_close(y.narrow(1, 0, 1), naive_attention(q.narrow(1, 0, 1), k, v, add, false), 1e-5, 1e-6);
+  EXPECT_TRUE(std::isnan(yv[2]) && std::isnan(yv[3]));
+}
+
+TEST(NnAttention, SimdKernelsMatchReferenceTwin) {
+  for (auto [name, target] : kernels::simd_targets()) {
+    kernels::force_simd_target(target);
+    for (bool causal : {false, true}) {
+      Tensor q = rnd({2, 67, 9}), k = rnd({2, 131, 9}), v = rnd({2, 131, 5}), mask = rnd({67, 131}, DType::Float32, -2, 0);
+      if (causal) k = rnd({2, 67, 9}), v = rnd({2, 67, 5}), mask = Tensor();
+      kernels::set_attention_use_reference(false);
+      auto f = kernels::attention_forward(q, k, v, mask, causal, 0.37);
+      Tensor dout = rnd(f[0].sizes());
+      auto b = kernels::attention_backward(dout, q, k, v, f[0], f[1], mask, causal, 0.37);
+      kernels::set_attention_use_reference(true);
+      auto fr = kernels::attention_forward(q, k, v, mask, causal, 0.37);
+      auto br = kernels::attention_backward(dout, q, k, v, fr[0], fr[1], mask, causal, 0.37);
+      kernels::set_attention_use_reference(false);
+      SCOPED_TRACE(name + (causal ? " causal" : " masked"));
+      expect_close(f[0], fr[0], 1e-5, 1e-5);
+      expect_close(f[1], fr[1], 1e-5, 1e-5);
+      for (int i = 0; i < 3; ++i) expect_close(b[size_t(i)], br[size_t(i)], 1e-4, 1e-4);
+    }
+  }
+  kernels::force_simd_target(0);
+}
+
+TEST(NnAttention, BackwardMatchesMathFormulaGradients) {
+  // The fused backward (no graph) and the ops formula (create_graph) against autograd of the
+  // math formula, on a multi-tile causal problem.
+  Tensor q0 = rnd({1, 2, 70, 8}, DType::Float64), k0 = rnd({1, 2, 70, 8}, DType::Float64),
+         v0 = rnd({1, 2, 70, 6}, DType::Float64), g = rnd({1, 2, 70, 6}, DType::Float64);
+  auto grads = [&](bool fused, bool create_graph) {
+    Tensor q = leaf(q0), k = leaf(k0), v = leaf(v0);
+    Tensor y = fused ? scaled_dot_product_attention(q, k, v, {}, 0.0, true) : naive_attention(q, k, v, {}, true);
+    return autograd::grad({y}, {q, k, v}, {g}, true, create_graph);
+  };
+  auto ref = grads(false, false);
+  for (bool cg : {false, true}) {
+    auto got = grads(true, cg);
+    for (int i = 0; i < 3; ++i) expect_close(got[size_t(i)], ref[size_t(i)], 1e-10, 1e-12);
+  }
+}
+
+TEST(NnAttention, GradcheckAndGradgradcheck) {
+  Tensor q = leaf(rnd({2, 3, 4}, DType::Float64)), k = leaf(rnd({2, 5, 4}, DType::Float64)),
+         v = leaf(rnd({2, 5, 3}, DType::Float64)), m = leaf(rnd({3, 5}, DType::Float64));
+  Fn f = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], in[3])};
+  };
+  EXPECT_TRUE(gradcheck(f, {q, k, v, m}));
+  EXPECT_TRUE(gradgradcheck(f, {q, k, v, m}));
+  Fn fc = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], {}, 0.0, true, 0.7)};
+  };
+  EXPECT_TRUE(gradcheck(fc, {q, k, v}));
+  EXPECT_TRUE(gradgradcheck(fc, {q, k, v}));
+}
+
+TEST(NnAttention, Errors) {
+  expect_error<ValueError>([] { scaled_dot_product_attention(rnd({2, 3, 4}), rnd({2, 5, 3}), rnd({2, 5, 3})); },
+                           "same embedding size");
+  expect_error<ValueError>([] { scaled_dot_product_attention(rnd({2, 3, 4}), rnd({2, 5, 4}), rnd({2, 6, 3})); },
+                           "same sequence length");
+  expect_error<ValueError>(
+      [] { scaled_dot_product_attention(rnd({2, 3, 4}), rnd({2, 5, 4}), rnd({2, 5, 3}), rnd({3, 5}), 0.0, true); },
+      "should not be set when is_causal");
+  expect_error<ValueError>(
+      [] { scaled_dot_product_attention(rnd({2, 3, 4}), rnd({2, 5, 4}), rnd({2, 5, 3}), rnd({4, 5})); },
+      "cannot be broadcast");
+  // dropout: the math formula with dropout on the probabilities (rows of kept values still average v).
+  Tensor y = scaled_dot_product_attention(ones({1, 4, 4}), ones({1, 6, 4}), ones({1, 6, 2}), {}, 0.5);
+  EXPECT_EQ(shape_str(y.sizes()), "[1, 4, 2]");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Every nn op's registry samples run (forward, and backward where differentiable).
 // ---------------------------------------------------------------------------------------------
 
@@ -617,7 +722,8 @@ TEST(NnRegistry, GradcheckEverySample) {
         for (const Tensor& o : outs)
           if (is_floating(o.dtype())) fl.push_back(o);
         // Statistics outputs are not differentiable (as PyTorch): check the main output only.
-        if (op->name() == "native_layer_norm" || op->name() == "_rms_norm" || op->name() == "native_batch_norm")
+        if (op->name() == "native_layer_norm" || op->name() == "_rms_norm" || op->name() == "native_batch_norm" ||
+            op->name() == "_scaled_dot_product_attention_flash")
           fl.resize(1);
         return fl;
       };

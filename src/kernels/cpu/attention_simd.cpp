@@ -1,0 +1,381 @@
+// SIMD attention kernels (see attention.h). Highway, compiled per x86 target, chosen at run time.
+//
+// The matrix products inside a tile use one register-blocked micro-kernel, C[4 x 4 vectors] +=
+// A[4 x K] B[K x 4 vectors] (B row-major, A values broadcast): 16 accumulators, 4 loads and 4
+// broadcasts per step of K. Keys are transposed once per batch-head (k^T [E, S padded to 64]) so
+// that q k^T is such a product; v, dO, q and k are used in place when their widths are multiples
+// of the vector length, else copied once into padded buffers.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/attention_simd.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "foundry/core/parallel.h"
+#include "kernels/cpu/attention.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace foundry::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+constexpr int64_t kBlk = 64;  // queries x keys per tile
+
+inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// C[4 x 4N] (+)= A[4 x K] B[K x 4N].
+HWY_INLINE void Micro4x4(float* HWY_RESTRICT C, int64_t ldc, const float* HWY_RESTRICT A, int64_t lda,
+                         const float* HWY_RESTRICT B, int64_t ldb, int64_t K, bool acc) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  using V = hn::Vec<DF>;
+  V c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33;
+  if (acc) {
+    c00 = hn::LoadU(d, C), c01 = hn::LoadU(d, C + N), c02 = hn::LoadU(d, C + 2 * N), c03 = hn::LoadU(d, C + 3 * N);
+    c10 = hn::LoadU(d, C + ldc), c11 = hn::LoadU(d, C + ldc + N), c12 = hn::LoadU(d, C + ldc + 2 * N),
+    c13 = hn::LoadU(d, C + ldc + 3 * N);
+    c20 = hn::LoadU(d, C + 2 * ldc), c21 = hn::LoadU(d, C + 2 * ldc + N), c22 = hn::LoadU(d, C + 2 * ldc + 2 * N),
+    c23 = hn::LoadU(d, C + 2 * ldc + 3 * N);
+    c30 = hn::LoadU(d, C + 3 * ldc), c31 = hn::LoadU(d, C + 3 * ldc + N), c32 = hn::LoadU(d, C + 3 * ldc + 2 * N),
+    c33 = hn::LoadU(d, C + 3 * ldc + 3 * N);
+  } else {
+    c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = hn::Zero(d);
+  }
+  const float* a0 = A;
+  const float* a1 = A + lda;
+  const float* a2 = A + 2 * lda;
+  const float* a3 = A + 3 * lda;
+  for (int64_t kk = 0; kk < K; ++kk) {
+    const float* b = B + kk * ldb;
+    const V b0 = hn::LoadU(d, b), b1 = hn::LoadU(d, b + N), b2 = hn::LoadU(d, b + 2 * N), b3 = hn::LoadU(d, b + 3 * N);
+    V a = hn::Set(d, a0[kk]);
+    c00 = hn::MulAdd(a, b0, c00), c01 = hn::MulAdd(a, b1, c01), c02 = hn::MulAdd(a, b2, c02), c03 = hn::MulAdd(a, b3, c03);
+    a = hn::Set(d, a1[kk]);
+    c10 = hn::MulAdd(a, b0, c10), c11 = hn::MulAdd(a, b1, c11), c12 = hn::MulAdd(a, b2, c12), c13 = hn::MulAdd(a, b3, c13);
+    a = hn::Set(d, a2[kk]);
+    c20 = hn::MulAdd(a, b0, c20), c21 = hn::MulAdd(a, b1, c21), c22 = hn::MulAdd(a, b2, c22), c23 = hn::MulAdd(a, b3, c23);
+    a = hn::Set(d, a3[kk]);
+    c30 = hn::MulAdd(a, b0, c30), c31 = hn::MulAdd(a, b1, c31), c32 = hn::MulAdd(a, b2, c32), c33 = hn::MulAdd(a, b3, c33);
+  }
+  hn::StoreU(c00, d, C), hn::StoreU(c01, d, C + N), hn::StoreU(c02, d, C + 2 * N), hn::StoreU(c03, d, C + 3 * N);
+  hn::StoreU(c10, d, C + ldc), hn::StoreU(c11, d, C + ldc + N), hn::StoreU(c12, d, C + ldc + 2 * N),
+  hn::StoreU(c13, d, C + ldc + 3 * N);
+  hn::StoreU(c20, d, C + 2 * ldc), hn::StoreU(c21, d, C + 2 * ldc + N), hn::StoreU(c22, d, C + 2 * ldc + 2 * N),
+  hn::StoreU(c23, d, C + 2 * ldc + 3 * N);
+  hn::StoreU(c30, d, C + 3 * ldc), hn::StoreU(c31, d, C + 3 * ldc + N), hn::StoreU(c32, d, C + 3 * ldc + 2 * N),
+  hn::StoreU(c33, d, C + 3 * ldc + 3 * N);
+}
+
+// C[4 x N] (+)= A[4 x K] B[K x N] (one vector of columns).
+HWY_INLINE void Micro4x1(float* HWY_RESTRICT C, int64_t ldc, const float* HWY_RESTRICT A, int64_t lda,
+                         const float* HWY_RESTRICT B, int64_t ldb, int64_t K, bool acc) {
+  const DF d;
+  using V = hn::Vec<DF>;
+  V c0 = acc ? hn::LoadU(d, C) : hn::Zero(d), c1 = acc ? hn::LoadU(d, C + ldc) : hn::Zero(d);
+  V c2 = acc ? hn::LoadU(d, C + 2 * ldc) : hn::Zero(d), c3 = acc ? hn::LoadU(d, C + 3 * ldc) : hn::Zero(d);
+  for (int64_t kk = 0; kk < K; ++kk) {
+    const V b = hn::LoadU(d, B + kk * ldb);
+    c0 = hn::MulAdd(hn::Set(d, A[kk]), b, c0);
+    c1 = hn::MulAdd(hn::Set(d, A[lda + kk]), b, c1);
+    c2 = hn::MulAdd(hn::Set(d, A[2 * lda + kk]), b, c2);
+    c3 = hn::MulAdd(hn::Set(d, A[3 * lda + kk]), b, c3);
+  }
+  hn::StoreU(c0, d, C), hn::StoreU(c1, d, C + ldc), hn::StoreU(c2, d, C + 2 * ldc), hn::StoreU(c3, d, C + 3 * ldc);
+}
+
+// C[M x N] (+)= A[M x K] B[K x N], row-major; M % 4 == 0, N % lanes == 0.
+void Gemm(float* C, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int64_t M, int64_t Nc,
+          int64_t K, bool acc) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  for (int64_t i = 0; i < M; i += 4) {
+    int64_t j = 0;
+    for (; j + 4 * N <= Nc; j += 4 * N) Micro4x4(C + i * ldc + j, ldc, A + i * lda, lda, B + j, ldb, K, acc);
+    for (; j < Nc; j += N) Micro4x1(C + i * ldc + j, ldc, A + i * lda, lda, B + j, ldb, K, acc);
+  }
+}
+
+// dst[c][r] = src[r][c] for r < rows, c < cols (dst row stride ldd); other dst entries untouched.
+void Transpose(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+// Shared per-call preparation: transposed keys (and values for the backward), padded copies.
+struct Prepared {
+  int64_t N, Sp, Ep, Evp;
+  std::vector<float> kt, vt, vp, qp, kp, dop;  // empty when unused
+  const float* v_use;
+  int64_t ldv;
+  const float* q_use;
+  const float* k_use;
+  const float* do_use;
+};
+
+// A [BH][rows][cols] tensor copied into [BH][rows][ld] (zero padded), or used in place.
+const float* Padded(const float* src, int64_t BH, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& buf) {
+  if (ld == cols) return src;
+  buf.assign(size_t(BH * rows * ld), 0.0f);
+  parallel_for(0, BH * rows, 4096 / std::max<int64_t>(cols, 1) + 1, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) std::memcpy(buf.data() + r * ld, src + r * cols, size_t(cols) * sizeof(float));
+  });
+  return buf.data();
+}
+
+// [BH][rows][cols] -> [BH][cols][Sp] (zero padded columns).
+void TransposeAll(const float* src, int64_t BH, int64_t rows, int64_t cols, int64_t Sp, std::vector<float>& dst) {
+  dst.assign(size_t(BH * cols * Sp), 0.0f);
+  parallel_for(0, BH, 1, [&](int64_t b, int64_t e) {
+    for (int64_t bh = b; bh < e; ++bh) Transpose(src + bh * rows * cols, cols, dst.data() + bh * cols * Sp, Sp, rows, cols);
+  });
+}
+
+// The zigzag order of query blocks: 0, n-1, 1, n-2, ... so that contiguous ranges of work items
+// carry similar causal work.
+inline int64_t Zigzag(int64_t t, int64_t n) { return (t % 2 == 0) ? t / 2 : n - 1 - t / 2; }
+
+// Scales row i of a score tile, adds the mask, and sets masked / out-of-range keys to -inf.
+// Returns the number of leading keys that can be valid (<= 0: the whole row is masked).
+HWY_INLINE int64_t ScoreRow(float* HWY_RESTRICT row, const AttnShape& s, int64_t bh, int64_t qi, int64_t k0,
+                            int64_t kc) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  int64_t nvalid = kc;
+  if (s.causal) nvalid = std::min(kc, qi - k0 + 1);
+  if (nvalid <= 0) return nvalid;
+  const auto vs = hn::Set(d, float(s.scale));
+  const auto ninf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  const float* mk = s.mask ? static_cast<const float*>(s.mask) + s.mask_off[bh] + qi * s.ms_i + k0 * s.ms_j : nullptr;
+  for (int64_t j = 0; j < kBlk; j += N) {
+    auto x = hn::Mul(hn::LoadU(d, row + j), vs);
+    if (mk) {
+      if (s.ms_j == 1) {
+        if (j + N <= kc) {
+          x = hn::Add(x, hn::LoadU(d, mk + j));
+        } else {
+          alignas(64) float tmp[64] = {};
+          for (int64_t t = 0; t < N && j + t < kc; ++t) tmp[t] = mk[j + t];
+          x = hn::Add(x, hn::LoadU(d, tmp));
+        }
+      } else {
+        x = hn::Add(x, hn::Set(d, mk[0]));  // broadcast over keys (ms_j == 0)
+      }
+    }
+    const int64_t left = nvalid - j;
+    const auto keep = hn::FirstN(d, size_t(std::max<int64_t>(0, std::min<int64_t>(left, N))));
+    hn::StoreU(hn::IfThenElse(keep, x, ninf), d, row + j);
+  }
+  return nvalid;
+}
+
+HWY_INLINE float RowMax(const float* row) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  auto m = hn::LoadU(d, row);
+  for (int64_t j = N; j < kBlk; j += N) m = hn::Max(m, hn::LoadU(d, row + j));
+  return hn::GetLane(hn::MaxOfLanes(d, m));
+}
+
+// row = exp(row - shift); returns the sum (masked entries at -inf become 0).
+HWY_INLINE float ExpRow(float* row, float shift) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto vm = hn::Set(d, shift);
+  auto sum = hn::Zero(d);
+  for (int64_t j = 0; j < kBlk; j += N) {
+    auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, row + j), vm));
+    hn::StoreU(e, d, row + j);
+    sum = hn::Add(sum, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+HWY_INLINE void ScaleRow(float* row, int64_t n, float a) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto va = hn::Set(d, a);
+  for (int64_t j = 0; j < n; j += N) hn::StoreU(hn::Mul(hn::LoadU(d, row + j), va), d, row + j);
+}
+
+void AttentionForwardF32(const float* q, const float* k, const float* v, float* out, float* lse, const AttnShape& s) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const int64_t BH = s.BH, L = s.L, S = s.S, E = s.E, Ev = s.Ev;
+  const int64_t Sp = RoundUp(S, kBlk), Evp = RoundUp(Ev, N);
+  std::vector<float> kt, vp;
+  TransposeAll(k, BH, S, E, Sp, kt);
+  const float* vv = Padded(v, BH, S, Ev, Evp, vp);
+  const int64_t nq = (L + kBlk - 1) / kBlk;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  parallel_for(0, BH * nq, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> qb(size_t(kBlk * E)), sb(size_t(kBlk * kBlk)), ob(size_t(kBlk * Evp)), m(kBlk), l(kBlk);
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t bh = item / nq, q0 = Zigzag(item % nq, nq) * kBlk;
+      const int64_t qc = std::min(kBlk, L - q0), Mr = RoundUp(qc, 4);
+      std::fill(qb.begin(), qb.end(), 0.0f);
+      std::memcpy(qb.data(), q + (bh * L + q0) * E, size_t(qc * E) * sizeof(float));
+      std::fill(ob.begin(), ob.begin() + Mr * Evp, 0.0f);
+      std::fill(m.begin(), m.end(), ninf);
+      std::fill(l.begin(), l.end(), 0.0f);
+      const int64_t kend = s.causal ? std::min(S, q0 + qc) : S;
+      for (int64_t k0 = 0; k0 < kend; k0 += kBlk) {
+        const int64_t kc = std::min(kBlk, S - k0);
+        Gemm(sb.data(), kBlk, qb.data(), E, kt.data() + bh * E * Sp + k0, Sp, Mr, kBlk, E, false);
+        for (int64_t i = 0; i < Mr; ++i) {
+          float* row = sb.data() + i * kBlk;
+          const int64_t nvalid = i < qc ? ScoreRow(row, s, bh, q0 + i, k0, kc) : 0;
+          if (nvalid <= 0) {
+            std::fill(row, row + kBlk, 0.0f);
+            continue;
+          }
+          const float m_new = std::max(m[size_t(i)], RowMax(row));
+          if (m_new == ninf) {  // every key so far is masked out
+            std::fill(row, row + kBlk, 0.0f);
+            continue;
+          }
+          const float alpha = std::exp(m[size_t(i)] - m_new);
+          const float sum = ExpRow(row, m_new);
+          l[size_t(i)] = l[size_t(i)] * alpha + sum;
+          m[size_t(i)] = m_new;
+          if (alpha != 1.0f) ScaleRow(ob.data() + i * Evp, Evp, alpha);
+        }
+        Gemm(ob.data(), Evp, sb.data(), kBlk, vv + (bh * S + k0) * Evp, Evp, Mr, Evp, kc, true);
+      }
+      for (int64_t i = 0; i < qc; ++i) {
+        const float inv = 1.0f / l[size_t(i)];  // l == 0 (all keys masked): NaN, as the math formula
+        float* o = out + (bh * L + q0 + i) * Ev;
+        const float* src = ob.data() + i * Evp;
+        for (int64_t c = 0; c < Ev; ++c) o[c] = l[size_t(i)] == 0.0f ? std::numeric_limits<float>::quiet_NaN() : src[c] * inv;
+        lse[bh * L + q0 + i] = m[size_t(i)] + std::log(l[size_t(i)]);
+      }
+    }
+  });
+}
+
+// Recomputes the probabilities P (in sb) and dS (in ds) of one tile; rows >= qc are zero.
+HWY_INLINE void TileGrad(const float* qb, const float* dob, const float* kt, const float* vt, int64_t Sp,
+                         const float* lse, const float* D, float* sb, float* ds, const AttnShape& s, int64_t bh,
+                         int64_t q0, int64_t qc, int64_t Mr, int64_t k0, int64_t kc) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  Gemm(sb, kBlk, qb, s.E, kt + k0, Sp, Mr, kBlk, s.E, false);
+  Gemm(ds, kBlk, dob, s.Ev, vt + k0, Sp, Mr, kBlk, s.Ev, false);  // dP
+  for (int64_t i = 0; i < Mr; ++i) {
+    float* row = sb + i * kBlk;
+    float* dr = ds + i * kBlk;
+    const int64_t nvalid = i < qc ? ScoreRow(row, s, bh, q0 + i, k0, kc) : 0;
+    if (nvalid <= 0) {
+      std::fill(row, row + kBlk, 0.0f);
+      std::fill(dr, dr + kBlk, 0.0f);
+      continue;
+    }
+    ExpRow(row, lse[q0 + i]);
+    const auto vd = hn::Set(d, D[q0 + i]);
+    for (int64_t j = 0; j < kBlk; j += N) {
+      const auto p = hn::LoadU(d, row + j);
+      hn::StoreU(hn::Mul(p, hn::Sub(hn::LoadU(d, dr + j), vd)), d, dr + j);
+    }
+  }
+}
+
+void AttentionBackwardF32(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                          const float* dout, float* dq, float* dk, float* dv, const AttnShape& s) {
+  const DF d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const int64_t BH = s.BH, L = s.L, S = s.S, E = s.E, Ev = s.Ev;
+  const int64_t Sp = RoundUp(S, kBlk), Ep = RoundUp(E, N), Evp = RoundUp(Ev, N);
+  std::vector<float> kt, vt, qp_buf, kp_buf, dop_buf, Dbuf(size_t(BH * L));
+  TransposeAll(k, BH, S, E, Sp, kt);
+  TransposeAll(v, BH, S, Ev, Sp, vt);
+  const float* qp = Padded(q, BH, L, E, Ep, qp_buf);
+  const float* kp = Padded(k, BH, S, E, Ep, kp_buf);
+  const float* dop = Padded(dout, BH, L, Ev, Evp, dop_buf);
+  // D = rowsum(dO * O)
+  parallel_for(0, BH * L, std::max<int64_t>(1, 4096 / std::max<int64_t>(Ev, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      double acc = 0;
+      for (int64_t c = 0; c < Ev; ++c) acc += double(dout[r * Ev + c]) * double(out[r * Ev + c]);
+      Dbuf[size_t(r)] = float(acc);
+    }
+  });
+  const int64_t nq = (L + kBlk - 1) / kBlk, nk = (S + kBlk - 1) / kBlk;
+  const float scale = float(s.scale);
+  auto load_rows = [&](std::vector<float>& qb, std::vector<float>& dob, int64_t bh, int64_t q0, int64_t qc) {
+    std::fill(qb.begin(), qb.end(), 0.0f);
+    std::fill(dob.begin(), dob.end(), 0.0f);
+    std::memcpy(qb.data(), q + (bh * L + q0) * E, size_t(qc * E) * sizeof(float));
+    std::memcpy(dob.data(), dout + (bh * L + q0) * Ev, size_t(qc * Ev) * sizeof(float));
+  };
+  // Pass A: dK and dV, one task per (batch-head, key block).
+  parallel_for(0, BH * nk, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> qb(size_t(kBlk * E)), dob(size_t(kBlk * Ev)), sb(size_t(kBlk * kBlk)), ds(size_t(kBlk * kBlk));
+    std::vector<float> pt(size_t(kBlk * kBlk)), dst(size_t(kBlk * kBlk)), dkb(size_t(kBlk * Ep)), dvb(size_t(kBlk * Evp));
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t bh = item / nk, k0 = Zigzag(item % nk, nk) * kBlk;
+      const int64_t kc = std::min(kBlk, S - k0);
+      std::fill(dkb.begin(), dkb.end(), 0.0f);
+      std::fill(dvb.begin(), dvb.end(), 0.0f);
+      const int64_t qstart = s.causal ? (k0 / kBlk) * kBlk : 0;
+      for (int64_t q0 = qstart; q0 < L; q0 += kBlk) {
+        const int64_t qc = std::min(kBlk, L - q0), Mr = RoundUp(qc, 4);
+        load_rows(qb, dob, bh, q0, qc);
+        TileGrad(qb.data(), dob.data(), kt.data() + bh * E * Sp, vt.data() + bh * Ev * Sp, Sp, lse + bh * L,
+                 Dbuf.data() + bh * L, sb.data(), ds.data(), s, bh, q0, qc, Mr, k0, kc);
+        Transpose(sb.data(), kBlk, pt.data(), kBlk, qc, kBlk);
+        Transpose(ds.data(), kBlk, dst.data(), kBlk, qc, kBlk);
+        Gemm(dvb.data(), Evp, pt.data(), kBlk, dop + (bh * L + q0) * Evp, Evp, kBlk, Evp, qc, true);
+        Gemm(dkb.data(), Ep, dst.data(), kBlk, qp + (bh * L + q0) * Ep, Ep, kBlk, Ep, qc, true);
+      }
+      for (int64_t j = 0; j < kc; ++j) {
+        for (int64_t c = 0; c < E; ++c) dk[(bh * S + k0 + j) * E + c] = dkb[size_t(j * Ep + c)] * scale;
+        for (int64_t c = 0; c < Ev; ++c) dv[(bh * S + k0 + j) * Ev + c] = dvb[size_t(j * Evp + c)];
+      }
+    }
+  });
+  // Pass B: dQ, one task per (batch-head, query block).
+  parallel_for(0, BH * nq, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> qb(size_t(kBlk * E)), dob(size_t(kBlk * Ev)), sb(size_t(kBlk * kBlk)), ds(size_t(kBlk * kBlk));
+    std::vector<float> dqb(size_t(kBlk * Ep));
+    for (int64_t item = b; item < e; ++item) {
+      const int64_t bh = item / nq, q0 = Zigzag(item % nq, nq) * kBlk;
+      const int64_t qc = std::min(kBlk, L - q0), Mr = RoundUp(qc, 4);
+      load_rows(qb, dob, bh, q0, qc);
+      std::fill(dqb.begin(), dqb.end(), 0.0f);
+      const int64_t kend = s.causal ? std::min(S, q0 + qc) : S;
+      for (int64_t k0 = 0; k0 < kend; k0 += kBlk) {
+        const int64_t kc = std::min(kBlk, S - k0);
+        TileGrad(qb.data(), dob.data(), kt.data() + bh * E * Sp, vt.data() + bh * Ev * Sp, Sp, lse + bh * L,
+                 Dbuf.data() + bh * L, sb.data(), ds.data(), s, bh, q0, qc, Mr, k0, kc);
+        Gemm(dqb.data(), Ep, ds.data(), kBlk, kp + (bh * S + k0) * Ep, Ep, Mr, Ep, kc, true);
+      }
+      for (int64_t i = 0; i < qc; ++i)
+        for (int64_t c = 0; c < E; ++c) dq[(bh * L + q0 + i) * E + c] = dqb[size_t(i * Ep + c)] * scale;
+    }
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace foundry::kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace foundry::kernels {
+HWY_EXPORT(AttentionForwardF32);
+HWY_EXPORT(AttentionBackwardF32);
+
+void attention_forward_f32(const float* q, const float* k, const float* v, float* out, float* lse, const AttnShape& s) {
+  HWY_DYNAMIC_DISPATCH(AttentionForwardF32)(q, k, v, out, lse, s);
+}
+void attention_backward_f32(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                            const float* dout, float* dq, float* dk, float* dv, const AttnShape& s) {
+  HWY_DYNAMIC_DISPATCH(AttentionBackwardF32)(q, k, v, out, lse, dout, dq, dk, dv, s);
+}
+}  // namespace foundry::kernels
+#endif
