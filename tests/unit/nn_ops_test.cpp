@@ -610,6 +610,23 @@ TEST(NnAttention, SimdKernelsMatchReferenceTwin) {
   kernels::force_simd_target(0);
 }
 
+TEST(NnAttention, BackwardIsIndependentOfThreadCount) {
+  // One thread runs one task per batch-head; two threads with a single batch-head split key and
+  // query blocks instead: the sums are ordered the same way, so the results are identical.
+  for (int64_t bh : {1, 3}) {
+    Tensor q = rnd({bh, 150, 8}), k = rnd({bh, 150, 8}), v = rnd({bh, 150, 6}), g = rnd({bh, 150, 6});
+    std::vector<std::vector<Tensor>> r;
+    const int nt = get_num_threads();
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      auto f = kernels::attention_forward(q, k, v, {}, true, 0.3);
+      r.push_back(kernels::attention_backward(g, q, k, v, f[0], f[1], {}, true, 0.3));
+    }
+    set_num_threads(nt);
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(equal(r[0][size_t(i)], r[1][size_t(i)])) << "bh " << bh << " grad " << i;
+  }
+}
+
 TEST(NnAttention, BackwardMatchesMathFormulaGradients) {
   // The fused backward (no graph) and the ops formula (create_graph) against autograd of the
   // math formula, on a multi-tile causal problem.

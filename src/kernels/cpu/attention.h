@@ -12,9 +12,11 @@
 // A query row whose keys are all masked out gets NaN (as the math formula).
 //
 // Backward: D_i = sum_c dO_ic O_ic; P = exp(s - lse); dV = P^T dO; dP = dO V^T;
-// dS = P (dP - D); dQ = scale dS K; dK = scale dS^T Q. It runs in two passes (over key blocks for
-// dK/dV, over query blocks for dQ), so every output element is written by one task and results
-// do not depend on the thread count.
+// dS = P (dP - D); dQ = scale dS K; dK = scale dS^T Q. With at least as many batch-heads as
+// threads, one task per batch-head does all five products of each tile; otherwise it runs in two
+// passes (over key blocks for dK/dV, over query blocks for dQ). Every output element is written by
+// one task and sums its terms in the same order either way, so results do not depend on the
+// thread count.
 #pragma once
 
 #include <cstdint>

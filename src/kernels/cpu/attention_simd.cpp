@@ -12,6 +12,8 @@
 #include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -30,7 +32,9 @@ constexpr int64_t kBlk = 64;  // queries x keys per tile
 
 inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// C[4 x 4N] (+)= A[4 x K] B[K x 4N].
+// C[4 x 4N] (+)= A[4 x K] B[K x 4N]; with kTransA, A is stored transposed ([K x 4], A(r, k) at
+// A[k * lda + r]).
+template <bool kTransA>
 HWY_INLINE void Micro4x4(float* HWY_RESTRICT C, int64_t ldc, const float* HWY_RESTRICT A, int64_t lda,
                          const float* HWY_RESTRICT B, int64_t ldb, int64_t K, bool acc) {
   const DF d;
@@ -48,21 +52,20 @@ HWY_INLINE void Micro4x4(float* HWY_RESTRICT C, int64_t ldc, const float* HWY_RE
   } else {
     c00 = c01 = c02 = c03 = c10 = c11 = c12 = c13 = c20 = c21 = c22 = c23 = c30 = c31 = c32 = c33 = hn::Zero(d);
   }
-  const float* a0 = A;
-  const float* a1 = A + lda;
-  const float* a2 = A + 2 * lda;
-  const float* a3 = A + 3 * lda;
+  // Element (r, kk) of A.
+  const int64_t rs = kTransA ? 1 : lda, ks = kTransA ? lda : 1;
   for (int64_t kk = 0; kk < K; ++kk) {
     const float* b = B + kk * ldb;
+    const float* a = A + kk * ks;
     const V b0 = hn::LoadU(d, b), b1 = hn::LoadU(d, b + N), b2 = hn::LoadU(d, b + 2 * N), b3 = hn::LoadU(d, b + 3 * N);
-    V a = hn::Set(d, a0[kk]);
-    c00 = hn::MulAdd(a, b0, c00), c01 = hn::MulAdd(a, b1, c01), c02 = hn::MulAdd(a, b2, c02), c03 = hn::MulAdd(a, b3, c03);
-    a = hn::Set(d, a1[kk]);
-    c10 = hn::MulAdd(a, b0, c10), c11 = hn::MulAdd(a, b1, c11), c12 = hn::MulAdd(a, b2, c12), c13 = hn::MulAdd(a, b3, c13);
-    a = hn::Set(d, a2[kk]);
-    c20 = hn::MulAdd(a, b0, c20), c21 = hn::MulAdd(a, b1, c21), c22 = hn::MulAdd(a, b2, c22), c23 = hn::MulAdd(a, b3, c23);
-    a = hn::Set(d, a3[kk]);
-    c30 = hn::MulAdd(a, b0, c30), c31 = hn::MulAdd(a, b1, c31), c32 = hn::MulAdd(a, b2, c32), c33 = hn::MulAdd(a, b3, c33);
+    V av = hn::Set(d, a[0]);
+    c00 = hn::MulAdd(av, b0, c00), c01 = hn::MulAdd(av, b1, c01), c02 = hn::MulAdd(av, b2, c02), c03 = hn::MulAdd(av, b3, c03);
+    av = hn::Set(d, a[rs]);
+    c10 = hn::MulAdd(av, b0, c10), c11 = hn::MulAdd(av, b1, c11), c12 = hn::MulAdd(av, b2, c12), c13 = hn::MulAdd(av, b3, c13);
+    av = hn::Set(d, a[2 * rs]);
+    c20 = hn::MulAdd(av, b0, c20), c21 = hn::MulAdd(av, b1, c21), c22 = hn::MulAdd(av, b2, c22), c23 = hn::MulAdd(av, b3, c23);
+    av = hn::Set(d, a[3 * rs]);
+    c30 = hn::MulAdd(av, b0, c30), c31 = hn::MulAdd(av, b1, c31), c32 = hn::MulAdd(av, b2, c32), c33 = hn::MulAdd(av, b3, c33);
   }
   hn::StoreU(c00, d, C), hn::StoreU(c01, d, C + N), hn::StoreU(c02, d, C + 2 * N), hn::StoreU(c03, d, C + 3 * N);
   hn::StoreU(c10, d, C + ldc), hn::StoreU(c11, d, C + ldc + N), hn::StoreU(c12, d, C + ldc + 2 * N),
@@ -74,38 +77,50 @@ HWY_INLINE void Micro4x4(float* HWY_RESTRICT C, int64_t ldc, const float* HWY_RE
 }
 
 // C[4 x N] (+)= A[4 x K] B[K x N] (one vector of columns).
+template <bool kTransA>
 HWY_INLINE void Micro4x1(float* HWY_RESTRICT C, int64_t ldc, const float* HWY_RESTRICT A, int64_t lda,
                          const float* HWY_RESTRICT B, int64_t ldb, int64_t K, bool acc) {
   const DF d;
   using V = hn::Vec<DF>;
   V c0 = acc ? hn::LoadU(d, C) : hn::Zero(d), c1 = acc ? hn::LoadU(d, C + ldc) : hn::Zero(d);
   V c2 = acc ? hn::LoadU(d, C + 2 * ldc) : hn::Zero(d), c3 = acc ? hn::LoadU(d, C + 3 * ldc) : hn::Zero(d);
+  const int64_t rs = kTransA ? 1 : lda, ks = kTransA ? lda : 1;
   for (int64_t kk = 0; kk < K; ++kk) {
     const V b = hn::LoadU(d, B + kk * ldb);
-    c0 = hn::MulAdd(hn::Set(d, A[kk]), b, c0);
-    c1 = hn::MulAdd(hn::Set(d, A[lda + kk]), b, c1);
-    c2 = hn::MulAdd(hn::Set(d, A[2 * lda + kk]), b, c2);
-    c3 = hn::MulAdd(hn::Set(d, A[3 * lda + kk]), b, c3);
+    const float* a = A + kk * ks;
+    c0 = hn::MulAdd(hn::Set(d, a[0]), b, c0);
+    c1 = hn::MulAdd(hn::Set(d, a[rs]), b, c1);
+    c2 = hn::MulAdd(hn::Set(d, a[2 * rs]), b, c2);
+    c3 = hn::MulAdd(hn::Set(d, a[3 * rs]), b, c3);
   }
   hn::StoreU(c0, d, C), hn::StoreU(c1, d, C + ldc), hn::StoreU(c2, d, C + 2 * ldc), hn::StoreU(c3, d, C + 3 * ldc);
 }
 
-// C[M x N] (+)= A[M x K] B[K x N], row-major; M % 4 == 0, N % lanes == 0.
+// C[M x N] (+)= A[M x K] B[K x N], row-major; M % 4 == 0, N % lanes == 0. kTransA: A is given as
+// its transpose [K x M] (lda its row stride).
+template <bool kTransA = false>
 void Gemm(float* C, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int64_t M, int64_t Nc,
           int64_t K, bool acc) {
   const DF d;
   const int64_t N = int64_t(hn::Lanes(d));
   for (int64_t i = 0; i < M; i += 4) {
+    const float* a = kTransA ? A + i : A + i * lda;
     int64_t j = 0;
-    for (; j + 4 * N <= Nc; j += 4 * N) Micro4x4(C + i * ldc + j, ldc, A + i * lda, lda, B + j, ldb, K, acc);
-    for (; j < Nc; j += N) Micro4x1(C + i * ldc + j, ldc, A + i * lda, lda, B + j, ldb, K, acc);
+    for (; j + 4 * N <= Nc; j += 4 * N) Micro4x4<kTransA>(C + i * ldc + j, ldc, a, lda, B + j, ldb, K, acc);
+    for (; j < Nc; j += N) Micro4x1<kTransA>(C + i * ldc + j, ldc, a, lda, B + j, ldb, K, acc);
   }
 }
 
 // dst[c][r] = src[r][c] for r < rows, c < cols (dst row stride ldd); other dst entries untouched.
+// 16 x 16 blocks keep both sides in cache.
 void Transpose(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  constexpr int64_t kT = 16;
+  for (int64_t r0 = 0; r0 < rows; r0 += kT)
+    for (int64_t c0 = 0; c0 < cols; c0 += kT) {
+      const int64_t r1 = std::min(rows, r0 + kT), c1 = std::min(cols, c0 + kT);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
+    }
 }
 
 // Shared per-call preparation: transposed keys (and values for the backward), padded copies.
@@ -134,6 +149,19 @@ void TransposeAll(const float* src, int64_t BH, int64_t rows, int64_t cols, int6
   dst.assign(size_t(BH * cols * Sp), 0.0f);
   parallel_for(0, BH, 1, [&](int64_t b, int64_t e) {
     for (int64_t bh = b; bh < e; ++bh) Transpose(src + bh * rows * cols, cols, dst.data() + bh * cols * Sp, Sp, rows, cols);
+  });
+}
+
+// Runs body(thread_buffers, item) for items [0, n) on the pool, handing items out one at a time
+// from a shared counter: a thread slowed down (a busy core) simply takes fewer tiles. The result
+// of an item never depends on which thread ran it.
+template <typename Scratch, typename F>
+void ForEachItem(int64_t n, const std::function<Scratch()>& make_scratch, F body) {
+  std::atomic<int64_t> next{0};
+  const int64_t nt = std::min<int64_t>(get_num_threads(), n);
+  parallel_for(0, nt, 1, [&](int64_t, int64_t) {
+    Scratch scratch = make_scratch();
+    for (int64_t item = next++; item < n; item = next++) body(scratch, item);
   });
 }
 
@@ -214,9 +242,15 @@ void AttentionForwardF32(const float* q, const float* k, const float* v, float* 
   const float* vv = Padded(v, BH, S, Ev, Evp, vp);
   const int64_t nq = (L + kBlk - 1) / kBlk;
   const float ninf = -std::numeric_limits<float>::infinity();
-  parallel_for(0, BH * nq, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> qb(size_t(kBlk * E)), sb(size_t(kBlk * kBlk)), ob(size_t(kBlk * Evp)), m(kBlk), l(kBlk);
-    for (int64_t item = b; item < e; ++item) {
+  struct Scratch {
+    std::vector<float> qb, sb, ob, m, l;
+  };
+  ForEachItem<Scratch>(BH * nq, [&] {
+    return Scratch{std::vector<float>(size_t(kBlk * E)), std::vector<float>(size_t(kBlk * kBlk)),
+                   std::vector<float>(size_t(kBlk * Evp)), std::vector<float>(kBlk), std::vector<float>(kBlk)};
+  }, [&](Scratch& sc, int64_t item) {
+    std::vector<float>&qb = sc.qb, &sb = sc.sb, &ob = sc.ob, &m = sc.m, &l = sc.l;
+    {
       const int64_t bh = item / nq, q0 = Zigzag(item % nq, nq) * kBlk;
       const int64_t qc = std::min(kBlk, L - q0), Mr = RoundUp(qc, 4);
       std::fill(qb.begin(), qb.end(), 0.0f);
@@ -313,51 +347,67 @@ void AttentionBackwardF32(const float* q, const float* k, const float* v, const 
     std::memcpy(qb.data(), q + (bh * L + q0) * E, size_t(qc * E) * sizeof(float));
     std::memcpy(dob.data(), dout + (bh * L + q0) * Ev, size_t(qc * Ev) * sizeof(float));
   };
-  // Pass A: dK and dV, one task per (batch-head, key block).
-  parallel_for(0, BH * nk, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> qb(size_t(kBlk * E)), dob(size_t(kBlk * Ev)), sb(size_t(kBlk * kBlk)), ds(size_t(kBlk * kBlk));
-    std::vector<float> pt(size_t(kBlk * kBlk)), dst(size_t(kBlk * kBlk)), dkb(size_t(kBlk * Ep)), dvb(size_t(kBlk * Evp));
-    for (int64_t item = b; item < e; ++item) {
-      const int64_t bh = item / nk, k0 = Zigzag(item % nk, nk) * kBlk;
-      const int64_t kc = std::min(kBlk, S - k0);
-      std::fill(dkb.begin(), dkb.end(), 0.0f);
-      std::fill(dvb.begin(), dvb.end(), 0.0f);
-      const int64_t qstart = s.causal ? (k0 / kBlk) * kBlk : 0;
-      for (int64_t q0 = qstart; q0 < L; q0 += kBlk) {
-        const int64_t qc = std::min(kBlk, L - q0), Mr = RoundUp(qc, 4);
-        load_rows(qb, dob, bh, q0, qc);
-        TileGrad(qb.data(), dob.data(), kt.data() + bh * E * Sp, vt.data() + bh * Ev * Sp, Sp, lse + bh * L,
-                 Dbuf.data() + bh * L, sb.data(), ds.data(), s, bh, q0, qc, Mr, k0, kc);
-        Transpose(sb.data(), kBlk, pt.data(), kBlk, qc, kBlk);
-        Transpose(ds.data(), kBlk, dst.data(), kBlk, qc, kBlk);
-        Gemm(dvb.data(), Evp, pt.data(), kBlk, dop + (bh * L + q0) * Evp, Evp, kBlk, Evp, qc, true);
-        Gemm(dkb.data(), Ep, dst.data(), kBlk, qp + (bh * L + q0) * Ep, Ep, kBlk, Ep, qc, true);
-      }
-      for (int64_t j = 0; j < kc; ++j) {
-        for (int64_t c = 0; c < E; ++c) dk[(bh * S + k0 + j) * E + c] = dkb[size_t(j * Ep + c)] * scale;
-        for (int64_t c = 0; c < Ev; ++c) dv[(bh * S + k0 + j) * Ev + c] = dvb[size_t(j * Evp + c)];
-      }
-    }
-  });
-  // Pass B: dQ, one task per (batch-head, query block).
-  parallel_for(0, BH * nq, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> qb(size_t(kBlk * E)), dob(size_t(kBlk * Ev)), sb(size_t(kBlk * kBlk)), ds(size_t(kBlk * kBlk));
-    std::vector<float> dqb(size_t(kBlk * Ep));
-    for (int64_t item = b; item < e; ++item) {
-      const int64_t bh = item / nq, q0 = Zigzag(item % nq, nq) * kBlk;
+  struct Scratch {
+    std::vector<float> qb, dob, sb, ds, dkb, dvb, dqb;
+  };
+  auto make_scratch = [&] {
+    return Scratch{std::vector<float>(size_t(kBlk * E)),    std::vector<float>(size_t(kBlk * Ev)),
+                   std::vector<float>(size_t(kBlk * kBlk)), std::vector<float>(size_t(kBlk * kBlk)),
+                   std::vector<float>(size_t(kBlk * Ep)),   std::vector<float>(size_t(kBlk * Evp)),
+                   std::vector<float>()};
+  };
+  // dK and dV of key block kb (summing over its query blocks in order); with dq_acc, also adds
+  // dS K into the rows of dq_acc ([L rounded to 4][Ep]).
+  auto key_block = [&](Scratch& sc, int64_t bh, int64_t kb, float* dq_acc) {
+    const int64_t k0 = kb * kBlk, kc = std::min(kBlk, S - k0);
+    std::fill(sc.dkb.begin(), sc.dkb.end(), 0.0f);
+    std::fill(sc.dvb.begin(), sc.dvb.end(), 0.0f);
+    const int64_t qstart = s.causal ? (k0 / kBlk) * kBlk : 0;
+    for (int64_t q0 = qstart; q0 < L; q0 += kBlk) {
       const int64_t qc = std::min(kBlk, L - q0), Mr = RoundUp(qc, 4);
-      load_rows(qb, dob, bh, q0, qc);
-      std::fill(dqb.begin(), dqb.end(), 0.0f);
-      const int64_t kend = s.causal ? std::min(S, q0 + qc) : S;
-      for (int64_t k0 = 0; k0 < kend; k0 += kBlk) {
-        const int64_t kc = std::min(kBlk, S - k0);
-        TileGrad(qb.data(), dob.data(), kt.data() + bh * E * Sp, vt.data() + bh * Ev * Sp, Sp, lse + bh * L,
-                 Dbuf.data() + bh * L, sb.data(), ds.data(), s, bh, q0, qc, Mr, k0, kc);
-        Gemm(dqb.data(), Ep, ds.data(), kBlk, kp + (bh * S + k0) * Ep, Ep, Mr, Ep, kc, true);
-      }
-      for (int64_t i = 0; i < qc; ++i)
-        for (int64_t c = 0; c < E; ++c) dq[(bh * L + q0 + i) * E + c] = dqb[size_t(i * Ep + c)] * scale;
+      load_rows(sc.qb, sc.dob, bh, q0, qc);
+      TileGrad(sc.qb.data(), sc.dob.data(), kt.data() + bh * E * Sp, vt.data() + bh * Ev * Sp, Sp, lse + bh * L,
+               Dbuf.data() + bh * L, sc.sb.data(), sc.ds.data(), s, bh, q0, qc, Mr, k0, kc);
+      // dV += P^T dO, dK += dS^T Q (P and dS used transposed in place).
+      Gemm<true>(sc.dvb.data(), Evp, sc.sb.data(), kBlk, dop + (bh * L + q0) * Evp, Evp, kBlk, Evp, qc, true);
+      Gemm<true>(sc.dkb.data(), Ep, sc.ds.data(), kBlk, qp + (bh * L + q0) * Ep, Ep, kBlk, Ep, qc, true);
+      if (dq_acc) Gemm(dq_acc + q0 * Ep, Ep, sc.ds.data(), kBlk, kp + (bh * S + k0) * Ep, Ep, Mr, Ep, kc, true);
     }
+    for (int64_t j = 0; j < kc; ++j) {
+      for (int64_t c = 0; c < E; ++c) dk[(bh * S + k0 + j) * E + c] = sc.dkb[size_t(j * Ep + c)] * scale;
+      for (int64_t c = 0; c < Ev; ++c) dv[(bh * S + k0 + j) * Ev + c] = sc.dvb[size_t(j * Evp + c)];
+    }
+  };
+  if (BH >= get_num_threads()) {
+    // One task per batch-head: dQ accumulates across its key blocks (5 products per tile).
+    ForEachItem<Scratch>(BH, make_scratch, [&](Scratch& sc, int64_t bh) {
+      sc.dqb.assign(size_t(RoundUp(L, 4) * Ep), 0.0f);
+      for (int64_t kb = 0; kb < nk; ++kb) key_block(sc, bh, kb, sc.dqb.data());
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t c = 0; c < E; ++c) dq[(bh * L + i) * E + c] = sc.dqb[size_t(i * Ep + c)] * scale;
+    });
+    return;
+  }
+  // Few batch-heads: parallel over key blocks for dK/dV, then over query blocks for dQ (the
+  // products of a tile are recomputed; each dQ element sums its key blocks in the same order as
+  // above, so both schedules give identical results).
+  ForEachItem<Scratch>(BH * nk, make_scratch, [&](Scratch& sc, int64_t item) {
+    key_block(sc, item / nk, Zigzag(item % nk, nk), nullptr);
+  });
+  ForEachItem<Scratch>(BH * nq, make_scratch, [&](Scratch& sc, int64_t item) {
+    const int64_t bh = item / nq, q0 = Zigzag(item % nq, nq) * kBlk;
+    const int64_t qc = std::min(kBlk, L - q0), Mr = RoundUp(qc, 4);
+    load_rows(sc.qb, sc.dob, bh, q0, qc);
+    sc.dqb.assign(size_t(kBlk * Ep), 0.0f);
+    const int64_t kend = s.causal ? std::min(S, q0 + qc) : S;
+    for (int64_t k0 = 0; k0 < kend; k0 += kBlk) {
+      const int64_t kc = std::min(kBlk, S - k0);
+      TileGrad(sc.qb.data(), sc.dob.data(), kt.data() + bh * E * Sp, vt.data() + bh * Ev * Sp, Sp, lse + bh * L,
+               Dbuf.data() + bh * L, sc.sb.data(), sc.ds.data(), s, bh, q0, qc, Mr, k0, kc);
+      Gemm(sc.dqb.data(), Ep, sc.ds.data(), kBlk, kp + (bh * S + k0) * Ep, Ep, Mr, Ep, kc, true);
+    }
+    for (int64_t i = 0; i < qc; ++i)
+      for (int64_t c = 0; c < E; ++c) dq[(bh * L + q0 + i) * E + c] = sc.dqb[size_t(i * Ep + c)] * scale;
   });
 }
 
