@@ -101,20 +101,21 @@ class Bpe final : public Model {
     bool use_dropout = cfg_.dropout && *cfg_.dropout > 0.0;
     if (!use_dropout) {
       ModelCache& cache = thread_cache(serial_);
-      if (const auto* hit = cache.find(s)) {
-        emit(*hit, base, out);
+      ModelCache::View hit;
+      if (cache.find(s, hit)) {
+        emit(hit, base, out);
         return;
       }
       std::vector<uint32_t> word;
       merge_word(s, word, false);
-      emit(word, base, out);
+      emit(ModelCache::View{word.data(), word.size()}, base, out);
       // Long pre-tokens (whole sentences without pre-tokenizer) rarely repeat: not cached.
-      if (s.size() <= 64) cache.insert(s, std::move(word));
+      if (s.size() <= 64) cache.insert(s, word);
       return;
     }
     std::vector<uint32_t> word;
     merge_word(s, word, true);
-    emit(word, base, out);
+    emit(ModelCache::View{word.data(), word.size()}, base, out);
   }
 
   bool supports_raw_bytes() const override { return !(cfg_.dropout && *cfg_.dropout > 0.0); }
@@ -123,22 +124,22 @@ class Bpe final : public Model {
   // keyed by the raw bytes and stores [id, raw_len, ...].
   void tokenize_raw_ids(std::string_view raw, std::vector<uint32_t>& out) const override {
     if (raw.empty()) return;
-    const std::vector<uint32_t>* hit = thread_cache(serial_ ^ (1ULL << 63)).find(raw);
-    if (!hit) {
+    ModelCache::View hit;
+    if (!thread_cache(serial_ ^ (1ULL << 63)).find(raw, hit)) {
       std::vector<Token> toks;
       tokenize_raw_bytes(raw, 0, toks);
       for (auto& t : toks) out.push_back(t.id);
       return;
     }
-    for (size_t k = 0; k < hit->size(); k += 2) out.push_back((*hit)[k]);
+    for (size_t k = 0; k < hit.size; k += 2) out.push_back(hit[k]);
   }
 
   void tokenize_raw_bytes(std::string_view raw, size_t base, std::vector<Token>& out) const override {
     if (raw.empty()) return;
     ModelCache& cache = thread_cache(serial_ ^ (1ULL << 63));
-    const std::vector<uint32_t>* hit = cache.find(raw);
+    ModelCache::View hit;
     std::vector<uint32_t> word;
-    if (!hit) {
+    if (!cache.find(raw, hit)) {
       std::string bl = bytes_to_byte_level(raw);
       std::vector<Token> toks;
       tokenize(bl, toks);
@@ -149,9 +150,9 @@ class Bpe final : public Model {
         word.push_back(static_cast<uint32_t>(uni::char_count(std::string_view(bl).substr(t.offsets.first, t.offsets.second - t.offsets.first))));
       }
       if (raw.size() <= 64) cache.insert(raw, word);
-      hit = &word;
+      hit = ModelCache::View{word.data(), word.size()};
     }
-    emit(*hit, base, out);
+    emit(hit, base, out);
   }
 
   std::optional<uint32_t> token_to_id(std::string_view t) const override {
@@ -225,9 +226,9 @@ class Bpe final : public Model {
 
   const MergeInfo* find_merge(uint32_t a, uint32_t b) const { return merges_.find(key(a, b)); }
 
-  void emit(const std::vector<uint32_t>& word, size_t base, std::vector<Token>& out) const {
+  void emit(ModelCache::View word, size_t base, std::vector<Token>& out) const {
     size_t off = base;
-    for (size_t k = 0; k + 1 < word.size(); k += 2) {
+    for (size_t k = 0; k + 1 < word.size; k += 2) {
       uint32_t id = word[k], len = word[k + 1];
       out.push_back(Token{id, vocab_r_[id], {off, off + len}});
       off += len;

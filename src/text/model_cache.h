@@ -97,23 +97,78 @@ inline uint64_t next_model_serial() {
   return counter.fetch_add(1);
 }
 
-/// Pre-token -> flat token data ([id, len, id, len, ...] for BPE). Bounded; stops growing when
-/// full, like HF's cache.
+/// Pre-token -> flat token data ([id, len, id, len, ...] for BPE). Open addressing over two
+/// arenas (keys, values): a lookup is one hash, one probe sequence and one memcmp, with no
+/// allocation. Bounded; stops growing when full, like HF's cache.
 class ModelCache {
  public:
   static constexpr size_t kCapacity = 200000;
-  const std::vector<uint32_t>* find(std::string_view key) const {
-    auto it = map_.find(key);
-    return it == map_.end() ? nullptr : &it->second;
+  struct View {
+    const uint32_t* data;
+    size_t size;
+    uint32_t operator[](size_t i) const { return data[i]; }
+  };
+  bool find(std::string_view key, View& out) const {
+    if (slots_.empty()) return false;
+    uint64_t h = StringHash{}(key) | 1;
+    size_t i = h & mask_;
+    while (true) {
+      const Slot& s = slots_[i];
+      if (s.hash == 0) return false;
+      if (s.hash == h && s.key_len == key.size() && std::memcmp(keys_.data() + s.key_off, key.data(), key.size()) == 0) {
+        out = View{vals_.data() + s.val_off, s.val_len};
+        return true;
+      }
+      i = (i + 1) & mask_;
+    }
   }
-  void insert(std::string_view key, std::vector<uint32_t> value) {
-    if (map_.size() >= kCapacity) return;
-    map_.emplace(std::string(key), std::move(value));
+  void insert(std::string_view key, const std::vector<uint32_t>& value) {
+    if (size_ >= kCapacity) return;
+    if (slots_.empty() || (size_ + 1) * 2 > slots_.size()) grow();
+    uint64_t h = StringHash{}(key) | 1;
+    size_t i = h & mask_;
+    while (slots_[i].hash != 0) {
+      const Slot& s = slots_[i];
+      if (s.hash == h && s.key_len == key.size() && std::memcmp(keys_.data() + s.key_off, key.data(), key.size()) == 0)
+        return;  // already there
+      i = (i + 1) & mask_;
+    }
+    slots_[i] = Slot{h, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(key.size()),
+                     static_cast<uint32_t>(vals_.size()), static_cast<uint32_t>(value.size())};
+    keys_.append(key);
+    vals_.insert(vals_.end(), value.begin(), value.end());
+    ++size_;
   }
-  void clear() { map_.clear(); }
+  void clear() {
+    slots_.clear();
+    keys_.clear();
+    vals_.clear();
+    size_ = 0;
+    mask_ = 0;
+  }
 
  private:
-  StringMap<std::vector<uint32_t>> map_;
+  struct Slot {
+    uint64_t hash;  // 0 = empty
+    uint32_t key_off, key_len, val_off, val_len;
+  };
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    size_t cap = old.empty() ? 1024 : old.size() * 2;
+    slots_.assign(cap, Slot{0, 0, 0, 0, 0});
+    mask_ = cap - 1;
+    for (const Slot& s : old) {
+      if (s.hash == 0) continue;
+      size_t i = s.hash & mask_;
+      while (slots_[i].hash != 0) i = (i + 1) & mask_;
+      slots_[i] = s;
+    }
+  }
+  std::vector<Slot> slots_;
+  std::string keys_;
+  std::vector<uint32_t> vals_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
 };
 
 /// The calling thread's cache for the model with this serial (a few models per thread).

@@ -83,17 +83,17 @@ class Unigram final : public Model {
   void tokenize(std::string_view s, std::vector<Token>& out) const override {
     if (s.empty()) return;
     ModelCache& cache = thread_cache(serial_);
-    const std::vector<uint32_t>* pieces = cache.find(s);
+    ModelCache::View pieces;
     std::vector<uint32_t> computed;
-    if (!pieces) {
+    if (!cache.find(s, pieces)) {
       encode(s, computed);
       if (s.size() < 256) cache.insert(s, computed);
-      pieces = &computed;
+      pieces = ModelCache::View{computed.data(), computed.size()};
     }
     size_t off = 0;
-    for (size_t k = 0; k + 1 < pieces->size(); k += 2) {
-      uint32_t id = (*pieces)[k];
-      size_t len = (*pieces)[k + 1];
+    for (size_t k = 0; k + 1 < pieces.size; k += 2) {
+      uint32_t id = pieces[k];
+      size_t len = pieces[k + 1];
       std::string_view str = s.substr(off, len);
       if (id == kNotInVocab) {
         auto it = ids_.find(str);
