@@ -37,6 +37,13 @@ class Bpe final : public Model {
       auto it = vocab_.find(std::string(1, static_cast<char>(c)));
       ascii_ids_[c] = it == vocab_.end() ? -1 : static_cast<int64_t>(it->second);
     }
+    // Single-char tokens by code point (the first lookups of every word).
+    for (auto& [tok, id] : vocab_) {
+      if (tok.size() < 2 || tok.size() > 4 || !uni::is_valid_utf8(tok)) continue;
+      size_t i = 0;
+      char32_t c = uni::decode(tok, i);
+      if (i == tok.size()) char_ids_.insert_or_assign(c, id);
+    }
     if (cfg_.byte_fallback) {
       for (int b = 0; b < 256; ++b) {
         auto it = vocab_.find(fmt::format("<0x{:02X}>", b));
@@ -265,6 +272,9 @@ class Bpe final : public Model {
       int64_t known = -1;
       if (lookup.size() == 1 && static_cast<unsigned char>(lookup[0]) < 128) {
         known = ascii_ids_[static_cast<unsigned char>(lookup[0])];
+      } else if (lookup.size() == piece.size()) {  // the bare char (no prefix/suffix added)
+        size_t k = 0;
+        if (const uint32_t* id = char_ids_.find(uni::decode(lookup, k))) known = *id;
       } else {
         auto it = vocab_.find(lookup);
         if (it != vocab_.end()) known = it->second;
@@ -373,6 +383,7 @@ class Bpe final : public Model {
   int64_t byte_ids_[256] = {};
   FlatMap64<MergeInfo> merges_;
   int64_t ascii_ids_[128];  // id of each single ASCII char token (-1 if none)
+  FlatMap64<uint32_t> char_ids_;  // code point -> id of the one-char token
   mutable std::mutex rng_mu_;
   mutable std::mt19937_64 rng_{0x5eed};
 };
