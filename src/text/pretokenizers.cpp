@@ -200,6 +200,34 @@ class UnicodeScripts final : public PreTokenizer {
   }
 };
 
+// Splits into pieces of `length` chars (HF pre_tokenizers/fixed_length.rs).
+class FixedLength final : public PreTokenizer {
+ public:
+  explicit FixedLength(size_t length) : length_(length) {
+    FOUNDRY_CHECK_AS(ValueError, length_ > 0, "tokenizer.json: FixedLength length must be positive");
+  }
+  void pre_tokenize(PreTokenizedString& pts) const override {
+    pts.split([&](size_t, NormalizedString&& n, std::vector<NormalizedString>& out) {
+      const std::string& s = n.get();
+      size_t start = 0, i = 0, chars = 0;
+      while (i < s.size()) {
+        i += uni::utf8_len(static_cast<unsigned char>(s[i]));
+        if (++chars == length_ || i >= s.size()) {
+          auto p = n.slice(start, std::min(i, s.size()));
+          FOUNDRY_CHECK(p.has_value(), "tokenizer: FixedLength bad split");
+          out.push_back(std::move(*p));
+          start = i;
+          chars = 0;
+        }
+      }
+    });
+  }
+  json to_json() const override { return json{{"type", "FixedLength"}, {"length", length_}}; }
+
+ private:
+  size_t length_;
+};
+
 class SequencePre final : public PreTokenizer {
  public:
   explicit SequencePre(std::vector<PreTokenizerPtr> items) : items_(std::move(items)) {}
@@ -298,6 +326,7 @@ PreTokenizerPtr pre_tokenizer_from_json(const json& j) {
                           j.value("split", true));
   }
   if (type == "UnicodeScripts") return std::make_shared<UnicodeScripts>();
+  if (type == "FixedLength") return std::make_shared<FixedLength>(j.value("length", size_t{5}));
   if (type == "Sequence") {
     std::vector<PreTokenizerPtr> items;
     for (auto& p : json_field(j, "pretokenizers", "Sequence pre-tokenizer")) {

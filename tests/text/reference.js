@@ -339,7 +339,7 @@ async function main() {
       { type: 'Punctuation', behavior: 'Isolated' }, { type: 'Punctuation', behavior: 'MergedWithPrevious' }, { type: 'Punctuation', behavior: 'MergedWithNext' }, { type: 'Punctuation', behavior: 'Removed' },
       { type: 'Digits', individual_digits: true }, { type: 'Digits', individual_digits: false },
       { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true }, { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: false }, { type: 'Metaspace', replacement: '_', prepend_scheme: 'never', split: true },
-      { type: 'CharDelimiterSplit', delimiter: ' ' }, { type: 'UnicodeScripts' },
+      { type: 'CharDelimiterSplit', delimiter: ' ' }, { type: 'UnicodeScripts' }, { type: 'FixedLength', length: 3 },
       { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true }, { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false },
       { type: 'Split', pattern: { Regex: '\\s+' }, behavior: 'Contiguous', invert: false }, { type: 'Split', pattern: { String: 'e' }, behavior: 'MergedWithNext', invert: true },
       { type: 'Split', pattern: { Regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" }, behavior: 'Isolated', invert: false },
