@@ -11,9 +11,10 @@
 // content); bad arguments (unknown ids in decode, impossible truncation) throw ValueError or
 // IndexError. Nothing aborts.
 //
-// Thread safety: a Tokenizer may be used from many threads at once for encode/decode (the
-// internal caches are synchronized). Configuration calls (set_truncation, add_tokens, ...) must
-// not run concurrently with encoding.
+// Thread safety: a Tokenizer may be used from many threads at once for encode/decode (each
+// thread keeps its own cache of tokenized words). Configuration calls (set_truncation,
+// add_tokens, ...) must not run concurrently with encoding. Copies are independent (the
+// immutable vocabularies are shared).
 #pragma once
 
 #include <cstdint>
