@@ -343,6 +343,10 @@ async function main() {
       { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true }, { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false },
       { type: 'Split', pattern: { Regex: '\\s+' }, behavior: 'Contiguous', invert: false }, { type: 'Split', pattern: { String: 'e' }, behavior: 'MergedWithNext', invert: true },
       { type: 'Split', pattern: { Regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" }, behavior: 'Isolated', invert: false },
+      // Qwen2's pattern (single digits).
+      { type: 'Split', pattern: { Regex: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" }, behavior: 'Isolated', invert: false },
+      // GPT-2's pattern through Split.
+      { type: 'Split', pattern: { Regex: "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+" }, behavior: 'Isolated', invert: false },
     ];
     const decoders = [
       { type: 'BPEDecoder', suffix: '</w>' }, { type: 'CTC', pad_token: '<pad>', word_delimiter_token: '|', cleanup: true },
