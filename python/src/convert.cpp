@@ -16,7 +16,7 @@ struct NpMap {
 constexpr NpMap kNp[] = {
     {'b', 1, DType::Bool},   {'u', 1, DType::UInt8},   {'i', 1, DType::Int8},    {'i', 2, DType::Int16},
     {'i', 4, DType::Int32},  {'i', 8, DType::Int64},   {'f', 2, DType::Float16}, {'f', 4, DType::Float32},
-    {'f', 8, DType::Float64},
+    {'f', 8, DType::Float64}, {'u', 2, DType::UInt16},  {'u', 4, DType::UInt32},  {'u', 8, DType::UInt64},
 };
 
 DType dtype_of_array(const py::array& a) {
@@ -38,6 +38,9 @@ const char* np_format(DType dt) {
     case DType::Float16: return "e";
     case DType::Float32: return "f";
     case DType::Float64: return "d";
+    case DType::UInt16: return "H";
+    case DType::UInt32: return "I";
+    case DType::UInt64: return "Q";
     default: return nullptr;
   }
 }

@@ -24,6 +24,9 @@ constexpr std::array<DTypeInfo, kNumDTypes> kInfo = {{
     {"float64", 8},
     {"float8_e4m3fn", 1},
     {"float8_e5m2", 1},
+    {"uint16", 2},
+    {"uint32", 4},
+    {"uint64", 8},
 }};
 DType g_default_float = DType::Float32;
 }  // namespace
@@ -44,6 +47,7 @@ DType dtype_from_name(std::string_view name) {
       {"f32", DType::Float32},     {"f64", DType::Float64},    {"f16", DType::Float16},
       {"bf16", DType::BFloat16},   {"i64", DType::Int64},      {"i32", DType::Int32},
       {"i16", DType::Int16},       {"i8", DType::Int8},        {"u8", DType::UInt8},
+      {"u16", DType::UInt16},      {"u32", DType::UInt32},     {"u64", DType::UInt64},
       {"float8_e4m3", DType::Float8E4M3}, {"e4m3", DType::Float8E4M3}, {"e5m2", DType::Float8E5M2},
   };
   for (const auto& a : aliases)
@@ -63,6 +67,9 @@ DType promote_types(DType a, DType b) {
   if (a == b) return a;
   if (is_float8(a) || is_float8(b))
     raise<TypeError>("promotion of {} with {} is not supported (float8 types only promote with themselves)",
+                     dtype_name(a), dtype_name(b));
+  if (is_wide_unsigned(a) || is_wide_unsigned(b))
+    raise<TypeError>("promotion of {} with {} is not supported (uint16/uint32/uint64 only promote with themselves)",
                      dtype_name(a), dtype_name(b));
   if (a == DType::Bool) return b;
   if (b == DType::Bool) return a;

@@ -22,7 +22,7 @@ struct NpyType {
 constexpr NpyType kTypes[] = {
     {"b1", DType::Bool},   {"u1", DType::UInt8},   {"i1", DType::Int8},    {"i2", DType::Int16},
     {"i4", DType::Int32},  {"i8", DType::Int64},   {"f2", DType::Float16}, {"f4", DType::Float32},
-    {"f8", DType::Float64},
+    {"f8", DType::Float64},  {"u2", DType::UInt16},   {"u4", DType::UInt32},  {"u8", DType::UInt64},
 };
 
 [[noreturn]] void fail(const std::string& what, const std::string& msg) {

@@ -26,7 +26,8 @@ inline const std::vector<DType> kNumericTypes = {DType::Bool,    DType::UInt8,  
                                                  DType::Float32, DType::Float64};
 inline const std::vector<DType> kAllTypes = {DType::Bool,    DType::UInt8,    DType::Int8,       DType::Int16,
                                              DType::Int32,   DType::Int64,    DType::Float16,    DType::BFloat16,
-                                             DType::Float32, DType::Float64,  DType::Float8E4M3, DType::Float8E5M2};
+                                             DType::Float32, DType::Float64,  DType::Float8E4M3, DType::Float8E5M2,
+                                             DType::UInt16,  DType::UInt32,   DType::UInt64};
 inline const std::vector<DType> kIntAndFloat = {DType::Int32, DType::Int64, DType::Float16, DType::BFloat16,
                                                 DType::Float32, DType::Float64};
 

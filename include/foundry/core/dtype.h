@@ -23,8 +23,13 @@ enum class DType : uint8_t {
   Float64,
   Float8E4M3,  // float8_e4m3fn
   Float8E5M2,  // float8_e5m2
+  // Wide unsigned integers, as PyTorch 2.3+ and safetensors have them: storage and conversion
+  // types (copies, indexing, comparisons); arithmetic promotes them nowhere.
+  UInt16,
+  UInt32,
+  UInt64,
 };
-inline constexpr int kNumDTypes = 12;
+inline constexpr int kNumDTypes = 15;
 
 /// Bytes per element.
 int64_t itemsize(DType t);
@@ -38,18 +43,18 @@ inline bool is_floating(DType t) {
          t == DType::Float64 || t == DType::Float8E4M3 || t == DType::Float8E5M2;
 }
 inline bool is_float8(DType t) { return t == DType::Float8E4M3 || t == DType::Float8E5M2; }
+inline bool is_wide_unsigned(DType t) { return t == DType::UInt16 || t == DType::UInt32 || t == DType::UInt64; }
 inline bool is_integral(DType t, bool include_bool = false) {
-  return (include_bool && t == DType::Bool) ||
-         (t >= DType::UInt8 && t <= DType::Int64);
+  return (include_bool && t == DType::Bool) || (t >= DType::UInt8 && t <= DType::Int64) || is_wide_unsigned(t);
 }
-inline bool is_signed(DType t) { return t != DType::Bool && t != DType::UInt8; }
+inline bool is_signed(DType t) { return t != DType::Bool && t != DType::UInt8 && !is_wide_unsigned(t); }
 
 /// The default floating dtype (float32), used when integers meet floating scalars.
 DType default_float_dtype();
 void set_default_float_dtype(DType t);
 
-/// PyTorch's promoteTypes: the smallest type both values fit in. Float8 types do not promote
-/// with other types (as in PyTorch 2.x); that throws TypeError.
+/// PyTorch's promoteTypes: the smallest type both values fit in. Float8 and the wide unsigned
+/// types do not promote with other types (as in PyTorch 2.x); that throws TypeError.
 DType promote_types(DType a, DType b);
 
 /// PyTorch's canCast: floating -> integral and non-bool -> bool are not allowed implicitly
@@ -88,6 +93,9 @@ FOUNDRY_DTYPE_OF(float, Float32)
 FOUNDRY_DTYPE_OF(double, Float64)
 FOUNDRY_DTYPE_OF(Float8E4M3, Float8E4M3)
 FOUNDRY_DTYPE_OF(Float8E5M2, Float8E5M2)
+FOUNDRY_DTYPE_OF(uint16_t, UInt16)
+FOUNDRY_DTYPE_OF(uint32_t, UInt32)
+FOUNDRY_DTYPE_OF(uint64_t, UInt64)
 #undef FOUNDRY_DTYPE_OF
 
 template <typename T>

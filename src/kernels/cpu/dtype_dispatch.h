@@ -41,7 +41,7 @@ using opmath_t = typename OpMath<T>::type;
   case DType::D:           \
     return f(TypeTag<T>{});
 
-/// Every dtype.
+/// Every dtype (the wide unsigned ones included: copies and conversions).
 template <typename F>
 decltype(auto) visit_all(DType t, const char* op, F&& f) {
   switch (t) {
@@ -57,6 +57,9 @@ decltype(auto) visit_all(DType t, const char* op, F&& f) {
     FOUNDRY_CASE(Float64, double)
     FOUNDRY_CASE(Float8E4M3, Float8E4M3)
     FOUNDRY_CASE(Float8E5M2, Float8E5M2)
+    FOUNDRY_CASE(UInt16, uint16_t)
+    FOUNDRY_CASE(UInt32, uint32_t)
+    FOUNDRY_CASE(UInt64, uint64_t)
   }
   raise<TypeError>("{}: unsupported dtype", op);
 }
