@@ -210,6 +210,9 @@ TEST(Gemm, LargeShapesAndThreads) {
   }
   EXPECT_CLOSE(r1, ref, 1e-3);
   EXPECT_CLOSE(r2, ref, 1e-3);
+  // long dot products, contiguous and strided
+  Tensor d1 = rnd({10001}, DType::Float32), d2 = rnd({20002}, DType::Float32).slice(0, 0, None, 2);
+  EXPECT_CLOSE(dot(d1, d2), naive_mm(d1.reshape({1, 10001}), d2.reshape({10001, 1})).reshape({}), 1e-2);
   // gemv across threads
   Tensor v = rnd({1, 3000}, DType::Float32), w = rnd({3000, 257}, DType::Float32);
   {

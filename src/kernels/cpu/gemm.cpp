@@ -409,21 +409,25 @@ void gemm_gemv_f32(const Mat& A, const Mat& B, float* C, int64_t batch, int64_t 
     const float* ap = mat_at<float>(A, A.batch > 1 ? b : 0);
     const float* bp = mat_at<float>(B, B.batch > 1 ? b : 0);
     float* cp = C + b * M * N;
-    std::vector<float> xbuf;
-    auto vec = [&](const float* p, int64_t stride) {
+    std::vector<float> xbuf, ybuf;
+    auto vec = [&](const float* p, int64_t stride, std::vector<float>& buf) {
       if (stride == 1) return p;
-      xbuf.resize(size_t(K));
-      for (int64_t k = 0; k < K; ++k) xbuf[size_t(k)] = p[k * stride];
-      return static_cast<const float*>(xbuf.data());
+      buf.resize(size_t(K));
+      for (int64_t k = 0; k < K; ++k) buf[size_t(k)] = p[k * stride];
+      return static_cast<const float*>(buf.data());
     };
-    if (M == 1) {
+    if (M == 1 && N == 1) {
+      // a dot product: one "row" of length K
+      const float* x = vec(ap, A.cs, xbuf);
+      gemv_rows_f32(vec(bp, B.rs, ybuf), K, 1, K, x, cp, alpha, beta, bias);
+    } else if (M == 1) {
       // c[1, N] = x[1, K] @ B[K, N]
-      const float* x = vec(ap, A.cs);
+      const float* x = vec(ap, A.cs, xbuf);
       if (B.row_major) gemv_cols_f32(bp, B.ld, K, N, x, cp, alpha, beta, bias);
       else gemv_rows_f32(bp, B.ld, N, K, x, cp, alpha, beta, bias);
     } else {
       // c[M, 1] = A[M, K] @ x[K, 1]; the bias (size 1) is a scalar added to every row
-      const float* x = vec(bp, B.rs);
+      const float* x = vec(bp, B.rs, xbuf);
       if (!bias) {
         if (A.row_major) gemv_rows_f32(ap, A.ld, M, K, x, cp, alpha, beta, nullptr);
         else gemv_cols_f32(ap, A.ld, K, M, x, cp, alpha, beta, nullptr);
