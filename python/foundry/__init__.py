@@ -16,6 +16,7 @@ from . import _C
 from ._C import Tensor, autograd, dtype, from_numpy, manual_seed, tensor  # noqa: F401
 from ._C import get_num_threads, set_num_threads, get_default_dtype, set_default_dtype  # noqa: F401
 from ._C import is_grad_enabled, memory_stats, empty_cache, promote_types  # noqa: F401
+from ._C import Tokenizer, Encoding, train_bpe  # noqa: F401
 
 # dtypes as module attributes, with PyTorch's aliases.
 for _name in ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",

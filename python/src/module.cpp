@@ -20,6 +20,10 @@ using foundry::python::tensor_from;
 using foundry::python::to_numpy;
 using foundry::python::value_from;
 
+namespace foundry::python {
+void bind_text(py::module_& m);
+}
+
 namespace {
 
 py::object wrap_outputs(const ops::OpDef& op, std::vector<Tensor> outs) {
@@ -292,6 +296,8 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("empty_cache", &allocator::empty_cache);
+
+  foundry::python::bind_text(m);
 
   py::module_ ag = m.def_submodule("autograd", "automatic differentiation");
   ag.def("grad", [](std::vector<Tensor> outputs, std::vector<Tensor> inputs, py::object grad_outputs,
