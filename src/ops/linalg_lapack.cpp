@@ -134,11 +134,6 @@ int64_t batch_count(const Tensor& t) {
   int64_t mn = t.size(-1) * t.size(-2);
   return mn == 0 ? 0 : t.numel() / mn;
 }
-int64_t batch_count_of(IntList shape) {
-  int64_t b = 1;
-  for (size_t i = 0; i + 2 < shape.size(); ++i) b *= shape[i];
-  return b;
-}
 
 // Runs fn(b) for b in [0, batch) across threads (grain from the per-matrix cost).
 template <typename F>
