@@ -3,8 +3,8 @@
 // without grad mode (an ordinary backward) the fused flash backward op; with grad mode on
 // (create_graph) or when a float mask needs a gradient, the formula in ops - recompute
 // P = softmax(q k^T * scale + mask), dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)),
-// dQ = dS K scale, dK = dS^T Q scale - so gradients of any order work. The logsumexp output is not
-// differentiable. scaled_dot_product_attention is the composite users call: dropout_p > 0 takes
+// dQ = dS K scale, dK = dS^T Q scale - so gradients of any order work. A gradient of the logsumexp
+// output adds P * dlse to dS. scaled_dot_product_attention is the composite users call: dropout_p > 0 takes
 // the math formula (softmax, dropout, matmuls) instead of the flash kernel.
 //
 // torch 1.13 has no scaled_dot_product_attention: the references are Python lambdas with the
@@ -131,8 +131,7 @@ void register_nn_attention_ops(Registry& r) {
   r.add({.schema_text = "_scaled_dot_product_attention_flash(Tensor query, Tensor key, Tensor value, "
                         "Tensor? attn_mask, bool is_causal, float? scale) -> (Tensor, Tensor)",
          .family = "nn",
-         .doc = "tiled memory-efficient attention returning (output, logsumexp of the scaled masked scores); "
-                "logsumexp is not differentiable",
+         .doc = "tiled memory-efficient attention returning (output, logsumexp of the scaled masked scores)",
          .saves = {"query", "key", "value", "attn_mask"},
          .saves_outputs = {0, 1},
          .prepare =
@@ -170,17 +169,20 @@ void register_nn_attention_ops(Registry& r) {
                const bool causal = c.bool_arg("is_causal");
                const double scale = resolve_scale(c.arg("scale"), q.size(-1));
                const Tensor& g = c.grad(0);
+               // The gradient of logsumexp (zeros unless that output was used).
+               Tensor glse = ops::nn::any_nonzero(c.grad(1)) ? c.grad(1) : Tensor();
                const bool mask_grad = mask.defined() && is_floating(mask.dtype()) && c.needs_grad("attn_mask");
                if (!autograd::is_grad_enabled() && !mask_grad) {
                  std::vector<Tensor> r = ops::call(FOUNDRY_OP("_scaled_dot_product_attention_flash_backward"),
                                                    {g, q, k, v, c.output(0), c.output(1), c.arg("attn_mask"),
-                                                    causal, c.arg("scale")});
+                                                    causal, c.arg("scale"), glse.defined() ? Value(glse) : Value()});
                  return std::vector<Tensor>{r[0], r[1], r[2], Tensor()};
                }
                // The formula in ops (recomputing the probabilities), differentiable again.
                Tensor P = attention_probs(q, k, mask, causal, scale);
                Tensor dS = ops::call1(FOUNDRY_OP("_softmax_backward_data"),
                                       {matmul(g, v.transpose(-2, -1)), P, int64_t(-1), P.dtype()});
+               if (glse.defined()) dS = dS + P * glse.to(P.dtype()).unsqueeze(-1);
                std::vector<Tensor> out(4);
                if (c.needs_grad("query")) out[0] = matmul(dS, k) * S(scale, q.dtype());
                if (c.needs_grad("key")) out[1] = matmul(dS.transpose(-2, -1), q) * S(scale, q.dtype());
@@ -195,8 +197,8 @@ void register_nn_attention_ops(Registry& r) {
                 kPyScores + ")"});
 
   r.add({.schema_text = "_scaled_dot_product_attention_flash_backward(Tensor grad_out, Tensor query, Tensor key, "
-                        "Tensor value, Tensor out, Tensor logsumexp, Tensor? attn_mask, bool is_causal, float? scale) "
-                        "-> (Tensor, Tensor, Tensor)",
+                        "Tensor value, Tensor out, Tensor logsumexp, Tensor? attn_mask, bool is_causal, float? scale, "
+                        "Tensor? grad_logsumexp=None) -> (Tensor, Tensor, Tensor)",
          .family = "nn",
          .doc = "fused attention gradient (dq, dk, dv) from the saved output and logsumexp, tile by tile; used by "
                 "backward passes that do not build a graph",
@@ -226,7 +228,11 @@ void register_nn_attention_ops(Registry& r) {
                                 "logsumexp {} must be {}",
                                 shape_str(g.sizes()), shape_str(a.tensor(4).sizes()), shape_str(os),
                                 shape_str(a.tensor(5).sizes()), shape_str(ls));
-               return kernels::attention_backward(g, q, k, v, a.tensor(4), a.tensor(5), mask, causal,
+               Tensor glse = opt_tensor(a[9]);
+               FOUNDRY_CHECK_AS(ValueError, !glse.defined() || Shape(glse.sizes()) == ls,
+                                "_scaled_dot_product_attention_flash_backward: grad_logsumexp {} must be {}",
+                                glse.defined() ? shape_str(glse.sizes()) : "", shape_str(ls));
+               return kernels::attention_backward(g, q, k, v, a.tensor(4), a.tensor(5), glse, mask, causal,
                                                   resolve_scale(a[8], q.size(-1)));
              },
          .dtypes = kFloatTypes,
@@ -241,17 +247,18 @@ void register_nn_attention_ops(Registry& r) {
                  auto cast = [&](const Value& v) {
                    return v.is_tensor() && is_floating(v.tensor().dtype()) ? Value(v.tensor().to(dt)) : v;
                  };
+                 const DType lt = dt == DType::Float64 ? dt : DType::Float32;
                  s.push_back({{U(o[0].sizes(), dt, g), cast(f.args[0]), cast(f.args[1]), cast(f.args[2]),
-                               o[0].to(dt), o[1].to(dt == DType::Float64 ? dt : DType::Float32), cast(f.args[3]),
-                               f.args[4], f.args[5]},
+                               o[0].to(dt), o[1].to(lt), cast(f.args[3]), f.args[4], f.args[5],
+                               s.size() % 2 ? Value(U(o[1].sizes(), lt, g)) : Value()},
                               f.note});
                }
                return s;
              },
-         .ref = std::string("lambda go, q, k, v, o, lse, m, c, scale: (lambda q, k, v: torch.autograd.grad((lambda s: "
-                            "torch.softmax(s, -1) @ v)(") +
-                kPyScores + "), (q, k, v), go))(q.detach().requires_grad_(), k.detach().requires_grad_(), "
-                            "v.detach().requires_grad_())"});
+         .ref = std::string("lambda go, q, k, v, o, lse, m, c, scale, glse=None: (lambda q, k, v: (lambda s: "
+                            "torch.autograd.grad([torch.softmax(s, -1) @ v] + ([] if glse is None else "
+                            "[torch.logsumexp(s, -1)]), (q, k, v), [go] + ([] if glse is None else [glse.to(q.dtype)])))(") +
+                kPyScores + "))(q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_())"});
 
   r.add({.schema_text = "scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
                         "float dropout_p=0.0, bool is_causal=False, *, float? scale=None) -> Tensor",

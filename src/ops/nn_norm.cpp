@@ -4,10 +4,11 @@
 // and batch norm (native_batch_norm: fused statistics, running-stat updates in place, gradient
 // in ops).
 //
-// As in PyTorch, the statistics outputs (mean, rstd, invstd) are not differentiable: gradients
-// given to them are ignored. The fused backward ops are functions of (grad, input, weight) alone
-// (their kernels recompute each row's statistics), so their own gradients, written in ops with
-// mean and rstd recomputed as ops of the input, are exact to any order.
+// The statistics outputs (mean, rstd, invstd) are differentiable like any output (PyTorch leaves
+// them without gradients; as it never feeds them a gradient, results agree wherever PyTorch
+// defines one). The fused backward ops are functions of (grad, input, weight) alone (their kernels
+// recompute each row's statistics), so their own gradients, written in ops with mean and rstd
+// recomputed as ops of the input, are exact to any order.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -82,6 +83,21 @@ void cast_params(Args& a, std::initializer_list<size_t> idx) {
   DType dt = a[0].tensor().dtype();
   for (size_t i : idx)
     if (a[i].is_tensor() && a[i].tensor().defined() && a[i].tensor().dtype() != dt) a[i] = a[i].tensor().to(dt);
+}
+
+// Input gradient contributed by gradients of the statistics outputs of a normalisation over `dims`
+// (n elements each): dmean/dx = 1/n, drstd/dx = -rstd^3 (x - mean) / n (mean undefined: RMS norm,
+// drstd/dx = -rstd^3 x / n). Undefined when both gradients are zero (the usual case).
+Tensor stat_grads(const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& g_mean, const Tensor& g_rstd,
+                  double n) {
+  Tensor extra;
+  if (g_mean.defined() && ops::nn::any_nonzero(g_mean)) extra = g_mean.expand(x.sizes()) / W(n);
+  if (g_rstd.defined() && ops::nn::any_nonzero(g_rstd)) {
+    Tensor centred = mean.defined() ? x - mean : x;
+    Tensor t = neg(g_rstd * rstd * rstd * rstd * centred) / W(n);
+    extra = extra.defined() ? extra + t : t;
+  }
+  return extra;
 }
 
 std::vector<Sample> layer_norm_samples(DType dt, Generator& g) {
@@ -234,6 +250,9 @@ std::vector<Tensor> native_batch_norm_backward(BackwardContext& c) {
   if (c.needs_grad("input")) {
     if (training) {
       out[0] = invstd_b * (a - mean(a, dims, true) - xh * mean(a * xh, dims, true));
+      const double count = double(x.numel() / std::max<int64_t>(x.size(1), 1));
+      Tensor extra = stat_grads(x, mean_b, invstd_b, per_channel(c.grad(1), nd), per_channel(c.grad(2), nd), count);
+      if (extra.defined()) out[0] = out[0] + extra;
     } else {
       out[0] = a * invstd_b;
     }
@@ -289,9 +308,9 @@ void register_nn_norm_ops(Registry& r) {
   r.add({.schema_text = "native_layer_norm(Tensor input, int[] normalized_shape, Tensor? weight, Tensor? bias, "
                         "float eps) -> (Tensor, Tensor, Tensor)",
          .family = "nn",
-         .doc = "layer norm returning (output, mean, rstd); one fused pass per row; mean and rstd are not "
-                "differentiable (as PyTorch)",
+         .doc = "layer norm returning (output, mean, rstd); one fused pass per row",
          .saves = {"input", "weight"},
+         .saves_outputs = {1, 2},
          .prepare = [](Args& a) { cast_params(a, {2, 3}); },
          .forward =
              [](const Args& a) {
@@ -311,7 +330,11 @@ void register_nn_norm_ops(Registry& r) {
                std::vector<Tensor> gr = ops::call(FOUNDRY_OP("_layer_norm_backward"),
                                                   {c.grad(0), x, ns, w.defined() ? Value(w) : Value(), c.arg("eps")});
                std::vector<Tensor> out(3);
-               if (c.needs_grad("input")) out[0] = gr[0];
+               if (c.needs_grad("input")) {
+                 out[0] = gr[0];
+                 Tensor extra = stat_grads(x, c.output(1), c.output(2), c.grad(1), c.grad(2), double(prod(ns)));
+                 if (extra.defined()) out[0] = out[0] + extra;
+               }
                if (w.defined() && c.needs_grad("weight")) out[1] = gr[1];
                if (c.needs_grad("bias")) out[2] = gr[2];
                (void)axis;
@@ -413,9 +436,9 @@ void register_nn_norm_ops(Registry& r) {
 
   r.add({.schema_text = "_rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float eps) -> (Tensor, Tensor)",
          .family = "nn",
-         .doc = "RMS norm returning (output, rstd); rstd = 1 / sqrt(mean(x^2) + eps) per row and is not "
-                "differentiable",
+         .doc = "RMS norm returning (output, rstd); rstd = 1 / sqrt(mean(x^2) + eps) per row",
          .saves = {"input", "weight"},
+         .saves_outputs = {1},
          .prepare = [](Args& a) { cast_params(a, {2}); },
          .forward =
              [](const Args& a) {
@@ -434,7 +457,11 @@ void register_nn_norm_ops(Registry& r) {
                std::vector<Tensor> gr = ops::call(FOUNDRY_OP("_rms_norm_backward"),
                                                   {c.grad(0), x, ns, w.defined() ? Value(w) : Value(), c.arg("eps")});
                std::vector<Tensor> out(2);
-               if (c.needs_grad("input")) out[0] = gr[0];
+               if (c.needs_grad("input")) {
+                 out[0] = gr[0];
+                 Tensor extra = stat_grads(x, Tensor(), c.output(1), Tensor(), c.grad(1), double(prod(ns)));
+                 if (extra.defined()) out[0] = out[0] + extra;
+               }
                if (w.defined() && c.needs_grad("weight")) out[1] = gr[1];
                return out;
              },
@@ -583,8 +610,7 @@ void register_nn_norm_ops(Registry& r) {
                         "Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)",
          .family = "nn",
          .doc = "batch norm over [N, C, *] returning (output, save_mean, save_invstd); in training mode updates the "
-                "running statistics in place (unbiased variance), in eval mode normalises with them; save_mean and "
-                "save_invstd are not differentiable (as PyTorch)",
+                "running statistics in place (unbiased variance), in eval mode normalises with them",
          .saves = {"input", "weight", "running_mean", "running_var"},
          .saves_outputs = {1, 2},
          .nondiff_params = {"running_mean", "running_var"},

@@ -85,6 +85,7 @@ void attention_backward_ref(const T* q, const T* k, const T* v, const T* out, co
         const T* oi = out + (bh * s.L + i) * s.Ev;
         double D = 0;
         for (int64_t c = 0; c < s.Ev; ++c) D += double(doi[c]) * double(oi[c]);
+        if (s.dlse) D -= double(static_cast<const T*>(s.dlse)[bh * s.L + i]);
         std::vector<double> dqi(static_cast<size_t>(s.E), 0.0);
         for (int64_t j = 0; j < s.S; ++j) {
           if (sc[size_t(j)] == -std::numeric_limits<double>::infinity()) continue;
@@ -194,11 +195,13 @@ std::vector<Tensor> attention_forward(const Tensor& q_in, const Tensor& k_in, co
 
 std::vector<Tensor> attention_backward(const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in,
                                        const Tensor& v_in, const Tensor& out_in, const Tensor& lse_in,
-                                       const Tensor& mask, bool causal, double scale) {
+                                       const Tensor& dlse_in, const Tensor& mask, bool causal, double scale) {
   const DType dt = q_in.dtype(), ct = compute_dtype(dt);
   Tensor q = q_in.to(ct).contiguous(), k = k_in.to(ct).contiguous(), v = v_in.to(ct).contiguous();
   Tensor dout = dout_in.to(ct).contiguous(), out = out_in.to(ct).contiguous(), lse = lse_in.to(ct).contiguous();
   Setup st = setup(q, k, v, mask, causal, scale, ct);
+  Tensor dlse = dlse_in.defined() ? dlse_in.to(ct).contiguous() : Tensor();
+  if (dlse.defined()) st.s.dlse = dlse.data_ptr();
   Tensor dq = zeros(q.sizes(), ct), dk = zeros(k.sizes(), ct), dv = zeros(v.sizes(), ct);
   if (st.s.BH > 0 && st.s.L > 0 && st.s.S > 0) {
     if (ct == DType::Float32 && !g_use_reference && st.s.E > 0 && st.s.Ev > 0) {

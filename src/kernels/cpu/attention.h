@@ -11,8 +11,8 @@
 // PyTorch).
 // A query row whose keys are all masked out gets NaN (as the math formula).
 //
-// Backward: D_i = sum_c dO_ic O_ic; P = exp(s - lse); dV = P^T dO; dP = dO V^T;
-// dS = P (dP - D); dQ = scale dS K; dK = scale dS^T Q. With at least as many batch-heads as
+// Backward: D_i = sum_c dO_ic O_ic - dlse_i (dlse: the gradient of lse, if any); P = exp(s - lse);
+// dV = P^T dO; dP = dO V^T; dS = P (dP - D); dQ = scale dS K; dK = scale dS^T Q. With at least as many batch-heads as
 // threads, one task per batch-head does all five products of each tile; otherwise it runs in two
 // passes (over key blocks for dK/dV, over query blocks for dQ). Every output element is written by
 // one task and sums its terms in the same order either way, so results do not depend on the
@@ -32,6 +32,7 @@ struct AttnShape {
   const void* mask = nullptr;         // additive; float (float32 kernels) or the reference's T
   const int64_t* mask_off = nullptr;  // per batch-head offset into mask
   int64_t ms_i = 0, ms_j = 0;
+  const void* dlse = nullptr;  // backward only: gradient of lse [BH, L] (float or the reference's T)
 };
 
 /// float32 SIMD kernels.
@@ -52,10 +53,10 @@ void attention_backward_ref(const T* q, const T* k, const T* v, const T* out, co
 /// Returns {out [..., L, Ev], lse [..., L]} (lse in float32, or float64 for float64 inputs).
 std::vector<Tensor> attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                       bool causal, double scale);
-/// Returns {dq, dk, dv}.
+/// Returns {dq, dk, dv}. dlse (the gradient of lse) may be undefined.
 std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& out, const Tensor& lse, const Tensor& mask, bool causal,
-                                       double scale);
+                                       const Tensor& out, const Tensor& lse, const Tensor& dlse, const Tensor& mask,
+                                       bool causal, double scale);
 
 /// Forces the reference loops for float32 too (tests compare the two).
 void set_attention_use_reference(bool on);

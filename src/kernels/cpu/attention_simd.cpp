@@ -336,6 +336,7 @@ void AttentionBackwardF32(const float* q, const float* k, const float* v, const 
     for (int64_t r = b; r < e; ++r) {
       double acc = 0;
       for (int64_t c = 0; c < Ev; ++c) acc += double(dout[r * Ev + c]) * double(out[r * Ev + c]);
+      if (s.dlse) acc -= double(static_cast<const float*>(s.dlse)[r]);
       Dbuf[size_t(r)] = float(acc);
     }
   });
