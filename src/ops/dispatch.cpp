@@ -1,8 +1,11 @@
 // Running an op: argument checking, the forward, and recording its backward node.
 #include <algorithm>
 
+#include <set>
+
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/autograd/node.h"
+#include "foundry/ops/autocast.h"
 #include "foundry/ops/ops.h"
 #include "foundry/ops/registry.h"
 
@@ -361,6 +364,42 @@ void record(const OpDef& op, const std::vector<Value>& values, const Slots& slot
   }
 }
 
+// ---- autocast ------------------------------------------------------------------------------
+
+enum AutocastPolicy : int8_t { kNoCast = 0, kLower = 1, kFloat32 = 2 };
+
+int8_t autocast_policy_of(const OpDef& op) {
+  if (op.autocast_policy >= 0) return op.autocast_policy;
+  // PyTorch's CPU autocast lists: products in the low dtype; precision-sensitive ops in float32.
+  static const std::set<std::string> lower = {"mm", "matmul", "bmm", "addmm", "baddbmm", "linear", "conv1d", "conv2d",
+                                              "conv_transpose2d", "mv", "dot", "outer", "einsum", "tensordot"};
+  static const std::set<std::string> fp32 = {
+      "softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm", "cross_entropy", "nll_loss",
+      "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits",
+      "kl_div", "cosine_similarity", "pairwise_distance", "norm", "logsumexp", "exp", "expm1", "log", "log2",
+      "log10", "log1p", "reciprocal", "rsqrt", "pow", "softplus", "cumsum", "cumprod", "prod", "acos", "asin",
+      "cosh", "sinh", "tan", "erfinv", "var", "std", "var_mean", "std_mean"};
+  const std::string& n = op.name();
+  op.autocast_policy = lower.count(n) ? kLower : fp32.count(n) ? kFloat32 : kNoCast;
+  return op.autocast_policy;
+}
+
+void apply_autocast(const OpDef& op, std::vector<Value>& values) {
+  int8_t policy = autocast_policy_of(op);
+  if (policy == kNoCast) return;
+  DType low = autocast::lower_dtype();
+  auto cast = [&](Tensor& t) {
+    if (!t.defined() || !is_floating(t.dtype()) || t.impl()->wrapped_number) return;
+    if (policy == kLower && t.dtype() == DType::Float32) t = t.to(low);
+    else if (policy == kFloat32 && (t.dtype() == DType::BFloat16 || t.dtype() == DType::Float16)) t = t.to(DType::Float32);
+  };
+  for (Value& v : values) {
+    if (v.is_tensor()) cast(v.tensor());
+    else if (v.is_tensor_list())
+      for (Tensor& t : v.tensor_list()) cast(t);
+  }
+}
+
 }  // namespace
 
 Args bind(const OpDef& op, std::vector<Value> positional, std::vector<std::pair<std::string, Value>> kwargs) {
@@ -393,6 +432,7 @@ Args bind(const OpDef& op, std::vector<Value> positional, std::vector<std::pair<
 
 std::vector<Tensor> call(const OpDef& op, std::vector<Value> values) {
   complete_args(op, values);
+  if (autocast::is_enabled()) apply_autocast(op, values);
   Args args(&op.schema, std::move(values));
   if (op.kind == OpDef::Kind::Composite) return op.forward(args);
   if (op.prepare) op.prepare(args);

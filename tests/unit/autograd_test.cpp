@@ -4,6 +4,7 @@
 #include "foundry/autograd/autograd.h"
 #include "foundry/autograd/checkpoint.h"
 #include "foundry/autograd/node.h"
+#include "foundry/ops/autocast.h"
 #include "foundry/ops/ops.h"
 
 using namespace foundry;
@@ -158,4 +159,22 @@ TEST(Autograd, CheckpointGivesTheSameGradients) {
   sum(y2 * y2).backward();
   EXPECT_TRUE(allclose(w.grad(), gw, 1e-12, 1e-12));
   EXPECT_TRUE(allclose(x.grad(), gx, 1e-12, 1e-12));
+}
+
+TEST(Autocast, ProductsRunInBFloat16WithFloat32Gradients) {
+  Tensor w = randn({8, 4}).requires_grad_();
+  Tensor x = randn({3, 8});
+  Tensor y, l;
+  {
+    autocast::AutocastGuard ac;
+    y = matmul(x, w);
+    l = log_softmax(y, -1);
+  }
+  EXPECT_EQ(y.dtype(), DType::BFloat16);
+  EXPECT_EQ(l.dtype(), DType::Float32);
+  sum(l).backward();
+  EXPECT_EQ(w.grad().dtype(), DType::Float32);
+  // Close to the float32 result at bfloat16 precision.
+  Tensor ref = log_softmax(matmul(x, w.detach()), -1);
+  EXPECT_TRUE(allclose(l.detach(), ref, 5e-2, 5e-2));
 }

@@ -122,6 +122,8 @@ struct OpDef {
 
   // Filled in at registration.
   Schema schema;
+  /// Autocast policy, resolved from the op's name on first use (see ops/autocast.h).
+  mutable int8_t autocast_policy = -1;
   const std::string& name() const { return schema.name; }
 };
 
