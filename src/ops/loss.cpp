@@ -89,11 +89,12 @@ Tensor huber_loss(const Tensor& a, const Tensor& b, const std::string& r, double
   return ops::call1(FOUNDRY_OP("huber_loss"), {a, b, r, delta});
 }
 Tensor binary_cross_entropy(const Tensor& a, const Tensor& b, const Tensor& w, const std::string& r) {
-  return ops::call1(FOUNDRY_OP("binary_cross_entropy"), {a, b, w, r});
+  return ops::call1(FOUNDRY_OP("binary_cross_entropy"), {a, b, w.defined() ? Value(w) : Value(), r});
 }
 Tensor binary_cross_entropy_with_logits(const Tensor& a, const Tensor& b, const Tensor& w, const std::string& r,
                                         const Tensor& pos_weight) {
-  return ops::call1(FOUNDRY_OP("binary_cross_entropy_with_logits"), {a, b, w, r, pos_weight});
+  return ops::call1(FOUNDRY_OP("binary_cross_entropy_with_logits"),
+                    {a, b, w.defined() ? Value(w) : Value(), r, pos_weight.defined() ? Value(pos_weight) : Value()});
 }
 Tensor kl_div(const Tensor& a, const Tensor& b, const std::string& r, bool log_target) {
   return ops::call1(FOUNDRY_OP("kl_div"), {a, b, r, log_target});
