@@ -4,11 +4,12 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
+#include "foundry/io/atomic_file.h"
 #include "foundry/ops/ops.h"
 
 namespace foundry::io {
@@ -55,42 +56,6 @@ std::string dict_value(const std::string& header, const std::string& key, const 
 
 }  // namespace
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) raise<IOError>("cannot open '{}': {}", path, std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) raise<IOError>("cannot create '{}': {}", tmp, std::strerror(errno));
-  size_t off = 0;
-  while (off < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      raise<IOError>("cannot write '{}': {}", tmp, std::strerror(e));
-    }
-    off += size_t(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    raise<IOError>("cannot flush '{}': {}", tmp, std::strerror(e));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    raise<IOError>("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(e));
-  }
-}
-
 Tensor parse_npy(const std::string& bytes, const std::string& what) {
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) fail(what, "not an .npy file (bad magic)");
   uint8_t major = uint8_t(bytes[6]);
@@ -120,6 +85,8 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   if (!type) fail(what, "unsupported dtype '" + descr + "'");
   bool big_endian = order == '>';
   if (order != '<' && order != '>' && order != '|' && order != '=') fail(what, "bad byte order in '" + descr + "'");
+  if (shape_text.size() < 2 || shape_text.front() != '(' || shape_text.back() != ')')
+    fail(what, "malformed shape '" + shape_text + "' in npy header");
   Shape shape;
   {
     std::string inner = shape_text.substr(1, shape_text.size() - 2);
@@ -235,7 +202,8 @@ void save_npz(const std::string& path, const std::map<std::string, Tensor>& arra
     write_file_atomic(path, eocd);
     return;
   }
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + ".z" + std::to_string(counter.fetch_add(1));
   ::unlink(tmp.c_str());
   int err = 0;
   zip_t* z = zip_open(tmp.c_str(), ZIP_CREATE | ZIP_EXCL, &err);
@@ -259,11 +227,19 @@ void save_npz(const std::string& path, const std::map<std::string, Tensor>& arra
     ::unlink(tmp.c_str());
     raise<IOError>("cannot write npz '{}': {}", path, msg);
   }
+  // libzip closed the archive into `tmp`; make it durable before it takes the final name.
+  try {
+    fsync_file(tmp);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
     raise<IOError>("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(e));
   }
+  fsync_dir(parent_dir(path));
 }
 
 }  // namespace foundry::io

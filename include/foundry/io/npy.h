@@ -6,6 +6,7 @@
 #include <string>
 
 #include "foundry/core/tensor.h"
+#include "foundry/io/atomic_file.h"  // write_file_atomic, read_file (used with npy by callers)
 
 namespace foundry::io {
 
@@ -22,9 +23,5 @@ std::string encode_npy(const Tensor& t);
 std::map<std::string, Tensor> load_npz(const std::string& path);
 /// Writes arrays as an uncompressed .npz (as numpy.savez), atomically.
 void save_npz(const std::string& path, const std::map<std::string, Tensor>& arrays);
-
-/// Writes bytes to path atomically: a temporary file in the same folder, fsync, rename.
-void write_file_atomic(const std::string& path, const std::string& bytes);
-std::string read_file(const std::string& path);
 
 }  // namespace foundry::io
