@@ -17,10 +17,15 @@ from ._C import Tensor, autograd, dtype, from_numpy, manual_seed, tensor  # noqa
 from ._C import get_num_threads, set_num_threads, get_default_dtype, set_default_dtype  # noqa: F401
 from ._C import is_grad_enabled, memory_stats, empty_cache, promote_types  # noqa: F401
 from ._C import Tokenizer, Encoding, train_bpe  # noqa: F401
+# File formats (docs/formats.md): safetensors as the `safetensors` package names it, sharded
+# checkpoints, NumPy files, training checkpoints. Malformed files raise OSError.
+from ._C import load_file, save_file, load, save, safe_open, SafetensorsFile  # noqa: F401
+from ._C import load_sharded, save_sharded, load_npy, save_npy, load_npz, save_npz  # noqa: F401
+from ._C import save_checkpoint, load_checkpoint, latest_checkpoint, list_checkpoints  # noqa: F401
 
 # dtypes as module attributes, with PyTorch's aliases.
 for _name in ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
-              "float8_e4m3fn", "float8_e5m2"]:
+              "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64"]:
     globals()[_name] = getattr(dtype, _name)
 float = float32  # noqa: A001
 double = float64

@@ -109,7 +109,11 @@ py::array to_numpy(const Tensor& t_in) {
   }
   auto* holder = new Tensor(t.detach());
   py::capsule owner(holder, [](void* p) { delete static_cast<Tensor*>(p); });
-  return py::array(py::dtype(fmt), shape, strides, t.numel() ? t.data_ptr() : nullptr, owner);
+  py::array arr(py::dtype(fmt), shape, strides, t.numel() ? t.data_ptr() : nullptr, owner);
+  // Read-only storage (a memory-mapped safetensors file) must not be written through NumPy: the
+  // pages are mapped PROT_READ and a write would crash the process.
+  if (t.storage()->read_only()) arr.attr("setflags")(py::arg("write") = false);
+  return arr;
 }
 
 Tensor tensor_from(py::handle obj, std::optional<DType> dtype) {
