@@ -115,13 +115,37 @@ TEST(NnSoftmax, SpecialValuesGiveNaNRows) {
   // The column kernel follows the same rules.
   Tensor yt = softmax(x.t().contiguous(), 0).t();
   expect_close(yt, y);
+  // NaN anywhere in a row (in full SIMD vectors too, for both kernels).
+  for (int64_t n : {16, 64, 100, 2000}) {
+    for (int64_t pos : {int64_t(0), n / 2, n - 1}) {
+      Tensor t = zeros({3, n});
+      t.index_put_({1, pos}, Scalar(nan));
+      auto r = vec(softmax(t, 1));
+      EXPECT_TRUE(std::isnan(r[size_t(n)])) << n << " " << pos;
+      EXPECT_FALSE(std::isnan(r[0]));
+      auto c = vec(softmax(t.t().contiguous(), 0).t());
+      EXPECT_TRUE(std::isnan(c[size_t(n)])) << "columns " << n << " " << pos;
+    }
+  }
+  // And the online form of long rows: NaN anywhere, +inf, all -inf; -inf chunks before finite ones.
+  Tensor big = zeros({5, 20000}, DType::Float32);
+  big.index_put_({1, 19999}, Scalar(nan));
+  big.index_put_({2, 7}, Scalar(inf));
+  big.index_put_({3}, Scalar(-inf));
+  big.index_put_({4, Slice(0, 5000)}, Scalar(-inf));
+  auto bv = vec(softmax(big, 1));
+  EXPECT_NEAR(bv[0], 1.0 / 20000, 1e-10);
+  for (int r = 1; r < 4; ++r) EXPECT_TRUE(std::isnan(bv[size_t(r * 20000 + 100)])) << r;
+  EXPECT_EQ(bv[size_t(4 * 20000 + 10)], 0.0);
+  EXPECT_NEAR(bv[size_t(4 * 20000 + 6000)], 1.0 / 15000, 1e-10);
 }
 
 TEST(NnSoftmax, SimdMatchesScalarTwinOnEveryTarget) {
   for (auto [name, target] : kernels::simd_targets()) {
     kernels::force_simd_target(target);
     for (bool log : {false, true}) {
-      for (auto [outer, D, inner] : {std::tuple<int64_t, int64_t, int64_t>{5, 37, 1}, {3, 130, 1}, {2, 9, 21}, {1, 3, 64}}) {
+      for (auto [outer, D, inner] : {std::tuple<int64_t, int64_t, int64_t>{5, 37, 1}, {3, 130, 1}, {2, 9, 21}, {1, 3, 64},
+                                     {2, 40000, 1}}) {  // the last: long rows (online form)
         Tensor x = rnd({outer, D, inner}, DType::Float32, -8, 8);
         Tensor g = rnd({outer, D, inner}, DType::Float32);
         Tensor y = kernels::softmax_forward(x, 1, log);
@@ -594,6 +618,11 @@ TEST(NnAttention, MatchesMathFormula) {
   Tensor add = tensor<double>({0, -INFINITY, 0}, {1, 3}).to(DType::Float32);
   expect_close(y.narrow(1, 0, 1), naive_attention(q.narrow(1, 0, 1), k, v, add, false), 1e-5, 1e-6);
   EXPECT_TRUE(std::isnan(yv[2]) && std::isnan(yv[3]));
+  // A NaN score poisons its query row (also inside full SIMD vectors).
+  Tensor qn = rnd({1, 3, 8}), kn = rnd({1, 40, 8}), vn = rnd({1, 40, 4});
+  kn.index_put_({0, 20, 3}, Scalar(NAN));
+  auto r = vec(scaled_dot_product_attention(qn, kn, vn));
+  for (double e : r) EXPECT_TRUE(std::isnan(e));
 }
 
 TEST(NnAttention, SimdKernelsMatchReferenceTwin) {

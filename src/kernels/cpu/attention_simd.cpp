@@ -170,9 +170,10 @@ void ForEachItem(int64_t n, const std::function<Scratch()>& make_scratch, F body
 inline int64_t Zigzag(int64_t t, int64_t n) { return (t % 2 == 0) ? t / 2 : n - 1 - t / 2; }
 
 // Scales row i of a score tile, adds the mask, and sets masked / out-of-range keys to -inf.
-// Returns the number of leading keys that can be valid (<= 0: the whole row is masked).
+// Returns the number of leading keys that can be valid (<= 0: the whole row is masked); sets `nan`
+// when a kept score is NaN (the exp and max below would silently drop it).
 HWY_INLINE int64_t ScoreRow(float* HWY_RESTRICT row, const AttnShape& s, int64_t bh, int64_t qi, int64_t k0,
-                            int64_t kc) {
+                            int64_t kc, bool& nan) {
   const DF d;
   const int64_t N = int64_t(hn::Lanes(d));
   int64_t nvalid = kc;
@@ -198,6 +199,7 @@ HWY_INLINE int64_t ScoreRow(float* HWY_RESTRICT row, const AttnShape& s, int64_t
     }
     const int64_t left = nvalid - j;
     const auto keep = hn::FirstN(d, size_t(std::max<int64_t>(0, std::min<int64_t>(left, N))));
+    if (!hn::AllFalse(d, hn::And(keep, hn::IsNaN(x)))) nan = true;
     hn::StoreU(hn::IfThenElse(keep, x, ninf), d, row + j);
   }
   return nvalid;
@@ -250,6 +252,7 @@ void AttentionForwardF32(const float* q, const float* k, const float* v, float* 
                    std::vector<float>(size_t(kBlk * Evp)), std::vector<float>(kBlk), std::vector<float>(kBlk)};
   }, [&](Scratch& sc, int64_t item) {
     std::vector<float>&qb = sc.qb, &sb = sc.sb, &ob = sc.ob, &m = sc.m, &l = sc.l;
+    bool nan_row[kBlk] = {};  // a NaN score makes the whole output row NaN (as the math formula)
     {
       const int64_t bh = item / nq, q0 = Zigzag(item % nq, nq) * kBlk;
       const int64_t qc = std::min(kBlk, L - q0), Mr = RoundUp(qc, 4);
@@ -264,8 +267,8 @@ void AttentionForwardF32(const float* q, const float* k, const float* v, float* 
         Gemm(sb.data(), kBlk, qb.data(), E, kt.data() + bh * E * Sp + k0, Sp, Mr, kBlk, E, false);
         for (int64_t i = 0; i < Mr; ++i) {
           float* row = sb.data() + i * kBlk;
-          const int64_t nvalid = i < qc ? ScoreRow(row, s, bh, q0 + i, k0, kc) : 0;
-          if (nvalid <= 0) {
+          const int64_t nvalid = i < qc ? ScoreRow(row, s, bh, q0 + i, k0, kc, nan_row[i]) : 0;
+          if (nvalid <= 0 || nan_row[i]) {
             std::fill(row, row + kBlk, 0.0f);
             continue;
           }
@@ -286,8 +289,10 @@ void AttentionForwardF32(const float* q, const float* k, const float* v, float* 
         const float inv = 1.0f / l[size_t(i)];  // l == 0 (all keys masked): NaN, as the math formula
         float* o = out + (bh * L + q0 + i) * Ev;
         const float* src = ob.data() + i * Evp;
-        for (int64_t c = 0; c < Ev; ++c) o[c] = l[size_t(i)] == 0.0f ? std::numeric_limits<float>::quiet_NaN() : src[c] * inv;
-        lse[bh * L + q0 + i] = m[size_t(i)] + std::log(l[size_t(i)]);
+        const bool undefined = l[size_t(i)] == 0.0f || nan_row[i];
+        for (int64_t c = 0; c < Ev; ++c) o[c] = undefined ? std::numeric_limits<float>::quiet_NaN() : src[c] * inv;
+        lse[bh * L + q0 + i] =
+            nan_row[i] ? std::numeric_limits<float>::quiet_NaN() : m[size_t(i)] + std::log(l[size_t(i)]);
       }
     }
   });
@@ -304,10 +309,18 @@ HWY_INLINE void TileGrad(const float* qb, const float* dob, const float* kt, con
   for (int64_t i = 0; i < Mr; ++i) {
     float* row = sb + i * kBlk;
     float* dr = ds + i * kBlk;
-    const int64_t nvalid = i < qc ? ScoreRow(row, s, bh, q0 + i, k0, kc) : 0;
+    bool nan = false;
+    const int64_t nvalid = i < qc ? ScoreRow(row, s, bh, q0 + i, k0, kc, nan) : 0;
     if (nvalid <= 0) {
       std::fill(row, row + kBlk, 0.0f);
       std::fill(dr, dr + kBlk, 0.0f);
+      continue;
+    }
+    if (nan || std::isnan(lse[q0 + i])) {  // undefined row: NaN gradients, as the math formula
+      std::fill(row, row + nvalid, std::numeric_limits<float>::quiet_NaN());
+      std::fill(dr, dr + nvalid, std::numeric_limits<float>::quiet_NaN());
+      std::fill(row + nvalid, row + kBlk, 0.0f);
+      std::fill(dr + nvalid, dr + kBlk, 0.0f);
       continue;
     }
     ExpRow(row, lse[q0 + i]);

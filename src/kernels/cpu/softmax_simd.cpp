@@ -1,7 +1,10 @@
 // SIMD softmax / log-softmax kernels (Highway, compiled per x86 target, chosen at run time).
 // Rows: pass 1 finds the max (and any NaN), pass 2 stores exp(x - max) while summing, pass 3
-// scales; a row of a few thousand floats stays in L1 between passes, so memory sees one read and
-// one write. Columns ([D, inner] blocks): the same three passes with one lane per column.
+// scales; a row of a few thousand floats stays in L1/L2 between passes, so memory sees one read
+// and one write. Rows longer than kLongRow (which would leave the cache between passes) use the
+// online form instead: one pass keeps a running max and a sum rescaled whenever the max grows
+// (per L1-sized chunk), a second pass writes exp(x - max) / sum. Columns ([D, inner] blocks): the
+// three-pass form with one lane per column.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/softmax_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -25,12 +28,13 @@ HWY_INLINE T RowMax(D d, const T* HWY_RESTRICT x, int64_t n, bool& bad) {
   const int64_t N = int64_t(hn::Lanes(d));
   const T ninf = -std::numeric_limits<T>::infinity();
   auto m0 = hn::Set(d, ninf), m1 = m0, m2 = m0, m3 = m0;
-  auto nan = hn::Ne(m0, m0);
+  // hn::IsNaN, not Ne(v, v): Highway's Ne is an ordered compare (false when either side is NaN).
+  auto nan = hn::IsNaN(m0);
   int64_t i = 0;
   for (; i + 4 * N <= n; i += 4 * N) {
     auto v0 = hn::LoadU(d, x + i), v1 = hn::LoadU(d, x + i + N);
     auto v2 = hn::LoadU(d, x + i + 2 * N), v3 = hn::LoadU(d, x + i + 3 * N);
-    nan = hn::Or(nan, hn::Or(hn::Or(hn::Ne(v0, v0), hn::Ne(v1, v1)), hn::Or(hn::Ne(v2, v2), hn::Ne(v3, v3))));
+    nan = hn::Or(nan, hn::Or(hn::Or(hn::IsNaN(v0), hn::IsNaN(v1)), hn::Or(hn::IsNaN(v2), hn::IsNaN(v3))));
     m0 = hn::Max(m0, v0);
     m1 = hn::Max(m1, v1);
     m2 = hn::Max(m2, v2);
@@ -38,7 +42,7 @@ HWY_INLINE T RowMax(D d, const T* HWY_RESTRICT x, int64_t n, bool& bad) {
   }
   for (; i + N <= n; i += N) {
     auto v = hn::LoadU(d, x + i);
-    nan = hn::Or(nan, hn::Ne(v, v));
+    nan = hn::Or(nan, hn::IsNaN(v));
     m0 = hn::Max(m0, v);
   }
   T m = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
@@ -51,6 +55,71 @@ HWY_INLINE T RowMax(D d, const T* HWY_RESTRICT x, int64_t n, bool& bad) {
   return m;
 }
 
+constexpr int64_t kLongRow = 16384;
+
+// sum(exp(x - m)) over n values.
+template <class D, typename T = hn::TFromD<D>>
+HWY_INLINE T SumExp(D d, const T* HWY_RESTRICT x, int64_t n, T m) {
+  const int64_t N = int64_t(hn::Lanes(d));
+  const auto vm = hn::Set(d, m);
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    s0 = hn::Add(s0, hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vm)));
+    s1 = hn::Add(s1, hn::Exp(d, hn::Sub(hn::LoadU(d, x + i + N), vm)));
+  }
+  for (; i + N <= n; i += N) s0 = hn::Add(s0, hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vm)));
+  T s = hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
+  for (; i < n; ++i) s += std::exp(x[i] - m);
+  return s;
+}
+
+// The online form for long rows (see the header comment).
+template <class D, typename T = hn::TFromD<D>>
+void SoftmaxLongRow(D d, const T* HWY_RESTRICT x, T* HWY_RESTRICT y, int64_t n, bool log) {
+  constexpr int64_t kChunkLen = 2048;
+  const int64_t N = int64_t(hn::Lanes(d));
+  const T ninf = -std::numeric_limits<T>::infinity();
+  T m = ninf, s = 0;
+  bool bad = false;
+  for (int64_t c0 = 0; c0 < n && !bad; c0 += kChunkLen) {
+    const int64_t cn = std::min(kChunkLen, n - c0);
+    bool cbad;
+    const T cm = RowMax(d, x + c0, cn, cbad);
+    if (cbad && cm == ninf) {
+      // All -inf (fine, contributes nothing) unless a NaN hid behind it.
+      for (int64_t i = 0; i < cn; ++i) bad |= std::isnan(x[c0 + i]);
+      continue;
+    }
+    if (cbad) {
+      bad = true;  // NaN or +inf
+      break;
+    }
+    if (cm > m) {
+      s = m == ninf ? T(0) : s * std::exp(m - cm);
+      m = cm;
+    }
+    s += SumExp(d, x + c0, cn, m);
+  }
+  if (bad || m == ninf) {
+    for (int64_t i = 0; i < n; ++i) y[i] = std::numeric_limits<T>::quiet_NaN();
+    return;
+  }
+  const auto vm = hn::Set(d, m);
+  int64_t i = 0;
+  if (log) {
+    const T ls = std::log(s);
+    const auto vl = hn::Set(d, ls);
+    for (; i + N <= n; i += N) hn::StoreU(hn::Sub(hn::Sub(hn::LoadU(d, x + i), vm), vl), d, y + i);
+    for (; i < n; ++i) y[i] = (x[i] - m) - ls;
+  } else {
+    const T inv = T(1) / s;
+    const auto vi = hn::Set(d, inv);
+    for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vm)), vi), d, y + i);
+    for (; i < n; ++i) y[i] = std::exp(x[i] - m) * inv;
+  }
+}
+
 template <typename T>
 void SoftmaxRowsImpl(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, int64_t rows, int64_t n, bool log) {
   const hn::ScalableTag<T> d;
@@ -58,6 +127,10 @@ void SoftmaxRowsImpl(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, int64_t rows
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = in + r * n;
     T* y = out + r * n;
+    if (n > kLongRow) {
+      SoftmaxLongRow(d, x, y, n, log);
+      continue;
+    }
     bool bad;
     const T m = RowMax(d, x, n, bad);
     if (bad) {
@@ -121,10 +194,10 @@ void SoftmaxColsImpl(const T* HWY_RESTRICT x, T* HWY_RESTRICT y, int64_t D, int6
   int64_t j = j0;
   for (; j + N <= j1; j += N) {
     auto m = hn::Set(d, ninf);
-    auto nan = hn::Ne(m, m);
+    auto nan = hn::IsNaN(m);
     for (int64_t k = 0; k < D; ++k) {
       auto v = hn::LoadU(d, x + k * inner + j);
-      nan = hn::Or(nan, hn::Ne(v, v));
+      nan = hn::Or(nan, hn::IsNaN(v));
       m = hn::Max(m, v);
     }
     auto bad = hn::Or(nan, hn::Not(hn::IsFinite(m)));
