@@ -192,9 +192,12 @@ void register_nn_attention_ops(Registry& r) {
              },
          .dtypes = kFloatTypes,
          .samples = [](DType dt, Generator& g) { return sdpa_samples(dt, g, false); },
-         .ref = std::string("lambda q, k, v, m, c, scale: (lambda s: (torch.softmax(s, -1) @ v, torch.logsumexp(s, "
-                            "-1).detach()))(") +
-                kPyScores + ")"});
+         // logsumexp is float32 for 16-bit inputs (as PyTorch 2.x's fused kernels): the reference computes it
+         // from the inputs converted to float.
+         .ref = std::string("lambda q, k, v, m, c, scale: (lambda S, f: (torch.softmax(S(q, k, m), -1) @ v, "
+                            "torch.logsumexp(S(f(q), f(k), m if m is None or m.dtype == torch.bool else f(m)), "
+                            "-1).detach()))(lambda q, k, m: ") +
+                kPyScores + ", lambda t: t.double() if t.dtype == torch.float64 else t.float())"});
 
   r.add({.schema_text = "_scaled_dot_product_attention_flash_backward(Tensor grad_out, Tensor query, Tensor key, "
                         "Tensor value, Tensor out, Tensor logsumexp, Tensor? attn_mask, bool is_causal, float? scale, "

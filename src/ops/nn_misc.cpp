@@ -451,8 +451,9 @@ void register_nn_misc_ops(Registry& r) {
          .samples =
              [](DType dt, Generator& g) {
                Tensor x = U({40, 50}, dt, g, 0.5, 2.0);
+               // (No empty sample: torch 1.13 returns a mask of the input's dtype for empty inputs.)
                return std::vector<Sample>{{{x, 0.5, true}, "", false}, {{x, 0.2, true}, "", false},
-                                          {{x, 0.5, false}, "eval"}, {{U({0, 3}, dt, g), 0.5, true}, "empty"}};
+                                          {{x, 0.5, false}, "eval"}};
              },
          .ref = "torch.native_dropout",
          .random = true});
@@ -508,7 +509,7 @@ void register_nn_misc_ops(Registry& r) {
                Tensor x = U({40, 50}, dt, g, 0.5, 2.0);
                return std::vector<Sample>{{{x, 0.5, true}, "", false}, {{x, 0.1, true}, "", false},
                                           {{x, 0.5, false}, "eval"}, {{x, 1.0, true}, "p = 1"},
-                                          {{x, 0.0, true}, "p = 0"}};
+                                          {{x, 0.0, true}, "p = 0"}, {{U({0, 3}, dt, g), 0.5, true}, "empty"}};
              },
          .ref = "torch.dropout",
          .random = true});
