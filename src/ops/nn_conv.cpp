@@ -335,7 +335,8 @@ void register_nn_conv_ops(Registry& r) {
                               "unbatched, scalar stride/padding"});
                  return s;
                },
-           .ref = "torch.nn.functional." + name});
+           .ref = "torch.nn.functional." + name,
+           .notes = "padding takes ints only (PyTorch also accepts 'same' / 'valid')"});
   }
 
   r.add({.schema_text = "conv_transpose2d(Tensor input, Tensor weight, Tensor? bias=None, int[] stride=1, "

@@ -308,7 +308,7 @@ void register_nn_norm_ops(Registry& r) {
   r.add({.schema_text = "native_layer_norm(Tensor input, int[] normalized_shape, Tensor? weight, Tensor? bias, "
                         "float eps) -> (Tensor, Tensor, Tensor)",
          .family = "nn",
-         .doc = "layer norm returning (output, mean, rstd); one fused pass per row",
+         .doc = "layer norm returning (output, mean, rstd); fused kernel reading each row once",
          .saves = {"input", "weight"},
          .saves_outputs = {1, 2},
          .prepare = [](Args& a) { cast_params(a, {2, 3}); },
