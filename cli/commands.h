@@ -8,5 +8,6 @@ namespace foundry::cli {
 void add_ops_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 
 }  // namespace foundry::cli

@@ -1,6 +1,11 @@
 // Running an op: argument checking, the forward, and recording its backward node.
 #include <algorithm>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <set>
 
 #include "foundry/autograd/grad_mode.h"
@@ -16,6 +21,47 @@ using autograd::Edge;
 using autograd::Node;
 
 namespace {
+
+// ---- op profiling (FOUNDRY_PROFILE_OPS=1): inclusive time per op and per backward, at exit ----
+
+struct OpProfile {
+  std::mutex mu;
+  std::map<std::string, std::pair<int64_t, double>> entries;  // name -> (calls, seconds)
+  ~OpProfile() {
+    std::vector<std::pair<std::string, std::pair<int64_t, double>>> v(entries.begin(), entries.end());
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    std::fprintf(stderr, "%-44s %10s %12s %10s\n", "op (inclusive)", "calls", "total ms", "us/call");
+    for (const auto& [name, e] : v)
+      std::fprintf(stderr, "%-44s %10lld %12.2f %10.1f\n", name.c_str(), (long long)e.first, e.second * 1e3,
+                   e.second * 1e6 / double(std::max<int64_t>(e.first, 1)));
+  }
+};
+
+OpProfile* profile() {
+  static OpProfile* p = std::getenv("FOUNDRY_PROFILE_OPS") ? new OpProfile : nullptr;
+  static bool registered = p && (std::atexit([] { delete profile(); }) == 0);
+  (void)registered;
+  return p;
+}
+
+struct ProfileScope {
+  OpProfile* prof;
+  const std::string* name;
+  const char* suffix;
+  std::chrono::steady_clock::time_point t0;
+  ProfileScope(const std::string& n, const char* sfx) : prof(profile()), name(&n), suffix(sfx) {
+    if (prof) t0 = std::chrono::steady_clock::now();
+  }
+  ~ProfileScope() {
+    if (!prof) return;
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(prof->mu);
+    auto& e = prof->entries[*name + suffix];
+    e.first++;
+    e.second += s;
+  }
+};
+
 
 const char* type_name(Param::Type t) {
   switch (t) {
@@ -194,6 +240,7 @@ class OpNode : public Node {
   }
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    ProfileScope scope(op->name(), " (backward)");
     check_released();
     grads.resize(outputs.size());
     OpBackwardContext ctx(*this, grads);
@@ -431,6 +478,7 @@ Args bind(const OpDef& op, std::vector<Value> positional, std::vector<std::pair<
 }
 
 std::vector<Tensor> call(const OpDef& op, std::vector<Value> values) {
+  ProfileScope scope(op.name(), "");
   complete_args(op, values);
   if (autocast::is_enabled()) apply_autocast(op, values);
   Args args(&op.schema, std::move(values));

@@ -133,6 +133,23 @@ TEST_P(EachTarget, BinaryAndReductions) {
       ASSERT_EQ(ulp_distance(out[i], ref), 0) << binary_op_name(op) << " " << a[i] << ", " << b[i];
     }
   }
+  // GELU gradients against the closed forms evaluated in double.
+  for (BinaryOp op : {BinaryOp::GeluBackward, BinaryOp::GeluTanhBackward}) {
+    std::vector<float> g(a.size(), 1.0f);
+    ASSERT_TRUE(binary_simd_f32(op, g.data(), a.data(), out.data(), int64_t(a.size()), false, false, 1.0f));
+    for (size_t i = 0; i < a.size(); ++i) {
+      double x = a[i];
+      if (!std::isfinite(x)) continue;
+      double ref;
+      if (op == BinaryOp::GeluBackward) {
+        ref = 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+      } else {
+        double kb = std::sqrt(2 / M_PI), kk = 0.044715, th = std::tanh(kb * (x + kk * x * x * x));
+        ref = 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * kb * (1 + 3 * kk * x * x);
+      }
+      ASSERT_NEAR(out[i], ref, 2e-6 * std::max(1.0, std::fabs(ref))) << binary_op_name(op) << "(" << x << ")";
+    }
+  }
   std::vector<float> v(1000);
   double exact = 0;
   for (size_t i = 0; i < v.size(); ++i) {

@@ -1,16 +1,16 @@
 // GPT: the GPT-2 architecture (learned positions, pre-LayerNorm blocks, GELU-tanh MLP, causal
-// attention through scaled_dot_product_attention, tied embeddings), with Hugging Face's GPT-2
-// parameter names and shapes (Conv1D weights are [in, out]), so state dicts load from and save to
-// HF checkpoints unchanged.
+// attention through scaled_dot_product_attention, tied embeddings), with Hugging Face's
+// GPT2LMHeadModel parameter names and shapes (its Conv1D weights are [in, out]), so state dicts
+// are interchangeable with HF checkpoints.
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
-#include <vector>
 
 #include "foundry/core/rng.h"
+#include "foundry/nn/linear.h"
 #include "foundry/nn/module.h"
+#include "foundry/nn/norm.h"
 
 namespace foundry::models {
 
@@ -22,19 +22,41 @@ struct GPTConfig {
   int64_t n_embd = 768;
   double dropout = 0.0;
   double layer_norm_eps = 1e-5;
-  bool bias = true;
   /// Recompute each block's activations in backward instead of storing them (less memory).
   bool activation_checkpointing = false;
 };
 
-/// HF's Conv1D: y = x @ weight + bias with weight [in, out].
+/// HF's Conv1D: y = x @ weight + bias, weight [in, out].
 class Conv1D : public nn::Module {
  public:
-  Conv1D(int64_t in, int64_t out, bool bias = true);
+  Conv1D(int64_t in, int64_t out);
   std::string type_name() const override { return "Conv1D"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& x) override;
-  Tensor weight, bias;
+  Tensor& weight;
+  Tensor& bias;
+};
+
+class GPTAttention : public nn::Module {
+ public:
+  explicit GPTAttention(const GPTConfig& c);
+  std::string type_name() const override { return "GPT2Attention"; }
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Conv1D> c_attn, c_proj;
+
+ private:
+  GPTConfig cfg_;
+};
+
+class GPTMLP : public nn::Module {
+ public:
+  explicit GPTMLP(const GPTConfig& c);
+  std::string type_name() const override { return "GPT2MLP"; }
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Conv1D> c_fc, c_proj;
+
+ private:
+  double dropout_;
 };
 
 class GPTBlock : public nn::Module {
@@ -42,34 +64,48 @@ class GPTBlock : public nn::Module {
   explicit GPTBlock(const GPTConfig& c);
   std::string type_name() const override { return "GPT2Block"; }
   Tensor forward(const Tensor& x) override;
+  std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
+  std::shared_ptr<GPTAttention> attn;
+  std::shared_ptr<GPTMLP> mlp;
+};
+
+/// The trunk (HF's GPT2Model: "transformer.*").
+class GPTTrunk : public nn::Module {
+ public:
+  explicit GPTTrunk(const GPTConfig& c);
+  std::string type_name() const override { return "GPT2Model"; }
+  /// idx int64 [B, T] -> hidden states [B, T, C].
+  Tensor forward(const Tensor& idx) override;
+  std::shared_ptr<nn::Embedding> wte, wpe;
+  std::shared_ptr<nn::Dropout> drop;
+  std::shared_ptr<nn::Module> h;  // ModuleList of GPTBlock
+  std::shared_ptr<nn::LayerNorm> ln_f;
+  std::vector<std::shared_ptr<GPTBlock>> blocks;
 
  private:
-  Tensor attention(const Tensor& x);
   GPTConfig cfg_;
-  std::shared_ptr<nn::Module> ln_1_, ln_2_;
-  std::shared_ptr<Conv1D> c_attn_, attn_proj_, c_fc_, mlp_proj_;
 };
 
 class GPT : public nn::Module {
  public:
+  /// Initialised as GPT-2 (normal(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer)).
   explicit GPT(const GPTConfig& config, Generator* init_generator = nullptr);
   std::string type_name() const override { return "GPT2LMHeadModel"; }
-  /// idx: int64 [B, T] -> logits [B, T, vocab].
+  /// idx int64 [B, T] -> logits [B, T, vocab].
   Tensor forward(const Tensor& idx) override;
-  /// Mean cross-entropy of the next-token predictions against targets [B, T] (ignore_index -100).
-  Tensor loss(const Tensor& logits, const Tensor& targets) const;
-  /// Appends max_new_tokens sampled tokens to each row of idx (temperature 0 = greedy; top_k 0 =
-  /// all); the context is cropped to block_size.
+  /// Mean next-token cross-entropy of logits [B, T, V] against targets [B, T].
+  static Tensor loss(const Tensor& logits, const Tensor& targets);
+  /// Appends max_new_tokens sampled tokens to each row of idx (temperature 0: greedy; top_k 0:
+  /// all tokens); the context is cropped to block_size.
   Tensor generate(const Tensor& idx, int64_t max_new_tokens, double temperature = 1.0, int64_t top_k = 0,
                   Generator* gen = nullptr);
   const GPTConfig& config() const { return cfg_; }
 
+  std::shared_ptr<GPTTrunk> transformer;
+  std::shared_ptr<nn::Linear> lm_head;
+
  private:
   GPTConfig cfg_;
-  std::shared_ptr<nn::Module> transformer_;
-  Tensor wte_, wpe_;
-  std::vector<std::shared_ptr<GPTBlock>> blocks_;
-  std::shared_ptr<nn::Module> ln_f_;
 };
 
 }  // namespace foundry::models

@@ -7,6 +7,7 @@
 #include <hwy/highway.h>
 
 #include "kernels/cpu/binary.h"
+#include "kernels/cpu/simd_math-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace foundry::kernels {
@@ -83,6 +84,19 @@ bool BinaryImpl(BinaryOp op, const T* a, const T* b, T* out, int64_t n, bool as,
         return hn::IfThenElse(nan, hn::Add(x, y), hn::Min(x, y));
       });
       return true;
+    case BinaryOp::GeluBackward:
+      // a is the incoming gradient, b the input x. Non-finite x takes the scalar path.
+      if constexpr (sizeof(T) == 4) {
+        Loop(d, a, b, out, n, as, bs, st, [&](V g, V x) { return hn::Mul(g, GeluGradF(d, x)); });
+        return true;
+      }
+      return false;
+    case BinaryOp::GeluTanhBackward:
+      if constexpr (sizeof(T) == 4) {
+        Loop(d, a, b, out, n, as, bs, st, [&](V g, V x) { return hn::Mul(g, GeluTanhGradF(d, x)); });
+        return true;
+      }
+      return false;
     default:
       return false;
   }

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/simd_math-inl.h"
 #include "kernels/cpu/unary.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -66,33 +67,6 @@ HWY_INLINE void Run(D d, const hn::TFromD<D>* HWY_RESTRICT in, hn::TFromD<D>* ou
     one(i, rest);
     for (int64_t k = 0; k < rest; ++k) out[i + k] = buf[k];
   }
-}
-
-template <class D, class V>
-HWY_INLINE V ErfF(D d, V x) {
-  // Two least-squares polynomial fits (made with tools/fit_erf.py):
-  //   |x| < 1:         erf(x) = x * P(x^2), P of degree 6 (relative error 1.4e-9 before rounding)
-  //   1 <= |x| < 3.95: erf(x) = 1 - exp(Q(|x|)), Q of degree 8 fitted to log(erfc(x)) (abs 4.5e-10)
-  //   beyond: +-1. Measured in float: <= 3 ulp (tests/ops/simd_test.cpp). No division.
-  using T = hn::TFromD<D>;
-  static constexpr double kP[] = {7.898210206447976e-05, -0.0008024354128489375, 0.005190053577816331,
-                                  -0.026854808537215752, 0.11283612428244943,    -0.3761262884332515,
-                                  1.1283791665100524};
-  static constexpr double kQ[] = {1.6337533498901008e-06, -4.5967861143174796e-05, 0.000595850273393864,
-                                  -0.004754205262380056,  0.026403229917310003,    -0.11004405203456075,
-                                  -0.6318690588994125,    -1.1302055505613755,     0.0003126091906092803};
-  auto ax = hn::Abs(x);
-  auto x2 = hn::Mul(x, x);
-  auto p = hn::Set(d, T(kP[0]));
-  for (int k = 1; k < 7; ++k) p = hn::MulAdd(p, x2, hn::Set(d, T(kP[k])));
-  auto small = hn::Mul(p, x);
-  auto clamped = hn::Min(ax, hn::Set(d, T(3.95)));
-  auto q = hn::Set(d, T(kQ[0]));
-  for (int k = 1; k < 9; ++k) q = hn::MulAdd(q, clamped, hn::Set(d, T(kQ[k])));
-  auto big = hn::Sub(hn::Set(d, T(1)), hn::Exp(d, q));
-  big = hn::IfThenElse(hn::Ge(ax, hn::Set(d, T(3.95))), hn::Set(d, T(1)), big);
-  big = hn::CopySign(big, x);
-  return hn::IfThenElse(hn::Lt(ax, hn::Set(d, T(1))), small, big);
 }
 
 template <typename T>

@@ -1,0 +1,49 @@
+// foundry train: train a GPT from a TOML config (see examples/shakespeare_char.toml).
+#include <cmath>
+#include <cstdio>
+
+#include "commands.h"
+#include "foundry/train/trainer.h"
+
+namespace foundry::cli {
+
+void add_train_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train a GPT language model from a TOML config");
+  auto config = std::make_shared<std::string>();
+  auto data = std::make_shared<std::string>();
+  auto steps = std::make_shared<int64_t>(0);
+  auto out = std::make_shared<std::string>();
+  auto fresh = std::make_shared<bool>(false);
+  auto threads = std::make_shared<int>(0);
+  auto precision = std::make_shared<std::string>();
+  cmd->add_option("--config", *config, "TOML run configuration")->required();
+  cmd->add_option("--data", *data, "text file to train on (overrides data.path)");
+  cmd->add_option("--max-steps", *steps, "overrides train.max_steps");
+  cmd->add_option("--out-dir", *out, "overrides train.out_dir");
+  cmd->add_option("--threads", *threads, "threads (default: all cores)");
+  cmd->add_option("--precision", *precision, "float32 or bfloat16 (autocast)");
+  cmd->add_flag("--fresh", *fresh, "ignore existing checkpoints in out_dir");
+  cmd->callback([=] {
+    train::TrainConfig c = train::load_train_config(*config);
+    if (!data->empty()) c.data_path = *data;
+    if (*steps > 0) c.max_steps = *steps;
+    if (!out->empty()) c.out_dir = *out;
+    if (*threads > 0) c.threads = *threads;
+    if (!precision->empty()) c.precision = *precision;
+    if (*fresh) c.resume = false;
+    train::Trainer trainer(c);
+    if (c.early_stopping_patience > 0) trainer.add_callback(std::make_shared<train::EarlyStopping>(c.early_stopping_patience));
+    std::printf("model: %s\n%lld parameters, vocabulary %lld (%s), block %lld\n", trainer.model().type_name().c_str(),
+                (long long)trainer.model().num_parameters(), (long long)trainer.config().model.vocab_size, c.tokenizer.c_str(),
+                (long long)c.model.block_size);
+    std::fflush(stdout);
+    train::TrainResult r = trainer.run();
+    if (r.resumed_from >= 0) std::printf("resumed from step %lld\n", (long long)r.resumed_from);
+    std::printf("steps %lld in %.1f s; train loss %.4f; validation loss %.4f (perplexity %.2f); unigram baseline %.4f\n",
+                (long long)r.steps, r.seconds, r.final_train_loss, r.final_val_loss, std::exp(r.final_val_loss),
+                r.unigram_val_loss);
+    if (!r.sample.empty()) std::printf("\n--- sample ---\n%s\n--------------\n", r.sample.c_str());
+  });
+}
+
+}  // namespace foundry::cli

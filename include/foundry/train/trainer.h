@@ -1,0 +1,136 @@
+// The trainer: a GPT language model on a text corpus, with gradient accumulation, clipping,
+// warmup + cosine learning rate, periodic evaluation (validation loss and perplexity),
+// checkpoints with resume (bit-identical continuation), callbacks, a JSONL metrics log, a
+// progress bar, optional bfloat16 autocast and activation checkpointing, and a final sample.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "foundry/models/gpt.h"
+
+namespace foundry::data {
+class TextEncoder;
+}
+
+namespace foundry::train {
+
+struct TrainConfig {
+  // data
+  std::string data_path;             ///< text file (or JSONL with data_field)
+  std::string data_field;            ///< JSONL field to train on ("" = plain text)
+  std::string tokenizer = "char";    ///< "char", "byte", or a tokenizer file
+  double val_fraction = 0.1;
+  // model
+  models::GPTConfig model{.vocab_size = 0, .block_size = 64, .n_layer = 4, .n_head = 4, .n_embd = 128};
+  // optimisation
+  int64_t batch_size = 16;
+  int64_t grad_accum_steps = 1;
+  int64_t max_steps = 1000;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 100;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.99;
+  double grad_clip = 1.0;           ///< 0 disables clipping
+  std::string precision = "float32";  ///< or "bfloat16" (autocast, float32 master weights)
+  // evaluation, checkpoints, logs
+  int64_t eval_every = 250;
+  int64_t eval_batches = 20;
+  int64_t checkpoint_every = 500;   ///< 0 disables
+  int keep_checkpoints = 2;
+  int64_t log_every = 10;
+  std::string out_dir = "runs/gpt";
+  bool resume = true;               ///< continue from the latest checkpoint in out_dir
+  uint64_t seed = 1337;
+  int threads = 0;                  ///< 0 keeps the current setting
+  int64_t early_stopping_patience = 0;  ///< evaluations without improvement before stopping (0 = off)
+  // sampling at the end
+  int64_t sample_tokens = 300;
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  std::string prompt = "\n";
+  bool progress = true;
+};
+
+/// Parses a TOML run configuration ([data], [model], [train], [eval], [sample] tables; see
+/// examples/shakespeare_char.toml). Unknown keys raise ValueError naming them.
+TrainConfig load_train_config(const std::string& toml_path);
+
+struct StepInfo {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_second = 0, ms = 0;
+};
+struct EvalInfo {
+  int64_t step = 0;
+  double val_loss = 0, val_perplexity = 0, train_loss = 0;
+};
+
+class Trainer;
+
+/// Hooks into the loop; override what you need.
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_train_begin(Trainer&) {}
+  virtual void on_step_end(Trainer&, const StepInfo&) {}
+  virtual void on_eval(Trainer&, const EvalInfo&) {}
+  virtual void on_checkpoint(Trainer&, int64_t /*step*/, const std::string& /*path*/) {}
+  virtual void on_train_end(Trainer&) {}
+};
+
+/// Stops training after `patience` evaluations without a validation-loss improvement of at least
+/// min_delta.
+class EarlyStopping : public Callback {
+ public:
+  explicit EarlyStopping(int64_t patience, double min_delta = 0.0) : patience_(patience), min_delta_(min_delta) {}
+  void on_eval(Trainer& t, const EvalInfo& e) override;
+
+ private:
+  int64_t patience_;
+  double min_delta_;
+  double best_ = 1e300;
+  int64_t bad_ = 0;
+};
+
+struct TrainResult {
+  int64_t steps = 0;          ///< last completed step
+  int64_t resumed_from = -1;  ///< checkpoint step the run continued from (-1: fresh)
+  double final_train_loss = 0;
+  double final_val_loss = 0;
+  double unigram_val_loss = 0;  ///< baseline: cross-entropy of the train split's token frequencies on val
+  std::vector<double> losses;   ///< training loss of every step run in this call
+  std::string sample;
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainConfig config);
+  ~Trainer();
+  void add_callback(std::shared_ptr<Callback> cb);
+  /// Trains until max_steps (or a callback stops it); `stop_after` > 0 stops early after that many
+  /// steps of this call (for interruption tests).
+  TrainResult run(int64_t stop_after = 0);
+  void request_stop() { stop_ = true; }
+
+  models::GPT& model() { return *model_; }
+  const TrainConfig& config() const { return cfg_; }
+  const data::TextEncoder& encoder() const;
+  /// Validation loss over the configured number of evaluation batches.
+  double evaluate();
+
+ private:
+  struct State;
+  TrainConfig cfg_;
+  std::unique_ptr<State> st_;
+  std::shared_ptr<models::GPT> model_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  bool stop_ = false;
+};
+
+}  // namespace foundry::train

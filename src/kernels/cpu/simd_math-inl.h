@@ -1,0 +1,72 @@
+// Shared SIMD math for the Highway kernels (included once per target, Highway's -inl.h pattern).
+#if defined(FOUNDRY_SIMD_MATH_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FOUNDRY_SIMD_MATH_INL_H_
+#undef FOUNDRY_SIMD_MATH_INL_H_
+#else
+#define FOUNDRY_SIMD_MATH_INL_H_
+#endif
+
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace foundry::kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class D, class V>
+HWY_INLINE V ErfF(D d, V x) {
+  // Two least-squares polynomial fits (made with tools/fit_erf.py):
+  //   |x| < 1:         erf(x) = x * P(x^2), P of degree 6 (relative error 1.4e-9 before rounding)
+  //   1 <= |x| < 3.95: erf(x) = 1 - exp(Q(|x|)), Q of degree 8 fitted to log(erfc(x)) (abs 4.5e-10)
+  //   beyond: +-1. Measured in float: <= 3 ulp (tests/ops/simd_test.cpp). No division.
+  using T = hn::TFromD<D>;
+  static constexpr double kP[] = {7.898210206447976e-05, -0.0008024354128489375, 0.005190053577816331,
+                                  -0.026854808537215752, 0.11283612428244943,    -0.3761262884332515,
+                                  1.1283791665100524};
+  static constexpr double kQ[] = {1.6337533498901008e-06, -4.5967861143174796e-05, 0.000595850273393864,
+                                  -0.004754205262380056,  0.026403229917310003,    -0.11004405203456075,
+                                  -0.6318690588994125,    -1.1302055505613755,     0.0003126091906092803};
+  auto ax = hn::Abs(x);
+  auto x2 = hn::Mul(x, x);
+  auto p = hn::Set(d, T(kP[0]));
+  for (int k = 1; k < 7; ++k) p = hn::MulAdd(p, x2, hn::Set(d, T(kP[k])));
+  auto small = hn::Mul(p, x);
+  auto clamped = hn::Min(ax, hn::Set(d, T(3.95)));
+  auto q = hn::Set(d, T(kQ[0]));
+  for (int k = 1; k < 9; ++k) q = hn::MulAdd(q, clamped, hn::Set(d, T(kQ[k])));
+  auto big = hn::Sub(hn::Set(d, T(1)), hn::Exp(d, q));
+  big = hn::IfThenElse(hn::Ge(ax, hn::Set(d, T(3.95))), hn::Set(d, T(1)), big);
+  big = hn::CopySign(big, x);
+  return hn::IfThenElse(hn::Lt(ax, hn::Set(d, T(1))), small, big);
+}
+
+/// GELU's derivative: Phi(x) + x phi(x).
+template <class D, class V>
+HWY_INLINE V GeluGradF(D d, V x) {
+  using T = hn::TFromD<D>;
+  auto cdf = hn::Mul(hn::Set(d, T(0.5)), hn::Add(hn::Set(d, T(1)), ErfF(d, hn::Mul(x, hn::Set(d, T(M_SQRT1_2))))));
+  auto pdf = hn::Mul(hn::Exp(d, hn::Mul(hn::Mul(x, x), hn::Set(d, T(-0.5)))), hn::Set(d, T(M_2_SQRTPI * M_SQRT1_2 * 0.5)));
+  return hn::MulAdd(x, pdf, cdf);
+}
+
+/// Derivative of the tanh form of GELU (PyTorch's gelu_backward with approximate='tanh').
+template <class D, class V>
+HWY_INLINE V GeluTanhGradF(D d, V x) {
+  using T = hn::TFromD<D>;
+  const auto kb = hn::Set(d, T(M_SQRT2 * M_2_SQRTPI * 0.5)), kk = hn::Set(d, T(0.044715));
+  auto x2 = hn::Mul(x, x);
+  auto inner = hn::Mul(kb, hn::MulAdd(hn::Mul(kk, x2), x, x));
+  auto th = hn::Tanh(d, inner);
+  auto one = hn::Set(d, T(1)), half = hn::Set(d, T(0.5));
+  auto left_derivative = hn::Mul(half, hn::Add(one, th));
+  auto dinner = hn::Mul(kb, hn::MulAdd(hn::Set(d, T(3 * 0.044715)), x2, one));
+  auto right_derivative = hn::Mul(hn::Mul(hn::Mul(half, x), hn::NegMulAdd(th, th, one)), dinner);
+  return hn::Add(left_derivative, right_derivative);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace foundry::kernels
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

@@ -1,0 +1,114 @@
+// TOML run configurations for `foundry train` (toml++).
+#include <set>
+
+#include <toml++/toml.h>
+
+#include "foundry/core/error.h"
+#include "foundry/train/trainer.h"
+
+namespace foundry::train {
+
+namespace {
+
+class Reader {
+ public:
+  Reader(const toml::table& root, std::string path) : root_(root), path_(std::move(path)) {}
+
+  template <typename T>
+  void get(const char* table, const char* key, T& out) {
+    seen_.insert(std::string(table) + "." + key);
+    const toml::node* tbl = root_.get(table);
+    if (!tbl || !tbl->is_table()) return;
+    const toml::node* n = tbl->as_table()->get(key);
+    if (!n) return;
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (!n->is_string()) bad(table, key, "a string");
+      out = *n->value<std::string>();
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (!n->is_boolean()) bad(table, key, "true or false");
+      out = *n->value<bool>();
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!n->is_integer()) bad(table, key, "an integer");
+      out = T(*n->value<int64_t>());
+    } else {
+      if (!n->is_number()) bad(table, key, "a number");
+      out = *n->value<double>();
+    }
+  }
+
+  // Every key of the file must be one the trainer knows.
+  void check_unknown() const {
+    for (auto&& [tname, tnode] : root_) {
+      if (!tnode.is_table()) raise<ValueError>("{}: top-level key '{}' must be a table", path_, tname.str());
+      for (auto&& [k, v] : *tnode.as_table()) {
+        std::string full = std::string(tname.str()) + "." + std::string(k.str());
+        if (!seen_.count(full)) raise<ValueError>("{}: unknown setting '{}'", path_, full);
+      }
+    }
+  }
+
+ private:
+  [[noreturn]] void bad(const char* table, const char* key, const char* what) const {
+    raise<ValueError>("{}: {}.{} must be {}", path_, table, key, what);
+  }
+  const toml::table& root_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+}  // namespace
+
+TrainConfig load_train_config(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    raise<IOError>("{}: {} (line {})", path, e.description(), e.source().begin.line);
+  }
+  TrainConfig c;
+  Reader r(root, path);
+  r.get("data", "path", c.data_path);
+  r.get("data", "field", c.data_field);
+  r.get("data", "tokenizer", c.tokenizer);
+  r.get("data", "val_fraction", c.val_fraction);
+  r.get("model", "block_size", c.model.block_size);
+  r.get("model", "n_layer", c.model.n_layer);
+  r.get("model", "n_head", c.model.n_head);
+  r.get("model", "n_embd", c.model.n_embd);
+  r.get("model", "dropout", c.model.dropout);
+  r.get("model", "activation_checkpointing", c.model.activation_checkpointing);
+  r.get("train", "batch_size", c.batch_size);
+  r.get("train", "grad_accum_steps", c.grad_accum_steps);
+  r.get("train", "max_steps", c.max_steps);
+  r.get("train", "lr", c.lr);
+  r.get("train", "min_lr", c.min_lr);
+  r.get("train", "warmup_steps", c.warmup_steps);
+  r.get("train", "weight_decay", c.weight_decay);
+  r.get("train", "beta1", c.beta1);
+  r.get("train", "beta2", c.beta2);
+  r.get("train", "grad_clip", c.grad_clip);
+  r.get("train", "precision", c.precision);
+  r.get("train", "seed", c.seed);
+  r.get("train", "threads", c.threads);
+  r.get("train", "out_dir", c.out_dir);
+  r.get("train", "resume", c.resume);
+  r.get("train", "log_every", c.log_every);
+  r.get("train", "progress", c.progress);
+  r.get("eval", "every", c.eval_every);
+  r.get("eval", "batches", c.eval_batches);
+  r.get("eval", "checkpoint_every", c.checkpoint_every);
+  r.get("eval", "keep_checkpoints", c.keep_checkpoints);
+  r.get("eval", "early_stopping_patience", c.early_stopping_patience);
+  r.get("sample", "tokens", c.sample_tokens);
+  r.get("sample", "temperature", c.temperature);
+  r.get("sample", "top_k", c.top_k);
+  r.get("sample", "prompt", c.prompt);
+  r.check_unknown();
+  FOUNDRY_CHECK_AS(ValueError, c.precision == "float32" || c.precision == "bfloat16",
+                   "{}: train.precision must be \"float32\" or \"bfloat16\", got \"{}\"", path, c.precision);
+  FOUNDRY_CHECK_AS(ValueError, c.max_steps > 0 && c.batch_size > 0 && c.grad_accum_steps > 0,
+                   "{}: max_steps, batch_size and grad_accum_steps must be positive", path);
+  return c;
+}
+
+}  // namespace foundry::train

@@ -1,0 +1,268 @@
+#include "foundry/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "foundry/autograd/grad_mode.h"
+#include "foundry/core/parallel.h"
+#include "foundry/core/rng.h"
+#include "foundry/data/dataset.h"
+#include "foundry/io/checkpoint.h"
+#include "foundry/io/npy.h"
+#include "foundry/ops/autocast.h"
+#include "foundry/ops/ops.h"
+#include "foundry/optim/optimizer.h"
+#include "foundry/train/progress.h"
+
+namespace foundry::train {
+
+using json = nlohmann::json;
+
+void EarlyStopping::on_eval(Trainer& t, const EvalInfo& e) {
+  if (e.val_loss < best_ - min_delta_) {
+    best_ = e.val_loss;
+    bad_ = 0;
+  } else if (++bad_ >= patience_) {
+    t.request_stop();
+  }
+}
+
+struct Trainer::State {
+  data::TextEncoder encoder;
+  std::shared_ptr<data::TokenShard> train, val;
+  std::unique_ptr<data::LMBatches> train_batches, val_batches;
+  std::unique_ptr<optim::AdamW> optimizer;
+  std::unique_ptr<optim::WarmupCosine> scheduler;
+  std::unique_ptr<io::CheckpointManager> checkpoints;
+  std::ofstream metrics;
+  int64_t step = 0;  // completed steps
+  double unigram = 0;
+};
+
+namespace {
+
+// Cross-entropy of the validation tokens under the training split's token frequencies (what a
+// model that ignores context would reach).
+double unigram_loss(const data::TokenShard& train, const data::TokenShard& val, int64_t vocab) {
+  std::vector<double> counts(size_t(vocab), 1.0);  // add-one smoothing
+  for (int64_t i = 0; i < train.size(); ++i) counts[train[i] < vocab ? train[i] : 0] += 1;
+  double total = 0;
+  for (double c : counts) total += c;
+  double nll = 0;
+  for (int64_t i = 0; i < val.size(); ++i) nll -= std::log(counts[val[i] < vocab ? val[i] : 0] / total);
+  return val.size() ? nll / double(val.size()) : 0;
+}
+
+std::vector<std::pair<std::string, Tensor>> clone_state(const nn::NamedTensors& s) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [k, v] : s) out.emplace_back(k, v.detach().contiguous());
+  return out;
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainConfig config) : cfg_(std::move(config)), st_(std::make_unique<State>()) {
+  if (cfg_.threads > 0) set_num_threads(cfg_.threads);
+  std::filesystem::create_directories(cfg_.out_dir);
+  // Data: prepared once into <out_dir>/data (train.bin, val.bin, meta.json).
+  std::string data_dir = cfg_.out_dir + "/data";
+  std::string meta_path = data_dir + "/meta.json";
+  if (std::filesystem::exists(meta_path)) {
+    st_->encoder = data::TextEncoder::from_description(io::read_file(meta_path));
+  } else {
+    FOUNDRY_CHECK_AS(ValueError, !cfg_.data_path.empty(), "train: no data path given (data.path)");
+    if (cfg_.tokenizer == "char") {
+      std::string corpus;
+      if (cfg_.data_field.empty()) corpus = io::read_file(cfg_.data_path);
+      else data::for_each_jsonl(cfg_.data_path, cfg_.data_field, [&](const std::string& t) { corpus += t; });
+      st_->encoder = data::TextEncoder::chars_of(corpus + "\n");
+    } else if (cfg_.tokenizer == "byte") {
+      st_->encoder = data::TextEncoder::bytes();
+    } else {
+      st_->encoder = data::TextEncoder::from_tokenizer_file(cfg_.tokenizer);
+    }
+    data::prepare_dataset(cfg_.data_path, data_dir, st_->encoder, cfg_.val_fraction, cfg_.data_field);
+  }
+  st_->train = std::make_shared<data::TokenShard>(data::TokenShard::open(data_dir + "/train.bin"));
+  st_->val = std::make_shared<data::TokenShard>(data::TokenShard::open(data_dir + "/val.bin"));
+  cfg_.model.vocab_size = st_->encoder.vocab_size();
+  st_->train_batches = std::make_unique<data::LMBatches>(st_->train, cfg_.batch_size, cfg_.model.block_size, cfg_.seed);
+  st_->val_batches = std::make_unique<data::LMBatches>(st_->val, cfg_.batch_size, cfg_.model.block_size, cfg_.seed + 1);
+  st_->unigram = unigram_loss(*st_->train, *st_->val, cfg_.model.vocab_size);
+
+  manual_seed(cfg_.seed);
+  model_ = std::make_shared<models::GPT>(cfg_.model);
+  // Weight decay on matrices only (embeddings and linear weights), as GPT-2/nanoGPT.
+  optim::ParamGroup decay, no_decay;
+  for (auto& [name, p] : model_->named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  decay.options["weight_decay"] = cfg_.weight_decay;
+  no_decay.options["weight_decay"] = 0.0;
+  st_->optimizer = std::make_unique<optim::AdamW>(
+      std::vector<optim::ParamGroup>{decay, no_decay},
+      optim::AdamWOptions{.lr = cfg_.lr, .betas = {cfg_.beta1, cfg_.beta2}, .weight_decay = cfg_.weight_decay});
+  // Short runs (smoke tests, --max-steps) keep a warmup shorter than the run.
+  int64_t warmup = std::min(cfg_.warmup_steps, std::max<int64_t>(cfg_.max_steps / 10, 0));
+  st_->scheduler = std::make_unique<optim::WarmupCosine>(*st_->optimizer, warmup, cfg_.max_steps, cfg_.min_lr);
+  st_->checkpoints = std::make_unique<io::CheckpointManager>(cfg_.out_dir + "/checkpoints", cfg_.keep_checkpoints);
+}
+
+Trainer::~Trainer() = default;
+
+const data::TextEncoder& Trainer::encoder() const { return st_->encoder; }
+
+void Trainer::add_callback(std::shared_ptr<Callback> cb) { callbacks_.push_back(std::move(cb)); }
+
+double Trainer::evaluate() {
+  autograd::NoGradGuard ng;
+  bool was = model_->is_training();
+  model_->eval();
+  int64_t n = std::min<int64_t>(cfg_.eval_batches, st_->val_batches->sequential_count());
+  FOUNDRY_CHECK_AS(ValueError, n > 0, "train: the validation split ({} tokens) is too small for one batch of {} x {}",
+                   st_->val->size(), cfg_.batch_size, cfg_.model.block_size + 1);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    auto [x, y] = st_->val_batches->sequential(i);
+    total += models::GPT::loss(model_->forward(x), y).item<double>();
+  }
+  model_->train(was);
+  return total / double(n);
+}
+
+TrainResult Trainer::run(int64_t stop_after) {
+  TrainResult result;
+  result.unigram_val_loss = st_->unigram;
+  auto t_start = std::chrono::steady_clock::now();
+  // Resume.
+  if (cfg_.resume) {
+    if (auto latest = st_->checkpoints->latest()) {
+      io::CheckpointState s = st_->checkpoints->load(*latest);
+      nn::NamedTensors model_state(s.at("model").tensors.begin(), s.at("model").tensors.end());
+      model_->load_state_dict(model_state);
+      st_->optimizer->load_state_dict({s.at("optimizer").tensors, s.at("optimizer").json});
+      st_->scheduler->load_state_dict(s.at("scheduler").json);
+      json rng = json::parse(s.at("rng").json);
+      default_generator().set_state(rng.at("seed").get<uint64_t>(), rng.at("offset").get<uint64_t>());
+      st_->step = json::parse(s.at("trainer").json).at("step").get<int64_t>();
+      result.resumed_from = st_->step;
+    }
+  }
+  std::string metrics_path = cfg_.out_dir + "/metrics.jsonl";
+  st_->metrics.open(metrics_path, std::ios::app);
+  for (auto& cb : callbacks_) cb->on_train_begin(*this);
+
+  auto save = [&]() {
+    io::CheckpointState s;
+    auto ms = model_->state_dict();
+    for (auto& [k, v] : ms) s["model"].tensors[k] = v.detach().contiguous();
+    auto os = st_->optimizer->state_dict();
+    s["optimizer"] = {os.tensors, os.json};
+    s["scheduler"].json = st_->scheduler->state_dict();
+    s["rng"].json = json{{"seed", default_generator().seed()}, {"offset", default_generator().offset()}}.dump();
+    s["trainer"].json = json{{"step", st_->step}, {"data_position", st_->step * cfg_.grad_accum_steps}}.dump();
+    std::string path = st_->checkpoints->save(st_->step, s);
+    for (auto& cb : callbacks_) cb->on_checkpoint(*this, st_->step, path);
+  };
+
+  std::unique_ptr<ProgressBar> bar;
+  if (cfg_.progress) {
+    ProgressBar::Options o;
+    o.desc = "train";
+    o.unit = "step";
+    bar = std::make_unique<ProgressBar>(cfg_.max_steps, o);
+    bar->update(st_->step);
+  }
+  std::vector<Tensor> params = model_->parameters();
+  model_->train();
+  int64_t ran = 0;
+  double last_loss = 0;
+  while (st_->step < cfg_.max_steps && !stop_ && (stop_after <= 0 || ran < stop_after)) {
+    auto t0 = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < cfg_.grad_accum_steps; ++micro) {
+      auto [x, y] = st_->train_batches->get(st_->step * cfg_.grad_accum_steps + micro);
+      Tensor loss;
+      {
+        autocast::AutocastGuard ac(cfg_.precision == "bfloat16");
+        loss = models::GPT::loss(model_->forward(x), y);
+      }
+      loss_sum += loss.item<double>();
+      (cfg_.grad_accum_steps > 1 ? loss / double(cfg_.grad_accum_steps) : loss).backward();
+    }
+    double grad_norm = cfg_.grad_clip > 0 ? optim::clip_grad_norm_(params, cfg_.grad_clip) : 0.0;
+    double lr = st_->optimizer->lr(0);
+    st_->optimizer->step();
+    st_->scheduler->step();
+    st_->optimizer->zero_grad(true);
+    st_->step++;
+    ran++;
+    StepInfo info;
+    info.step = st_->step;
+    info.loss = loss_sum / double(cfg_.grad_accum_steps);
+    info.lr = lr;
+    info.grad_norm = grad_norm;
+    info.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    info.tokens_per_second = double(cfg_.batch_size * cfg_.grad_accum_steps * cfg_.model.block_size) / (info.ms / 1000);
+    last_loss = info.loss;
+    result.losses.push_back(info.loss);
+    if (bar) {
+      bar->set_postfix("loss", info.loss);
+      bar->set_postfix("lr", info.lr);
+      bar->update(1);
+    }
+    if (cfg_.log_every > 0 && st_->step % cfg_.log_every == 0) {
+      st_->metrics << json{{"step", info.step}, {"loss", info.loss}, {"lr", info.lr}, {"grad_norm", info.grad_norm},
+                           {"tokens_per_s", info.tokens_per_second}, {"ms", info.ms}}
+                          .dump()
+                   << "\n";
+      st_->metrics.flush();
+    }
+    for (auto& cb : callbacks_) cb->on_step_end(*this, info);
+    if (cfg_.eval_every > 0 && st_->step % cfg_.eval_every == 0) {
+      EvalInfo e;
+      e.step = st_->step;
+      e.val_loss = evaluate();
+      e.val_perplexity = std::exp(e.val_loss);
+      e.train_loss = info.loss;
+      result.final_val_loss = e.val_loss;
+      if (bar) bar->set_postfix("val", e.val_loss);
+      st_->metrics << json{{"step", e.step}, {"val_loss", e.val_loss}, {"val_perplexity", e.val_perplexity}}.dump()
+                   << "\n";
+      st_->metrics.flush();
+      for (auto& cb : callbacks_) cb->on_eval(*this, e);
+    }
+    if (cfg_.checkpoint_every > 0 && st_->step % cfg_.checkpoint_every == 0) save();
+  }
+  if (bar) bar->close();
+  result.steps = st_->step;
+  result.final_train_loss = last_loss;
+  bool finished = st_->step >= cfg_.max_steps || stop_;
+  if (finished) {
+    if (cfg_.checkpoint_every > 0 && st_->step % cfg_.checkpoint_every != 0) save();
+    result.final_val_loss = evaluate();
+    st_->metrics << json{{"step", st_->step}, {"val_loss", result.final_val_loss},
+                         {"val_perplexity", std::exp(result.final_val_loss)},
+                         {"unigram_val_loss", st_->unigram}}
+                        .dump()
+                 << "\n";
+    if (cfg_.sample_tokens > 0) {
+      std::vector<uint32_t> prompt_ids = st_->encoder.encode(cfg_.prompt);
+      if (prompt_ids.empty()) prompt_ids = {0};
+      std::vector<int64_t> ids(prompt_ids.begin(), prompt_ids.end());
+      Tensor idx = tensor<int64_t>(ids, {1, int64_t(ids.size())});
+      Generator g(cfg_.seed + 7);
+      Tensor out = model_->generate(idx, cfg_.sample_tokens, cfg_.temperature, cfg_.top_k, &g);
+      std::vector<int64_t> all = out.to_vector<int64_t>();
+      result.sample = st_->encoder.decode(std::vector<uint32_t>(all.begin(), all.end()));
+    }
+    for (auto& cb : callbacks_) cb->on_train_end(*this);
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  return result;
+}
+
+}  // namespace foundry::train
