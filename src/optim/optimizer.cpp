@@ -18,7 +18,9 @@ using nlohmann::json;
 
 Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, std::map<std::string, double> defaults)
     : name_(std::move(name)), defaults_(std::move(defaults)) {
-  if (groups.empty()) raise<ValueError>("{}: optimizer got an empty parameter list", name_);
+  size_t n = 0;
+  for (const auto& g : groups) n += g.params.size();
+  if (n == 0) raise<ValueError>("{}: optimizer got an empty parameter list", name_);
   for (auto& g : groups) add_param_group(std::move(g));
 }
 
