@@ -17,10 +17,16 @@ std::string Conv1D::extra_repr() const {
   return "nf=" + std::to_string(weight.size(1)) + ", nx=" + std::to_string(weight.size(0));
 }
 
-Tensor Conv1D::forward(const Tensor& x) {
-  // linear() takes [out, in]; the transpose is a view (no copy).
-  return linear(x, weight.t(), bias);
+Tensor Conv1D::forward(const Tensor& x) { return matmul(x, weight) + bias; }
+
+TiedHead::TiedHead(const Tensor& embedding_weight) : weight(register_parameter("weight", embedding_weight)) {}
+
+std::string TiedHead::extra_repr() const {
+  return "in_features=" + std::to_string(weight.size(1)) + ", out_features=" + std::to_string(weight.size(0)) +
+         ", bias=False";
 }
+
+Tensor TiedHead::forward(const Tensor& x) { return linear(x, weight); }
 
 GPTAttention::GPTAttention(const GPTConfig& c) : cfg_(c) {
   FOUNDRY_CHECK_AS(ValueError, c.n_embd % c.n_head == 0, "GPT: n_embd ({}) must be divisible by n_head ({})",
@@ -100,8 +106,7 @@ Tensor GPTTrunk::forward(const Tensor& idx) {
 
 GPT::GPT(const GPTConfig& c, Generator* gen) : cfg_(c) {
   transformer = register_module("transformer", std::make_shared<GPTTrunk>(c));
-  lm_head = register_module("lm_head", std::make_shared<nn::Linear>(c.n_embd, c.vocab_size, false));
-  lm_head->weight = transformer->wte->weight;  // tied, as GPT-2
+  lm_head = register_module("lm_head", std::make_shared<TiedHead>(transformer->wte->weight));  // tied, as GPT-2
   // GPT-2 initialisation (HF _init_weights): normal(0, 0.02) for weights and embeddings, zero
   // biases, unit LayerNorms; c_proj weights scaled by 1/sqrt(2 n_layer).
   autograd::NoGradGuard ng;

@@ -47,8 +47,42 @@ double normal_from(const std::array<uint32_t, 4>& r) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
+// Normal samples two at a time: pair p uses counter first + p and Box-Muller's two outputs, in
+// float math for float32 (the costly part of initialising large models).
+template <typename T>
+void fill_normal(Tensor& out, double mean, double std) {
+  Generator& g = active();
+  int64_t n = out.numel();
+  int64_t pairs = (n + 1) / 2;
+  uint64_t first = g.reserve(uint64_t(pairs));
+  uint64_t seed = g.seed();
+  T* p = static_cast<T*>(out.data_ptr());
+  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  parallel_for(0, pairs, 2048, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      auto r = philox4x32(first + uint64_t(i), 0, seed);
+      C u1, u2;
+      if constexpr (std::is_same_v<C, double>) {
+        u1 = (double(r[0]) + 1.0) / 4294967296.0;
+        u2 = uniform_double(r[1], r[2]);
+      } else {
+        u1 = (float(r[0] >> 8) + 1.0f) * (1.0f / 16777216.0f);
+        u2 = uniform_float(r[1]);
+      }
+      C radius = std::sqrt(C(-2) * std::log(u1)), theta = C(2 * M_PI) * u2;
+      p[2 * i] = T(C(mean) + C(std) * radius * std::cos(theta));
+      if (2 * i + 1 < n) p[2 * i + 1] = T(C(mean) + C(std) * radius * std::sin(theta));
+    }
+  });
+}
+
 Tensor draw(IntList size, DType dt, int kind, double a, double b) {
   Tensor out = empty(size, dt);
+  if (kind == 1 && (dt == DType::Float32 || dt == DType::Float64)) {
+    if (dt == DType::Float32) fill_normal<float>(out, a, b);
+    else fill_normal<double>(out, a, b);
+    return out;
+  }
   kernels::visit_numeric(dt, "random", [&](auto tag) {
     using T = typename decltype(tag)::type;
     fill_random<T>(out, [&](const std::array<uint32_t, 4>& r) -> T {

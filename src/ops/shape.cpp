@@ -219,21 +219,12 @@ void register_shape_ops(Registry& r) {
                };
              }});
 
-  auto split_forward = [](const Tensor& x, int64_t dim, const std::vector<int64_t>& sizes) {
-    std::vector<Tensor> out;
-    int64_t off = 0;
-    for (int64_t s : sizes) {
-      out.push_back(narrow(x, dim, off, s));
-      off += s;
-    }
-    return out;
-  };
   r.add({.schema_text = "split(Tensor input, int split_size, int dim=0) -> Tensor[]",
          .family = "shape",
          .doc = "Views of split_size along dim (the last may be smaller).",
          .kind = OpDef::Kind::Composite,
          .forward =
-             [split_forward](const Args& a) {
+             [](const Args& a) {
                const Tensor& x = a.tensor(0);
                FOUNDRY_CHECK_AS(ValueError, x.dim() > 0, "split: expected at least a 1-dimensional tensor");
                int64_t dim = wrap_dim(a[2].to_int(), x.dim(), "split");
@@ -242,7 +233,7 @@ void register_shape_ops(Registry& r) {
                std::vector<int64_t> sizes;
                if (n == 0) sizes.push_back(0);
                for (int64_t off = 0; off < n; off += size) sizes.push_back(std::min(size, n - off));
-               return split_forward(x, dim, sizes);
+               return split_with_sizes(x, sizes, dim);
              },
          .dtypes = kAllTypes,
          .samples =
@@ -250,21 +241,48 @@ void register_shape_ops(Registry& r) {
                Tensor x = sample_uniform({5, 4}, dt, g);
                return std::vector<Sample>{{{x, int64_t(2), int64_t(0)}}, {{x, int64_t(3), int64_t(1)}}};
              }});
+  // A primitive view op so that its gradient is one cat (not a zero-filled slice_backward per
+  // piece): attention's q/k/v split is on the training hot path.
   r.add({.schema_text = "split_with_sizes(Tensor input, int[] split_sizes, int dim=0) -> Tensor[]",
          .family = "shape",
          .doc = "Views with the given sizes along dim (they must sum to the dim's size).",
-         .kind = OpDef::Kind::Composite,
+         .kind = OpDef::Kind::View,
          .forward =
-             [split_forward](const Args& a) {
+             [](const Args& a) {
                const Tensor& x = a.tensor(0);
+               FOUNDRY_CHECK_AS(ValueError, x.dim() > 0, "split_with_sizes: expected at least a 1-dimensional tensor");
                int64_t dim = wrap_dim(a[2].to_int(), x.dim(), "split_with_sizes");
                auto sizes = a[1].int_list();
-               int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t(0));
+               int64_t total = 0;
+               for (int64_t s : sizes) {
+                 FOUNDRY_CHECK_AS(ValueError, s >= 0, "split_with_sizes expects split_sizes to be non-negative, got {}", s);
+                 total += s;
+               }
                FOUNDRY_CHECK_AS(ValueError, total == x.size(dim),
                                 "split_with_sizes expects split_sizes to sum exactly to {} (input size along dim {}), "
                                 "but got split_sizes={}",
                                 x.size(dim), dim, shape_str(sizes));
-               return split_forward(x, dim, sizes);
+               std::vector<Tensor> out;
+               int64_t off = 0;
+               for (int64_t s : sizes) {
+                 Shape sz(x.sizes());
+                 sz[size_t(dim)] = s;
+                 out.push_back(make_tensor(x.storage(), sz, x.strides(), x.storage_offset() + off * x.stride(dim), x.dtype()));
+                 off += s;
+               }
+               return out;
+             },
+         .backward =
+             [](BackwardContext& c) {
+               Shape in = c.input_sizes("input");
+               int64_t dim = wrap_dim(c.int_arg("dim"), int64_t(in.size()));
+               auto sizes = c.arg("split_sizes").int_list();
+               std::vector<Tensor> parts;
+               for (size_t k = 0; k < sizes.size(); ++k) {
+                 const Tensor& g = c.grad(int(k));  // zeros when that piece was unused
+                 parts.push_back(g);
+               }
+               return std::vector<Tensor>{cat(parts, dim)};
              },
          .dtypes = kAllTypes,
          .samples =

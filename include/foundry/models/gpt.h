@@ -86,6 +86,17 @@ class GPTTrunk : public nn::Module {
   GPTConfig cfg_;
 };
 
+/// The language-model head: logits = x @ weight^T with the weight tied to the token embedding
+/// (printed as PyTorch prints GPT-2's lm_head: a Linear without bias).
+class TiedHead : public nn::Module {
+ public:
+  explicit TiedHead(const Tensor& embedding_weight);
+  std::string type_name() const override { return "Linear"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& x) override;
+  Tensor& weight;
+};
+
 class GPT : public nn::Module {
  public:
   /// Initialised as GPT-2 (normal(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer)).
@@ -102,7 +113,7 @@ class GPT : public nn::Module {
   const GPTConfig& config() const { return cfg_; }
 
   std::shared_ptr<GPTTrunk> transformer;
-  std::shared_ptr<nn::Linear> lm_head;
+  std::shared_ptr<TiedHead> lm_head;
 
  private:
   GPTConfig cfg_;

@@ -1,0 +1,35 @@
+#!/usr/bin/python3
+"""bench/train_vs_torch: one GPT-2-124M training step (batch 4 x seq 64, AdamW), Foundry vs
+PyTorch 1.13 eager, 1 and 2 threads; Foundry also with bfloat16 autocast and with activation
+checkpointing. Each configuration runs in its own process (peak RSS is per process).
+Usage: /usr/bin/python3 bench/train_vs_torch/run.py [build/bin/bench_train_step]
+"""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+binary = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "build", "bin", "bench_train_step")
+
+
+def run(cmd, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+rows = []
+for threads in (1, 2):
+    t = run(["/usr/bin/python3", os.path.join(HERE, "torch_step.py"), str(threads)], threads)
+    rows.append(("PyTorch 1.13 float32", threads, t, t))
+    for label, extra in (("Foundry float32", []), ("Foundry bfloat16 autocast", ["--precision", "bfloat16"]),
+                         ("Foundry float32 + activation checkpointing", ["--checkpointing"])):
+        f = run([binary, "--threads", str(threads)] + extra, threads)
+        rows.append((label, threads, f, t))
+
+print("| configuration | threads | ms/step | tokens/s | peak RSS MB | speed vs PyTorch | RSS vs PyTorch |")
+print("|---|---|---|---|---|---|---|")
+for label, threads, f, t in rows:
+    print("| %s | %d | %.0f | %.0f | %.0f | %.2fx | %.2fx |" % (label, threads, f["ms"], f["tokens_per_s"],
+          f["peak_rss_mb"], t["ms"] / f["ms"], f["peak_rss_mb"] / t["peak_rss_mb"]))

@@ -1,0 +1,67 @@
+// Foundry side of bench/train_vs_torch: GPT-2 124M shape, AdamW, batch x seq tokens per step.
+// Prints one JSON line: median ms/step over `steps` after `warmup` steps, tokens/s, peak RSS.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "foundry/core/parallel.h"
+#include "foundry/models/gpt.h"
+#include "foundry/ops/autocast.h"
+#include "foundry/ops/ops.h"
+#include "foundry/optim/optimizer.h"
+
+using namespace foundry;
+
+int main(int argc, char** argv) {
+  int threads = 1, warmup = 2, steps = 10;
+  int64_t batch = 4, seq = 64;
+  std::string precision = "float32";
+  bool ckpt = false;
+  models::GPTConfig c;  // GPT-2 124M
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] { return std::string(argv[++i]); };
+    if (a == "--threads") threads = std::stoi(next());
+    else if (a == "--steps") steps = std::stoi(next());
+    else if (a == "--warmup") warmup = std::stoi(next());
+    else if (a == "--batch") batch = std::stoll(next());
+    else if (a == "--seq") seq = std::stoll(next());
+    else if (a == "--precision") precision = next();
+    else if (a == "--checkpointing") ckpt = true;
+    else if (a == "--layers") c.n_layer = std::stoll(next());
+  }
+  set_num_threads(threads);
+  c.activation_checkpointing = ckpt;
+  manual_seed(0);
+  models::GPT model(c);
+  optim::AdamW opt(model.parameters(), {.lr = 3e-4, .weight_decay = 0.1});
+  Tensor x = randint(0, c.vocab_size, {batch, seq}), y = randint(0, c.vocab_size, {batch, seq});
+  std::vector<double> times;
+  double loss = 0;
+  for (int s = 0; s < warmup + steps; ++s) {
+    auto t0 = std::chrono::steady_clock::now();
+    opt.zero_grad();
+    Tensor l;
+    {
+      autocast::AutocastGuard ac(precision == "bfloat16");
+      l = models::GPT::loss(model.forward(x), y);
+    }
+    l.backward();
+    opt.step();
+    loss = l.item<double>();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= warmup) times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  double med = times[times.size() / 2];
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("{\"ms\": %.2f, \"tokens_per_s\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f}\n", med,
+              double(batch * seq) / (med / 1000), double(ru.ru_maxrss) / 1024, loss);
+  return 0;
+}
