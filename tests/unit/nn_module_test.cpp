@@ -89,7 +89,9 @@ TEST(NnModule, StateDictHasPersistentBuffersAndTiedNames) {
                                    "blocks.1.norm.weight", "blocks.1.norm.bias", "head.weight"};
   NamedTensors sd = net.state_dict();
   EXPECT_EQ(keys(sd), want);
-  EXPECT_TRUE(sd.front().second.is_same(sd.back().second));  // tied: one tensor, two names
+  EXPECT_EQ(sd.front().second.data_ptr(), sd.back().second.data_ptr());  // tied: one storage, two names
+  EXPECT_FALSE(sd.front().second.requires_grad());                     // detached, as keep_vars=False
+  EXPECT_EQ(sd.front().second.data_ptr(), net.emb->weight.data_ptr());
   // PyTorch's BatchNorm keys.
   Sequential seq(std::make_shared<Conv2d>(1, 2, 3), std::make_shared<BatchNorm2d>(2));
   EXPECT_EQ(keys(seq.state_dict()), (std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias",
@@ -110,7 +112,7 @@ TEST(NnModule, TiedWeightsShareGradients) {
   Tensor g = net.emb->weight.grad();
   ASSERT_TRUE(g.defined());
   // Rows never looked up get gradient only through the head.
-  EXPECT_GT(std::abs(g.select(0, 7).sum().item<double>()), 0.0);
+  EXPECT_GT(abs(g.select(0, 7)).sum().item<double>(), 0.0);
   EXPECT_EQ(net.num_parameters(), 10 * 4 + 2 * (4 + 16 + 4 + 4 + 4));
 }
 

@@ -85,8 +85,9 @@ class Module : public std::enable_shared_from_this<Module> {
 
   // ---- state ----
   /// Parameters and persistent buffers, per module (own parameters, own buffers, then children),
-  /// as PyTorch orders them; shared tensors appear under every name. The tensors are the
-  /// module's own (detached views are not made): copy them before modifying.
+  /// as PyTorch orders them; shared (tied) tensors appear under every name. The values are
+  /// detached aliases of the module's tensors (PyTorch's keep_vars=False): they share storage
+  /// (tied entries share one), so copy them before modifying.
   NamedTensors state_dict() const;
   /// Copies `state` into the parameters and buffers under no_grad (converting dtypes). Shape
   /// mismatches always raise; missing and unexpected keys raise when strict. The error lists
