@@ -46,7 +46,7 @@ void expect_match(const std::vector<float>& simd, const std::vector<float>& ref,
 
 const int64_t kSizes[] = {0, 1, 3, 7, 15, 16, 17, 31, 33, 100, 1023, 1025, 4099};
 
-class EachTarget : public ::testing::TestWithParam<int64_t> {
+class OptimKernelTargets : public ::testing::TestWithParam<int64_t> {
  protected:
   void SetUp() override {
     k::force_simd_target(GetParam());
@@ -60,7 +60,7 @@ std::string target_name(const ::testing::TestParamInfo<int64_t>& info) { return 
 
 }  // namespace
 
-TEST_P(EachTarget, AdamMatchesTwin) {
+TEST_P(OptimKernelTargets, AdamMatchesTwin) {
   for (int64_t n : kSizes) {
     for (int variant = 0; variant < 4; ++variant) {
       k::AdamStep s;
@@ -84,7 +84,7 @@ TEST_P(EachTarget, AdamMatchesTwin) {
   }
 }
 
-TEST_P(EachTarget, SgdMatchesTwin) {
+TEST_P(OptimKernelTargets, SgdMatchesTwin) {
   for (int64_t n : kSizes) {
     for (int variant = 0; variant < 5; ++variant) {
       k::SGDStep s;
@@ -106,7 +106,7 @@ TEST_P(EachTarget, SgdMatchesTwin) {
   }
 }
 
-TEST_P(EachTarget, LionMatchesTwin) {
+TEST_P(OptimKernelTargets, LionMatchesTwin) {
   for (int64_t n : kSizes) {
     k::LionStep s;
     s.beta1 = 0.9f, s.one_minus_beta1 = 0.1f, s.beta2 = 0.99f, s.one_minus_beta2 = 0.01f;
@@ -122,7 +122,7 @@ TEST_P(EachTarget, LionMatchesTwin) {
   }
 }
 
-TEST_P(EachTarget, AdagradAndRmspropMatchTwins) {
+TEST_P(OptimKernelTargets, AdagradAndRmspropMatchTwins) {
   for (int64_t n : kSizes) {
     for (int variant = 0; variant < 4; ++variant) {
       k::AdagradStep a;
@@ -157,7 +157,7 @@ TEST_P(EachTarget, AdagradAndRmspropMatchTwins) {
   }
 }
 
-TEST_P(EachTarget, NormReductionsAreBitIdenticalToTwins) {
+TEST_P(OptimKernelTargets, NormReductionsAreBitIdenticalToTwins) {
   for (int64_t n : {0, 1, 5, 16, 17, 1023, 1024, 1025, 5000, 70001}) {
     auto x = random_vec(n, 19, -3, 3);
     EXPECT_EQ(k::sum_squares_f32(x.data(), n), k::sum_squares_f32_ref(x.data(), n)) << n;
@@ -178,7 +178,7 @@ TEST_P(EachTarget, NormReductionsAreBitIdenticalToTwins) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Targets, EachTarget, ::testing::ValuesIn(k::simd_targets()), target_name);
+INSTANTIATE_TEST_SUITE_P(Targets, OptimKernelTargets, ::testing::ValuesIn(k::simd_targets()), target_name);
 
 // ---------------------------------------------------------------------------------------------
 // Optimizer level
