@@ -9,5 +9,6 @@ void add_ops_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_prepare_command(CLI::App& app);
 
 }  // namespace foundry::cli

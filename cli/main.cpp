@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   foundry::cli::add_demo_command(app);
   foundry::cli::add_tokenize_command(app);
   foundry::cli::add_train_command(app);
+  foundry::cli::add_prepare_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -68,6 +68,7 @@ TrainConfig load_train_config(const std::string& path) {
   TrainConfig c;
   Reader r(root, path);
   r.get("data", "path", c.data_path);
+  r.get("data", "prepared", c.prepared_dir);
   r.get("data", "field", c.data_field);
   r.get("data", "tokenizer", c.tokenizer);
   r.get("data", "val_fraction", c.val_fraction);

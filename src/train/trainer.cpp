@@ -70,8 +70,10 @@ Trainer::Trainer(TrainConfig config) : cfg_(std::move(config)), st_(std::make_un
   if (cfg_.threads > 0) set_num_threads(cfg_.threads);
   std::filesystem::create_directories(cfg_.out_dir);
   // Data: prepared once into <out_dir>/data (train.bin, val.bin, meta.json).
-  std::string data_dir = cfg_.out_dir + "/data";
+  std::string data_dir = cfg_.prepared_dir.empty() ? cfg_.out_dir + "/data" : cfg_.prepared_dir;
   std::string meta_path = data_dir + "/meta.json";
+  if (!cfg_.prepared_dir.empty() && !std::filesystem::exists(meta_path))
+    raise<IOError>("train: '{}' is not a prepared dataset (no meta.json; run foundry prepare)", cfg_.prepared_dir);
   if (std::filesystem::exists(meta_path)) {
     st_->encoder = data::TextEncoder::from_description(io::read_file(meta_path));
   } else {

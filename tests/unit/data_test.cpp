@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 
 #include "foundry/data/dataset.h"
@@ -114,4 +115,25 @@ TEST(Progress, RendersLikeTqdm) {
   EXPECT_NE(line.find("loss=1.235"), std::string::npos) << line;
   EXPECT_EQ(train::format_duration(3725), "1:02:05");
   bar.close();
+}
+
+TEST(DataLoader, ShufflesDeterministicallyDropsLastAndResumes) {
+  using Loader = DataLoader<int64_t, std::vector<int64_t>>;
+  auto collate = [](std::vector<int64_t> items) { return items; };
+  Loader::Options o{.batch_size = 3, .shuffle = true, .drop_last = true, .seed = 5};
+  Loader a(10, [](int64_t i) { return i; }, collate, o);
+  EXPECT_EQ(a.batches_per_epoch(), 3);
+  std::vector<int64_t> seen;
+  for (int k = 0; k < 3; ++k)
+    for (int64_t v : a.next()) seen.push_back(v);
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end());  // no repeats within an epoch
+  std::vector<int64_t> b4 = a.next();
+  Loader b(10, [](int64_t i) { return i; }, collate, o, /*start=*/3);
+  EXPECT_EQ(b.next(), b4);  // resuming at batch 3 gives the same batch
+  Loader::Options keep{.batch_size = 4, .shuffle = false, .drop_last = false};
+  Loader c(10, [](int64_t i) { return i; }, collate, keep);
+  c.next();
+  c.next();
+  EXPECT_EQ(c.next(), (std::vector<int64_t>{8, 9}));
 }

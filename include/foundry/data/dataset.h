@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "foundry/core/error.h"
+#include "foundry/core/rng.h"
 #include "foundry/core/tensor.h"
 #include "foundry/data/token_shard.h"
 
@@ -163,6 +165,71 @@ class Prefetcher {
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread worker_;
+};
+
+/// A map-style loader: batches of `batch_size` items of a dataset (size + get(i)), shuffled each
+/// epoch with a seeded permutation (deterministic), collated into a batch, and prefetched on a
+/// background thread. Batch k of the whole run (over epochs) depends only on (seed, k), so
+/// position() is all a checkpoint needs to resume.
+template <typename Item, typename Batch>
+class DataLoader {
+ public:
+  struct Options {
+    int64_t batch_size = 1;
+    bool shuffle = true;
+    bool drop_last = false;
+    uint64_t seed = 0;
+    int64_t prefetch = 2;
+  };
+  DataLoader(int64_t size, std::function<Item(int64_t)> get, std::function<Batch(std::vector<Item>)> collate,
+             Options options, int64_t start = 0)
+      : size_(size), get_(std::move(get)), collate_(std::move(collate)), opt_(options),
+        prefetcher_([this](int64_t k) { return make(k); }, options.prefetch, start) {
+    FOUNDRY_CHECK_AS(ValueError, opt_.batch_size > 0, "DataLoader: batch_size must be positive");
+    FOUNDRY_CHECK_AS(ValueError, batches_per_epoch() > 0, "DataLoader: {} items make no batch of {} (drop_last={})",
+                     size_, opt_.batch_size, opt_.drop_last);
+  }
+  /// Batches in one pass over the data.
+  int64_t batches_per_epoch() const {
+    return opt_.drop_last ? size_ / opt_.batch_size : (size_ + opt_.batch_size - 1) / opt_.batch_size;
+  }
+  Batch next() { return prefetcher_.next(); }
+  int64_t position() const { return prefetcher_.position(); }
+  void seek(int64_t batch) { prefetcher_.seek(batch); }
+
+ private:
+  Batch make(int64_t k) {
+    int64_t epoch = k / batches_per_epoch(), b = k % batches_per_epoch();
+    std::vector<Item> items;
+    for (int64_t j = b * opt_.batch_size; j < std::min(size_, (b + 1) * opt_.batch_size); ++j)
+      items.push_back(get_(opt_.shuffle ? permuted(epoch, j) : j));
+    return collate_(std::move(items));
+  }
+  // Position j of epoch e's permutation, without materialising it: a seeded Fisher-Yates table
+  // per epoch, cached.
+  int64_t permuted(int64_t epoch, int64_t j) {
+    std::lock_guard<std::mutex> lock(perm_mu_);
+    if (epoch != perm_epoch_) {
+      perm_.resize(size_t(size_));
+      for (int64_t i = 0; i < size_; ++i) perm_[size_t(i)] = i;
+      for (int64_t i = size_ - 1; i > 0; --i) {
+        auto r = philox4x32(uint64_t(i), uint64_t(epoch), opt_.seed);
+        uint64_t bits = (uint64_t(r[0]) << 32) | r[1];
+        std::swap(perm_[size_t(i)], perm_[size_t(bits % uint64_t(i + 1))]);
+      }
+      perm_epoch_ = epoch;
+    }
+    return perm_[size_t(j)];
+  }
+
+  int64_t size_;
+  std::function<Item(int64_t)> get_;
+  std::function<Batch(std::vector<Item>)> collate_;
+  Options opt_;
+  std::mutex perm_mu_;
+  std::vector<int64_t> perm_;
+  int64_t perm_epoch_ = -1;
+  Prefetcher<Batch> prefetcher_;  // last: its thread starts after everything above exists
 };
 
 }  // namespace foundry::data

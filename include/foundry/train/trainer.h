@@ -22,6 +22,7 @@ namespace foundry::train {
 struct TrainConfig {
   // data
   std::string data_path;             ///< text file (or JSONL with data_field)
+  std::string prepared_dir;          ///< a `foundry prepare` output folder (used instead of data_path)
   std::string data_field;            ///< JSONL field to train on ("" = plain text)
   std::string tokenizer = "char";    ///< "char", "byte", or a tokenizer file
   double val_fraction = 0.1;
