@@ -240,6 +240,26 @@ TEST(Gemm, WideProductsInColumnChunks) {
   for (int64_t i = 0; i < 2; ++i) EXPECT_CLOSE(got2.select(0, i), naive_mm(a, bb.select(0, i)), 1e-4);
 }
 
+// With several threads oneDNN products are cut into one block per thread (columns, or rows
+// when there are few columns); batches, bias and beta must land in the right place either way.
+TEST(Gemm, PerThreadBlocks) {
+  Tensor in = rnd({3, 1, 100}, DType::Float32), b1 = rnd({3, 100, 200}, DType::Float32),
+         b2 = rnd({3, 200, 100}, DType::Float32), bias = rnd({100}, DType::Float32);
+  Tensor wide = rnd({3, 200, 700}, DType::Float32);
+  for (int threads : {1, 2, 3}) {
+    ThreadsGuard tg(threads);
+    Tensor got = baddbmm(in, b1, b2, 0.5, 2);
+    Tensor got_bias = baddbmm(bias, b1, b2);
+    Tensor got_wide = bmm(b1, wide);
+    for (int64_t i = 0; i < 3; ++i) {
+      Tensor P = naive_mm(b1.select(0, i), b2.select(0, i));
+      EXPECT_CLOSE(got.select(0, i), in.select(0, i).to(DType::Float64) * Scalar(0.5) + P * Scalar(2.0), 1e-3);
+      EXPECT_CLOSE(got_bias.select(0, i), P + bias.to(DType::Float64), 1e-3);
+      EXPECT_CLOSE(got_wide.select(0, i), naive_mm(b1.select(0, i), wide.select(0, i)), 1e-3);
+    }
+  }
+}
+
 TEST(Gemm, EmptyAndZeroInner) {
   Tensor a = rnd({3, 0}, DType::Float32), b = rnd({0, 4}, DType::Float32);
   Tensor c = mm(a, b);

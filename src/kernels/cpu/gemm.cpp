@@ -225,7 +225,7 @@ dnnl::engine& dnnl_engine() {
 struct DnnlKey {
   int dt;
   int64_t dims[11];   // batch_a, batch_b, batch, M, N, K, threads, bias, has_beta, ...
-  int64_t strides[6]; // a rs/cs, b rs/cs, a bs, b bs
+  int64_t strides[7];  // a rs/cs, b rs/cs, a bs, b bs, c bs
   double alpha, beta;
   bool operator==(const DnnlKey& o) const {
     return dt == o.dt && std::memcmp(dims, o.dims, sizeof(dims)) == 0 &&
@@ -285,15 +285,17 @@ dnnl::memory::desc dnnl_desc(const Mat& m, int64_t batch, dnnl::memory::data_typ
 
 int current_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 
-// The primitive for c[:, :, :N] (row stride ldc) = a @ b, cached by shape, strides and attributes.
+// The primitive for c[:, :M, :N] (row stride ldc) = a @ b running on `threads` threads, cached by
+// shape, strides, threads and attributes.
 std::shared_ptr<DnnlEntry> dnnl_primitive(const Mat& A, const Mat& B, int64_t batch, int64_t M, int64_t N,
-                                          int64_t K, int64_t ldc, double alpha, double beta, bool bias, DType dtype) {
+                                          int64_t K, int64_t ldc, int64_t c_bs, double alpha, double beta, bool bias,
+                                          DType dtype, int threads) {
   DnnlKey key{};
   key.dt = int(dtype);
-  int64_t dims[11] = {A.batch > 1 ? batch : 1, B.batch > 1 ? batch : 1, batch, M, N, K, current_threads(),
+  int64_t dims[11] = {A.batch > 1 ? batch : 1, B.batch > 1 ? batch : 1, batch, M, N, K, threads,
                       bias, A.row_major, B.row_major, ldc};
   std::memcpy(key.dims, dims, sizeof(dims));
-  int64_t strides[6] = {A.rs, A.cs, B.rs, B.cs, A.batch > 1 ? A.bs : 0, B.batch > 1 ? B.bs : 0};
+  int64_t strides[7] = {A.rs, A.cs, B.rs, B.cs, A.batch > 1 ? A.bs : 0, B.batch > 1 ? B.bs : 0, c_bs};
   std::memcpy(key.strides, strides, sizeof(strides));
   key.alpha = alpha;
   key.beta = beta;
@@ -305,7 +307,7 @@ std::shared_ptr<DnnlEntry> dnnl_primitive(const Mat& A, const Mat& B, int64_t ba
   try {
     e->a = dnnl_desc(A, batch, t);
     e->b = dnnl_desc(B, batch, t);
-    e->c = dnnl::memory::desc({batch, M, N}, t, {M * ldc, ldc, 1});
+    e->c = dnnl::memory::desc({batch, M, N}, t, {c_bs, ldc, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (alpha != 1.0) attr.set_output_scales(0, {float(alpha)});
@@ -321,7 +323,18 @@ std::shared_ptr<DnnlEntry> dnnl_primitive(const Mat& A, const Mat& B, int64_t ba
     } else {
       md = std::make_unique<dnnl::matmul::desc>(e->a, e->b, e->c);
     }
-    dnnl::matmul::primitive_desc pd(*md, attr, dnnl_engine());
+    // oneDNN (OpenMP runtime) sizes its work split from omp_get_max_threads() at creation.
+    const int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::unique_ptr<dnnl::matmul::primitive_desc> pdp;
+    try {
+      pdp = std::make_unique<dnnl::matmul::primitive_desc>(*md, attr, dnnl_engine());
+    } catch (...) {
+      omp_set_num_threads(saved_threads);
+      throw;
+    }
+    omp_set_num_threads(saved_threads);
+    dnnl::matmul::primitive_desc& pd = *pdp;
     std::string impl = pd.impl_info_str();
     // The reference implementation is far slower than the BLAS fallback.
     if (impl.rfind("ref", 0) != 0) {
@@ -354,49 +367,93 @@ struct ScratchBuffer {
 // at 82 GFLOP/s against 107 in column chunks, measured), so wide products run as column chunks.
 constexpr int64_t kDnnlMaxN = 1536;
 
+// One block of the output computed by one primitive call: rows [m0, m0 + mc), columns [n0, n0 + nc).
+struct Tile {
+  int64_t m0, mc, n0, nc;
+  std::shared_ptr<DnnlEntry> e;
+};
+
+// Splits [0, n) into `parts` near-equal pieces whose starts are multiples of `align`.
+std::vector<std::pair<int64_t, int64_t>> split_range(int64_t n, int64_t parts, int64_t align) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t step = ((n + parts - 1) / parts + align - 1) / align * align;
+  for (int64_t s = 0; s < n; s += step) out.push_back({s, std::min(step, n - s)});
+  return out;
+}
+
+// With several threads, the output is cut into one block per thread (columns when there are
+// enough, else rows), each run by a single-threaded primitive: one fork/join per product and no
+// barriers inside it. On a busy machine (other processes on the cores) that is what keeps a
+// thread that loses its time slice from stalling the other at every internal barrier; on an idle
+// one it matches oneDNN's own split (measured, docs/decisions.md).
 bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
                double beta, const void* bias, DType dtype) {
   const int64_t esize = itemsize(dtype);
-  int64_t nc = N;
-  if (B.row_major && N > kDnnlMaxN) {
-    int64_t parts = (N + kDnnlMaxN - 1) / kDnnlMaxN;
-    nc = ((N + parts - 1) / parts + 15) / 16 * 16;
-  }
-  // All primitives first (at most two widths), so a rejected shape falls back before any work.
-  struct Chunk {
-    int64_t j, w;
-    std::shared_ptr<DnnlEntry> e;
-  };
-  std::vector<Chunk> chunks;
-  for (int64_t j = 0; j < N; j += nc) {
-    int64_t w = std::min(nc, N - j);
-    Mat Bj = B;
-    Bj.cols = w;
-    auto e = chunks.empty() || chunks.back().w != w
-                 ? dnnl_primitive(A, Bj, batch, M, w, K, N, alpha, beta, bias != nullptr, dtype)
-                 : chunks.back().e;
-    if (!e->ok) return false;
-    chunks.push_back({j, w, e});
-  }
-  thread_local dnnl::stream stream(dnnl_engine());
-  thread_local ScratchBuffer scratch;
-  auto& eng = dnnl_engine();
-  for (const Chunk& ch : chunks) {
-    const DnnlEntry& e = *ch.e;
-    dnnl::memory am(e.a, eng, const_cast<char*>(A.ptr));
-    dnnl::memory bm(e.b, eng, const_cast<char*>(B.ptr) + ch.j * B.cs * esize);
-    dnnl::memory cm(e.c, eng, static_cast<char*>(C) + ch.j * esize);
-    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-    if (bias)
-      args.emplace(DNNL_ARG_BIAS,
-                   dnnl::memory(e.bias, eng, const_cast<char*>(static_cast<const char*>(bias)) + ch.j * esize));
-    if (e.scratch) {
-      dnnl::memory::desc sd({int64_t(e.scratch)}, dnnl::memory::data_type::u8, dnnl::memory::format_tag::a);
-      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(sd, eng, scratch.get(e.scratch)));
+  const int nt = current_threads();
+  std::vector<std::pair<int64_t, int64_t>> mparts = {{0, M}}, nparts = {{0, N}};
+  bool per_thread = false;
+  if (nt > 1) {
+    if (N >= 128 * nt) {
+      nparts = split_range(N, nt, 16);
+      per_thread = true;
+    } else if (M >= 32 * nt) {
+      mparts = split_range(M, nt, 8);
+      per_thread = true;
     }
-    e.prim.execute(stream, args);
   }
-  stream.wait();
+  const int prim_threads = per_thread ? 1 : nt;
+  // Each thread's block, further cut into column chunks no wider than kDnnlMaxN.
+  std::vector<std::vector<Tile>> work;
+  for (auto [m0, mc] : mparts)
+    for (auto [n0, nc] : nparts) {
+      std::vector<Tile> tiles;
+      int64_t parts = B.row_major && nc > kDnnlMaxN ? (nc + kDnnlMaxN - 1) / kDnnlMaxN : 1;
+      for (auto [c0, cw] : split_range(nc, parts, 16)) tiles.push_back({m0, mc, n0 + c0, cw, nullptr});
+      work.push_back(std::move(tiles));
+    }
+  // All primitives first (a few shapes), so a rejected one falls back before any work is done.
+  std::shared_ptr<DnnlEntry> last;
+  for (auto& tiles : work)
+    for (Tile& t : tiles) {
+      if (last && last->a.data.dims[1] == t.mc && last->c.data.dims[2] == t.nc) {
+        t.e = last;
+        continue;
+      }
+      Mat At = A, Bt = B;
+      At.rows = t.mc;
+      Bt.cols = t.nc;
+      t.e = dnnl_primitive(At, Bt, batch, t.mc, t.nc, K, N, M * N, alpha, beta, bias != nullptr, dtype, prim_threads);
+      if (!t.e->ok) return false;
+      last = t.e;
+    }
+  auto run = [&](const std::vector<Tile>& tiles) {
+    thread_local dnnl::stream stream(dnnl_engine());
+    thread_local ScratchBuffer scratch;
+    auto& eng = dnnl_engine();
+    for (const Tile& t : tiles) {
+      const DnnlEntry& e = *t.e;
+      dnnl::memory am(e.a, eng, const_cast<char*>(A.ptr) + t.m0 * A.rs * esize);
+      dnnl::memory bm(e.b, eng, const_cast<char*>(B.ptr) + t.n0 * B.cs * esize);
+      dnnl::memory cm(e.c, eng, static_cast<char*>(C) + (t.m0 * N + t.n0) * esize);
+      std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+      if (bias)
+        args.emplace(DNNL_ARG_BIAS,
+                     dnnl::memory(e.bias, eng, const_cast<char*>(static_cast<const char*>(bias)) + t.n0 * esize));
+      if (e.scratch) {
+        dnnl::memory::desc sd({int64_t(e.scratch)}, dnnl::memory::data_type::u8, dnnl::memory::format_tag::a);
+        args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(sd, eng, scratch.get(e.scratch)));
+      }
+      e.prim.execute(stream, args);
+    }
+    stream.wait();
+  };
+  if (per_thread && work.size() > 1) {
+    parallel_for(0, int64_t(work.size()), 1, [&](int64_t w0, int64_t w1) {
+      for (int64_t w = w0; w < w1; ++w) run(work[size_t(w)]);
+    });
+  } else {
+    for (const auto& tiles : work) run(tiles);
+  }
   return true;
 }
 
