@@ -4,6 +4,7 @@
 // prints the table. Cases:
 //   adamw_fused        the default: one parallel loop over all tensors (per-tensor SIMD kernel)
 //   adamw_fused_flat   the same after FlatParameters (parameters and gradients in one buffer)
+//   adamw_fused_flat_params  FlatParameters for the parameters only (gradients stay separate)
 //   adamw_reference    fused=false: torch's single-tensor algorithm written with Foundry ops
 //   clip_grad_norm     clip_grad_norm_(params, 1e-3) (norm + scale)
 // Each case reports the best and the median of `--reps` steps after one warm-up step.
@@ -97,6 +98,12 @@ int main(int argc, char** argv) {
     optim::FlatParameters flat(ps, /*flat_grads=*/true);
     optim::AdamW opt(ps, {.lr = 6e-4, .weight_decay = 0.1});
     report("adamw_fused_flat", time_ms([&] { opt.step(); }, reps), adam_bytes);
+  }
+  if (want("adamw_fused_flat_params")) {  // parameters flat, gradients where autograd put them
+    auto ps = make_params(1);
+    optim::FlatParameters flat(ps, /*flat_grads=*/false);
+    optim::AdamW opt(ps, {.lr = 6e-4, .weight_decay = 0.1});
+    report("adamw_fused_flat_params", time_ms([&] { opt.step(); }, reps), adam_bytes);
   }
   if (want("adamw_reference")) {
     auto ps = make_params(1);
