@@ -23,7 +23,9 @@ void add_ops_command(CLI::App& app) {
   cmd->add_option("--dump-samples", *dump_dir, "write each op's test samples to DIR (for tools/gen_fixtures.py)");
   cmd->add_option("--only", *only, "restrict --dump-samples to these ops");
   cmd->add_option("--fixtures", *fixtures, "fixture manifest used for coverage columns");
-  cmd->callback([=] {
+  // Every option's storage is captured so it outlives this function (CLI11 writes into it later).
+  cmd->callback([json, markdown, dump_dir, fixtures, only, promotion] {
+    (void)json;  // --json is the default output
     if (*promotion) {
       std::string header = "| | ", sep = "|---|";
       for (int j = 0; j < kNumDTypes; ++j) {
