@@ -232,7 +232,8 @@ void register_scan_ops(Registry& r) {
          .samples = cum_samples});
   r.add({.schema_text = "cumprod(Tensor input, int dim, *, ScalarType? dtype=None) -> Tensor",
          .family = "reduction",
-         .doc = "Running product along dim (integers accumulate in int64).",
+         .doc = "Running product along dim (integers accumulate in int64). With zeros in the input the gradient "
+                "comes from an exact quadratic kernel that is not differentiable again.",
          .saves = {"input"},
          .saves_outputs = {0},
          .prepare = cum_prepare,
