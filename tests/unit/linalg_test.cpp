@@ -260,6 +260,18 @@ TEST(Gemm, PerThreadBlocks) {
   }
 }
 
+// A product whose shape was first run whole on two threads, then as a per-thread row block of
+// the same shape: oneDNN's own primitive cache must not hand the block the two-thread kernel
+// (it crashed when sampling a GPT after training).
+TEST(Gemm, BlockShapeSeenBeforeOnAllThreads) {
+  ThreadsGuard tg(2);
+  Tensor w = rnd({512, 128}, DType::Float32);
+  for (int64_t rows : {32, 64}) {
+    Tensor a = rnd({rows, 512}, DType::Float32);
+    EXPECT_CLOSE(matmul(a, w), naive_mm(a, w), 1e-3);
+  }
+}
+
 TEST(Gemm, EmptyAndZeroInner) {
   Tensor a = rnd({3, 0}, DType::Float32), b = rnd({0, 4}, DType::Float32);
   Tensor c = mm(a, b);

@@ -323,18 +323,16 @@ std::shared_ptr<DnnlEntry> dnnl_primitive(const Mat& A, const Mat& B, int64_t ba
     } else {
       md = std::make_unique<dnnl::matmul::desc>(e->a, e->b, e->c);
     }
-    // oneDNN (OpenMP runtime) sizes its work split from omp_get_max_threads() at creation.
-    const int saved_threads = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    std::unique_ptr<dnnl::matmul::primitive_desc> pdp;
-    try {
-      pdp = std::make_unique<dnnl::matmul::primitive_desc>(*md, attr, dnnl_engine());
-    } catch (...) {
-      omp_set_num_threads(saved_threads);
-      throw;
-    }
-    omp_set_num_threads(saved_threads);
-    dnnl::matmul::primitive_desc& pd = *pdp;
+    // oneDNN (OpenMP runtime) sizes its work split from omp_get_max_threads() when the primitive
+    // descriptor is made, and keys its own primitive cache on that count when the primitive is
+    // made: both must see `threads`, or a one-thread block can be handed a two-thread kernel from
+    // that cache (a crash inside a parallel region, seen when sampling after training).
+    struct OmpThreadsScope {
+      int saved = omp_get_max_threads();
+      explicit OmpThreadsScope(int n) { omp_set_num_threads(n); }
+      ~OmpThreadsScope() { omp_set_num_threads(saved); }
+    } threads_scope(threads);
+    dnnl::matmul::primitive_desc pd(*md, attr, dnnl_engine());
     std::string impl = pd.impl_info_str();
     // The reference implementation is far slower than the BLAS fallback.
     if (impl.rfind("ref", 0) != 0) {
