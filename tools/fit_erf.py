@@ -38,3 +38,22 @@ for deg in (8,9,10):
     e32=(np.float32(1)-np.exp(p.astype(np.float64)).astype(np.float32)).astype(np.float32)
     ulp=np.abs(e32.astype(np.float64)-erf(x32.astype(np.float64)))/np.spacing(np.float32(1.0)/2)
     print("branch2 deg",deg,"abs",err,"max ulp(f32)",ulp.max(), list(c))
+
+# GELU's erf (ErfAbsF): erf(z) = z P(z^2) / Q(z^2) on [0, 4] (clamped beyond), P and Q of degree 5,
+# fitted by iteratively reweighted linear least squares on z P - erf(z) (Q - 1) = erf(z).
+Z=4.0
+zs=np.cos(np.pi*(np.arange(8000)+0.5)/8000)*Z/2+Z/2
+w=zs*zs; y=erf(zs); wt=np.ones_like(zs)
+for it in range(12):
+    A=np.hstack([zs[:,None]*np.vander(w,6,increasing=True), -y[:,None]*np.vander(w,6,increasing=True)[:,1:]])
+    c,*_=np.linalg.lstsq(A*wt[:,None], y*wt, rcond=None)
+    p=c[:6]; q=np.concatenate([[1.0],c[6:]])
+    wt=1/np.abs(np.polyval(q[::-1],w))
+x32=np.linspace(-8,8,400001).astype(np.float32)
+z32=np.minimum(np.abs(x32),np.float32(Z)); w32=(z32*z32).astype(np.float32)
+P=np.float32(p[-1]); Q=np.float32(q[-1])
+for k in range(4,-1,-1):
+    P=(P*w32+np.float32(p[k])).astype(np.float32); Q=(Q*w32+np.float32(q[k])).astype(np.float32)
+e32=np.copysign(np.minimum((z32*P/Q).astype(np.float32),np.float32(1)),x32)
+print("ErfAbsF abs error (f32)",np.abs(e32-erf(x32.astype(np.float64))).max())
+print("P (highest first)",list(p[::-1])); print("Q (highest first)",list(q[::-1]))
