@@ -18,8 +18,8 @@ struct Rows {
 };
 Rows to_rows(const Tensor& x, const std::vector<int64_t>& dims);
 
-/// Sum of n contiguous values (SIMD, several accumulators).
-float sum_f32(const float* p, int64_t n);
+/// Sum of n contiguous values (SIMD, several accumulators; block sums combined in double).
+double sum_f32(const float* p, int64_t n);
 double sum_f64(const double* p, int64_t n);
 /// Sum of (p[i] - mean)^2.
 float sum_sq_dev_f32(const float* p, int64_t n, float mean);

@@ -4,6 +4,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -14,22 +15,33 @@ namespace foundry::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Blocks of kSumBlock elements are summed in T across 4 vector accumulators, and the block sums
+// in double: the error stays that of a 2K-element sum however long the row (a flat float
+// accumulation of 16M values loses up to several digits), at one horizontal add per block.
+constexpr int64_t kSumBlock = 2048;
+
 template <typename T>
-T SumImpl(const T* p, int64_t n) {
+double SumImpl(const T* p, int64_t n) {
   const hn::ScalableTag<T> d;
   const int64_t N = int64_t(hn::Lanes(d));
-  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + 4 * N <= n; i += 4 * N) {
-    a0 = hn::Add(a0, hn::LoadU(d, p + i));
-    a1 = hn::Add(a1, hn::LoadU(d, p + i + N));
-    a2 = hn::Add(a2, hn::LoadU(d, p + i + 2 * N));
-    a3 = hn::Add(a3, hn::LoadU(d, p + i + 3 * N));
+  double total = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += kSumBlock) {
+    const int64_t bn = std::min(kSumBlock, n - b0);
+    const T* q = p + b0;
+    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    int64_t i = 0;
+    for (; i + 4 * N <= bn; i += 4 * N) {
+      a0 = hn::Add(a0, hn::LoadU(d, q + i));
+      a1 = hn::Add(a1, hn::LoadU(d, q + i + N));
+      a2 = hn::Add(a2, hn::LoadU(d, q + i + 2 * N));
+      a3 = hn::Add(a3, hn::LoadU(d, q + i + 3 * N));
+    }
+    for (; i + N <= bn; i += N) a0 = hn::Add(a0, hn::LoadU(d, q + i));
+    T s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+    for (; i < bn; ++i) s += q[i];
+    total += double(s);
   }
-  for (; i + N <= n; i += N) a0 = hn::Add(a0, hn::LoadU(d, p + i));
-  T s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-  for (; i < n; ++i) s += p[i];
-  return s;
+  return total;
 }
 
 template <typename T>
@@ -54,7 +66,7 @@ T SumSqDevImpl(const T* p, int64_t n, T mean) {
   return s;
 }
 
-float SumF32(const float* p, int64_t n) { return SumImpl(p, n); }
+double SumF32(const float* p, int64_t n) { return SumImpl(p, n); }
 double SumF64(const double* p, int64_t n) { return SumImpl(p, n); }
 float SumSqDevF32(const float* p, int64_t n, float m) { return SumSqDevImpl(p, n, m); }
 double SumSqDevF64(const double* p, int64_t n, double m) { return SumSqDevImpl(p, n, m); }
@@ -103,7 +115,7 @@ HWY_EXPORT(SumSqDevF64);
 HWY_EXPORT(MaxF32);
 HWY_EXPORT(MinF32);
 HWY_EXPORT(AddIntoF32);
-float sum_f32(const float* p, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumF32)(p, n); }
+double sum_f32(const float* p, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumF32)(p, n); }
 double sum_f64(const double* p, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumF64)(p, n); }
 float sum_sq_dev_f32(const float* p, int64_t n, float m) { return HWY_DYNAMIC_DISPATCH(SumSqDevF32)(p, n, m); }
 double sum_sq_dev_f64(const double* p, int64_t n, double m) { return HWY_DYNAMIC_DISPATCH(SumSqDevF64)(p, n, m); }
