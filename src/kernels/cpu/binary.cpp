@@ -3,6 +3,8 @@
 // broadcast a single value go to the SIMD kernels.
 #include "kernels/cpu/binary.h"
 
+#include <hwy/cache_control.h>
+
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -282,6 +284,8 @@ void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, c
         }
       }
       run_generic<T>(op, data, s, n, alpha_c);
+    }, [&] {
+      if (stream) hwy::FlushStream();
     });
   });
 }

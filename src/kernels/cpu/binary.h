@@ -26,7 +26,8 @@ void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, c
 
 /// SIMD kernels on contiguous float arrays for the common arithmetic ops; b_scalar / a_scalar mean
 /// that operand is one broadcast value. `stream` asks for non-temporal stores (the whole output is
-/// larger than the caches; long runs use them anyway). Returns false when the op has no SIMD form.
+/// larger than the caches; long runs use them anyway) and leaves the fence (hwy::FlushStream) to
+/// the caller, once per thread. Returns false when the op has no SIMD form.
 bool binary_simd_f32(BinaryOp op, const float* a, const float* b, float* out, int64_t n, bool a_scalar,
                      bool b_scalar, float alpha, bool stream = false);
 bool binary_simd_f64(BinaryOp op, const double* a, const double* b, double* out, int64_t n, bool a_scalar,

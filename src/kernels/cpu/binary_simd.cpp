@@ -37,7 +37,7 @@ HWY_INLINE void Loop(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TF
       auto vb = b_scalar ? vb_s : hn::LoadU(d, b + i);
       hn::Stream(f(va, vb), d, out + i);
     }
-    hwy::FlushStream();
+    if (!stream_hint) hwy::FlushStream();  // with the hint, the caller fences once per thread
   }
   for (; i + N <= n; i += N) {
     auto va = a_scalar ? va_s : hn::LoadU(d, a + i);

@@ -30,10 +30,15 @@ struct StridedLoop {
   int64_t inner_stride(int k) const { return sizes.empty() ? 0 : strides[size_t(k)].back(); }
 };
 
+struct NoChunkEnd {
+  void operator()() const {}
+};
+
 /// Runs fn(char** data, const int64_t* inner_strides, int64_t n) over every run, splitting the
-/// element range across threads when it exceeds `grain`.
-template <typename F>
-void for_each_run(const StridedLoop& loop, int64_t grain, F&& fn) {
+/// element range across threads when it exceeds `grain`; each thread calls chunk_end() after its
+/// last run (to fence the non-temporal stores of many short runs once).
+template <typename F, typename G = NoChunkEnd>
+void for_each_run(const StridedLoop& loop, int64_t grain, F&& fn, G&& chunk_end = {}) {
   const int nt = loop.ntensors;
   const int ndim = int(loop.sizes.size());
   if (loop.numel == 0) return;
@@ -42,6 +47,7 @@ void for_each_run(const StridedLoop& loop, int64_t grain, F&& fn) {
     int64_t strides[kMaxOperands] = {};
     for (int k = 0; k < nt; ++k) ptrs[k] = loop.data[size_t(k)];
     fn(ptrs, strides, int64_t(1));
+    chunk_end();
     return;
   }
   const int64_t inner = loop.sizes.back();
@@ -72,6 +78,7 @@ void for_each_run(const StridedLoop& loop, int64_t grain, F&& fn) {
         idx[d - 1]++;
       }
     }
+    chunk_end();
   });
 }
 
