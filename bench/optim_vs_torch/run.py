@@ -23,7 +23,7 @@ rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 
 
 def run(cmd, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return {r["case"]: r for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))}
 

@@ -14,7 +14,7 @@ binary = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "b
 
 
 def run(cmd, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
