@@ -143,7 +143,16 @@ using Shape = SmallVec<int64_t, 8>;
 class IntList {
  public:
   IntList() = default;
+  // A view, like std::span: a braced list lives until the end of the full expression, which is
+  // all a parameter needs. GCC warns on the pattern itself.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
+#endif
   IntList(std::initializer_list<int64_t> l) : data_(l.begin()), size_(l.size()) {}  // NOLINT
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
   IntList(const std::vector<int64_t>& v) : data_(v.data()), size_(v.size()) {}  // NOLINT
   template <size_t N>
   IntList(const SmallVec<int64_t, N>& v) : data_(v.data()), size_(v.size()) {}  // NOLINT
