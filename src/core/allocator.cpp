@@ -1,5 +1,8 @@
 #include "foundry/core/allocator.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +18,26 @@ namespace foundry::allocator {
 namespace {
 
 constexpr size_t kAlign = 64;
+// Blocks this large are mapped and unmapped directly, so handing one back really returns its
+// pages to the OS (glibc's heap may keep them); their size classes are whole pages.
+constexpr size_t kMapThreshold = size_t(1) << 20;
+// A miss this large first evicts as many cached bytes: otherwise memory freed by one phase
+// (activations) stays resident while the next (optimizer state, embedding gradients) allocates
+// fresh, and the footprint is the sum of both. Such misses are rare in a steady training loop.
+constexpr size_t kEvictingMiss = size_t(64) << 20;
+
+void* system_alloc(size_t cls) {
+  if (cls < kMapThreshold) return std::aligned_alloc(kAlign, cls);
+  void* p = mmap(nullptr, cls, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void system_free(void* p, size_t cls) {
+  if (cls < kMapThreshold) std::free(p);
+  else munmap(p, cls);
+}
+
+using Block = std::pair<void*, size_t>;
 
 struct Cache {
   std::mutex mu;
@@ -44,6 +67,28 @@ Cache& cache() {
   return *c;
 }
 
+// Removes cached blocks, largest classes first, until `want` bytes are taken or none are left.
+// The caller frees them outside the lock.
+std::vector<Block> take_cached(Cache& c, size_t want) {
+  std::vector<size_t> classes;
+  for (const auto& [cls, list] : c.free_lists)
+    if (!list.empty()) classes.push_back(cls);
+  std::sort(classes.rbegin(), classes.rend());
+  std::vector<Block> taken;
+  size_t got = 0;
+  for (size_t cls : classes) {
+    auto& list = c.free_lists[cls];
+    while (!list.empty() && got < want) {
+      taken.emplace_back(list.back(), cls);
+      list.pop_back();
+      got += cls;
+      c.stats.cached_bytes -= int64_t(cls);
+    }
+    if (got >= want) break;
+  }
+  return taken;
+}
+
 }  // namespace
 
 size_t size_class(size_t n) {
@@ -57,6 +102,7 @@ size_t size_class(size_t n) {
 void* allocate(size_t nbytes) {
   size_t cls = size_class(nbytes);
   Cache& c = cache();
+  std::vector<Block> evicted;
   {
     std::lock_guard<std::mutex> lock(c.mu);
     c.stats.num_allocs++;
@@ -71,12 +117,14 @@ void* allocate(size_t nbytes) {
       c.stats.num_cache_hits++;
       return p;
     }
+    if (cls >= kEvictingMiss) evicted = take_cached(c, cls);
   }
-  void* p = std::aligned_alloc(kAlign, cls);
+  for (auto [block, size] : evicted) system_free(block, size);
+  void* p = system_alloc(cls);
   if (!p) {
     // Give the cache back and try once more before failing.
     empty_cache();
-    p = std::aligned_alloc(kAlign, cls);
+    p = system_alloc(cls);
   }
   if (!p) {
     std::lock_guard<std::mutex> lock(c.mu);
@@ -98,7 +146,7 @@ void deallocate(void* p, size_t nbytes) {
     c.free_lists[cls].push_back(p);
     c.stats.cached_bytes += int64_t(cls);
   } else {
-    std::free(p);
+    system_free(p, cls);
   }
 }
 
@@ -118,7 +166,7 @@ void empty_cache() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   for (auto& [size, list] : c.free_lists)
-    for (void* p : list) std::free(p);
+    for (void* p : list) system_free(p, size);
   c.free_lists.clear();
   c.stats.cached_bytes = 0;
 }

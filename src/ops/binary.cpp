@@ -94,6 +94,22 @@ std::vector<Sample> binary_samples(DType dt, Generator& g, BinarySpec::Values v)
   return out;
 }
 
+void binary_forward(BinaryOp op, const Args& a, Tensor& out) {
+  const Tensor& x = a.tensor(0);
+  const Tensor& y = a.tensor(1);
+  Scalar alpha = 1;
+  if (a.size() > 2 && (op == BinaryOp::Add || op == BinaryOp::Sub)) {
+    alpha = a[2].scalar();
+    if (!is_floating(x.dtype()) && alpha.is_float())
+      raise<TypeError>("{}: for integral input tensors, argument alpha must not be a floating point number",
+                       kernels::binary_op_name(op));
+    if (x.dtype() == DType::Bool && op == BinaryOp::Sub)
+      raise<TypeError>("subtraction, the `-` operator, with two bool tensors is not supported; use "
+                       "logical_xor() instead");
+  }
+  kernels::binary_kernel(op, x, y, out, alpha);
+}
+
 void register_binary(ops::Registry& r, const BinarySpec& spec) {
   OpDef def;
   def.schema_text = spec.schema;
@@ -107,20 +123,21 @@ void register_binary(ops::Registry& r, const BinarySpec& spec) {
   def.prepare = [promote, op](Args& a) { promote_and_broadcast(a, {0, 1}, promote, kernels::binary_op_name(op)); };
   def.forward = [op](const Args& a) {
     const Tensor& x = a.tensor(0);
-    const Tensor& y = a.tensor(1);
-    Scalar alpha = 1;
-    if (a.size() > 2 && (op == BinaryOp::Add || op == BinaryOp::Sub)) {
-      alpha = a[2].scalar();
-      if (!is_floating(x.dtype()) && alpha.is_float())
-        raise<TypeError>("{}: for integral input tensors, argument alpha must not be a floating point number",
-                         kernels::binary_op_name(op));
-      if (x.dtype() == DType::Bool && op == BinaryOp::Sub)
-        raise<TypeError>("subtraction, the `-` operator, with two bool tensors is not supported; use "
-                         "logical_xor() instead");
-    }
     Tensor out = ops::empty_as(x, kernels::binary_op_is_predicate(op) ? DType::Bool : x.dtype());
-    kernels::binary_kernel(op, x, y, out, alpha);
+    binary_forward(op, a, out);
     return std::vector<Tensor>{out};
+  };
+  // In place (x.add_(y)): after promotion and broadcasting x must still be `out` itself, and y
+  // must not share out's memory unless it is the very same elements.
+  def.forward_into = [op](const Args& a, Tensor& out) {
+    const Tensor& x = a.tensor(0);
+    const Tensor& y = a.tensor(1);
+    if (kernels::binary_op_is_predicate(op) || x.impl() != out.impl() || !out.is_contiguous()) return false;
+    if (y.storage() == out.storage() &&
+        !(y.storage_offset() == out.storage_offset() && Shape(y.strides()) == Shape(out.strides())))
+      return false;
+    binary_forward(op, a, out);
+    return true;
   };
   if (spec.grad) def.backward = spec.grad;
   def.dtypes = spec.dtypes.empty() ? ops::kNumericTypes : spec.dtypes;

@@ -199,6 +199,7 @@ class OpBackwardContext : public BackwardContext {
   Shape input_sizes_of(const std::string& name, int element) const override;
   DType input_dtype(const std::string& name) const override;
   bool needs_grad(const std::string& name, int element) const override;
+  Tensor take_pending_grad(const std::string& name) override;
 
  private:
   OpNode& node_;
@@ -353,6 +354,17 @@ bool OpBackwardContext::needs_grad(const std::string& name, int element) const {
   return slot < node_.slot_needs.size() && node_.slot_needs[slot];
 }
 
+Tensor OpBackwardContext::take_pending_grad(const std::string& name) {
+  if (!needs_grad(name, 0)) return {};
+  size_t slot = size_t(node_.first_slot[size_t(node_.op->schema.index_of(name))]);
+  Tensor acc = autograd::take_pending_grad(node_, slot);
+  FOUNDRY_CHECK(!acc.defined() || (Shape(acc.sizes()) == node_.slot_sizes[slot] && acc.dtype() == node_.slot_dtypes[slot]),
+                "{} backward: the pending gradient of '{}' has shape {} and dtype {}; expected {} and {}",
+                node_.op->name(), name, shape_str(acc.sizes()), dtype_name(acc.dtype()),
+                shape_str(node_.slot_sizes[slot]), dtype_name(node_.slot_dtypes[slot]));
+  return acc;
+}
+
 void record(const OpDef& op, const std::vector<Value>& values, const Slots& slots, std::vector<Tensor>& outs) {
   auto node = std::make_shared<OpNode>();
   node->op = &op;
@@ -477,7 +489,11 @@ Args bind(const OpDef& op, std::vector<Value> positional, std::vector<std::pair<
   return Args(&s, std::move(values));
 }
 
-std::vector<Tensor> call(const OpDef& op, std::vector<Value> values) {
+namespace {
+
+// `into`: the self of an in-place call, written directly by op.forward_into when no graph is
+// recorded (in-place updates of large buffers then need no temporary of their size).
+std::vector<Tensor> call_impl(const OpDef& op, std::vector<Value> values, Tensor* into) {
   ProfileScope scope(op.name(), "");
   complete_args(op, values);
   if (autocast::is_enabled()) apply_autocast(op, values);
@@ -495,11 +511,19 @@ std::vector<Tensor> call(const OpDef& op, std::vector<Value> values) {
   std::vector<Tensor> outs;
   {
     autograd::NoGradGuard no_grad;
+    if (into && !needs_record && op.forward_into && op.forward_into(args, *into)) {
+      into->storage()->bump_version();
+      return {*into};
+    }
     outs = op.forward(args);
   }
   if (needs_record) record(op, args.values(), slots, outs);
   return outs;
 }
+
+}  // namespace
+
+std::vector<Tensor> call(const OpDef& op, std::vector<Value> values) { return call_impl(op, std::move(values), nullptr); }
 
 Tensor call1(const OpDef& op, std::vector<Value> args) {
   std::vector<Tensor> outs = call(op, std::move(args));
@@ -514,7 +538,10 @@ Tensor& call_inplace(const OpDef& op, Tensor& self, std::vector<Value> args) {
   bool grad_mode = autograd::is_grad_enabled();
   if (grad_mode && self.requires_grad() && self.is_leaf())
     raise<Error>("{}_: a leaf tensor that requires grad is being used in an in-place operation", op.name());
-  Tensor result = call1(op, std::move(args));
+  std::vector<Tensor> outs = call_impl(op, std::move(args), &self);
+  FOUNDRY_CHECK(outs.size() == 1, "{}_ returned {} outputs where one was expected", op.name(), outs.size());
+  Tensor result = std::move(outs[0]);
+  if (result.impl() == self.impl()) return self;  // written in place by forward_into
   FOUNDRY_CHECK(Shape(result.sizes()) == Shape(self.sizes()),
                 "{}_: output with shape {} doesn't match the broadcast shape {}", op.name(),
                 shape_str(self.sizes()), shape_str(result.sizes()));

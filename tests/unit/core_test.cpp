@@ -133,6 +133,46 @@ TEST(Allocator, CachesAndReportsStats) {
   EXPECT_EQ(allocator::size_class(1025), 1280u);
 }
 
+TEST(Allocator, HugeMissHandsCachedBlocksBack) {
+  allocator::empty_cache();
+  { Tensor a = empty({4 << 20}, DType::Float32), b = empty({3 << 20}, DType::Float32); }  // 16 + 12 MiB cached
+  EXPECT_GE(allocator::stats().cached_bytes, int64_t(28) << 20);
+  Tensor huge = empty({20 << 20}, DType::Float32);  // an 80 MiB miss evicts up to as many cached bytes
+  EXPECT_EQ(allocator::stats().cached_bytes, 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(huge.data_ptr()) % 64, 0u);
+  huge.fill_(1.0);
+  EXPECT_EQ(huge.sum().item<double>(), double(20 << 20));
+}
+
+TEST(InPlace, BinaryOpsWriteIntoSelfWithoutATemporary) {
+  Tensor x = full({1 << 20}, 1.0, DType::Float32), y = full({1 << 20}, 2.0, DType::Float32);
+  const void* where = x.data_ptr();
+  uint32_t version = x.version();
+  allocator::reset_peak();
+  int64_t live = allocator::stats().current_bytes;
+  x.add_(y, 3.0).mul_(y);  // (1 + 3*2) * 2
+  EXPECT_LT(allocator::stats().peak_bytes - live, int64_t(1) << 20);  // no 4 MiB result buffer
+  EXPECT_EQ(x.data_ptr(), where);
+  EXPECT_EQ(x.version(), version + 2);
+  EXPECT_EQ(x.index({7}).item<float>(), 14.0f);
+  // Broadcast operand, the same tensor on both sides, and a partly overlapping view (which must
+  // be computed out of place first, as PyTorch requires) all give the out-of-place answer.
+  Tensor m = arange(12, DType::Float32).reshape({3, 4});
+  m.add_(tensor<float>({1, 2, 3, 4}, {4}), -1.0);
+  EXPECT_EQ(m.index({2}).to_vector<float>(), (std::vector<float>{7, 7, 7, 7}));
+  m.mul_(m);
+  EXPECT_EQ(m.index({2}).to_vector<float>(), (std::vector<float>{49, 49, 49, 49}));
+  Tensor r = arange(6, DType::Float32);
+  Tensor expected = r + flip(r, {0});
+  r.add_(flip(r, {0}));
+  EXPECT_EQ(r.to_vector<float>(), expected.to_vector<float>());
+  // Promotion rules still apply: a float result can't be written into an integer tensor.
+  Tensor i = arange(4);
+  EXPECT_THROW(i.add_(full({4}, 0.5, DType::Float32)), TypeError);
+  i.add_(i);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{0, 2, 4, 6}));
+}
+
 TEST(Tensor, ViewsShareStorage) {
   Tensor x = arange(24).reshape({2, 3, 4});
   Tensor v = x.transpose(0, 2);

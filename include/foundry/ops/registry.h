@@ -101,6 +101,10 @@ struct OpDef {
   std::function<void(Args&)> prepare;
   /// Computes the outputs (shape/dtype rule and kernel). Primitive/View: runs under no_grad.
   std::function<std::vector<Tensor>(const Args&)> forward;
+  /// Optional: computes the single output straight into `out` (the `self` of an in-place call)
+  /// when nothing is recorded; returns false where it can't (dtype or shape differ, `out`
+  /// overlaps another input, layout unsupported) and the call computes out of place and copies.
+  std::function<bool(const Args&, Tensor& out)> forward_into;
   /// Gradients of the differentiable tensor inputs (flattened: Tensor[] arguments contribute one
   /// slot per element) given the output gradients, written with Foundry ops. Return an undefined
   /// Tensor for inputs that need none.
@@ -181,6 +185,10 @@ class BackwardContext {
   virtual DType input_dtype(const std::string& name) const = 0;
   /// Whether the gradient of a tensor parameter (or of element i of a Tensor[] parameter) is needed.
   virtual bool needs_grad(const std::string& name, int element = 0) const = 0;
+  /// The gradient other uses of tensor parameter `name` have already summed, handed over so this
+  /// backward can add its contribution in place (see autograd::take_pending_grad); a backward
+  /// that gets a defined tensor must return it, plus its own part, as that input's gradient.
+  virtual Tensor take_pending_grad(const std::string& name) = 0;
 };
 
 /// Registers every family; called once by Registry::instance().
