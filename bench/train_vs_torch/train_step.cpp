@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "foundry/core/allocator.h"
 #include "foundry/core/parallel.h"
 #include "foundry/models/gpt.h"
 #include "foundry/ops/autocast.h"
@@ -61,7 +62,11 @@ int main(int argc, char** argv) {
   double med = times[times.size() / 2];
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  std::printf("{\"ms\": %.2f, \"tokens_per_s\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f}\n", med,
-              double(batch * seq) / (med / 1000), double(ru.ru_maxrss) / 1024, loss);
+  AllocatorStats mem = allocator::stats();
+  std::printf(
+      "{\"ms\": %.2f, \"tokens_per_s\": %.1f, \"peak_rss_mb\": %.1f, \"peak_tensor_mb\": %.1f, "
+      "\"cached_mb\": %.1f, \"loss\": %.4f}\n",
+      med, double(batch * seq) / (med / 1000), double(ru.ru_maxrss) / 1024, double(mem.peak_bytes) / (1 << 20),
+      double(mem.cached_bytes) / (1 << 20), loss);
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "foundry/autograd/autograd.h"
 #include "foundry/autograd/node.h"
@@ -23,12 +24,39 @@ struct CompareSeq {
   bool operator()(Node* a, Node* b) const { return a->sequence_nr < b->sequence_nr; }
 };
 
+// True when nothing but the engine's buffer can see `acc`: its only handle, its storage's only
+// tensor, and no graph being built behind it (grad mode is off unless create_graph).
+bool exclusively_owned(const Tensor& acc) {
+  return !is_grad_enabled() && acc.impl()->use_count() == 1 && acc.storage()->use_count() == 1 &&
+         !acc.requires_grad() && acc.is_contiguous();
+}
+
+bool can_add_in_place(const Tensor& acc, const Tensor& g) {
+  return exclusively_owned(acc) && acc.dtype() == g.dtype() && Shape(acc.sizes()) == Shape(g.sizes());
+}
+
+// The node being applied and the buffers of the nodes it feeds (see take_pending_grad).
+struct PendingScope;
+thread_local PendingScope* t_pending = nullptr;
+struct PendingScope {
+  const Node* node;
+  std::unordered_map<Node*, NodeState>* state;
+  PendingScope* outer;  // a backward nested inside a node (checkpointing) restores it
+  ~PendingScope() { t_pending = outer; }
+};
+
 void accumulate(std::vector<Tensor>& buffer, uint32_t nr, Tensor g) {
   if (buffer.size() <= nr) buffer.resize(nr + 1);
-  if (!buffer[nr].defined()) {
-    buffer[nr] = std::move(g);
+  Tensor& acc = buffer[nr];
+  if (!acc.defined()) {
+    acc = std::move(g);
+  } else if (can_add_in_place(acc, g)) {
+    acc.add_(g);  // a tied embedding's two 150 MB gradients need no third (PyTorch's InputBuffer)
+  } else if (g.defined() && g.impl()->use_count() == 1 && can_add_in_place(g, acc)) {
+    g.add_(acc);
+    acc = std::move(g);
   } else {
-    buffer[nr] = buffer[nr] + g;  // out of place: the existing tensor may be shared
+    acc = acc + g;
   }
 }
 
@@ -135,7 +163,11 @@ std::vector<Tensor> run(const std::vector<Edge>& roots, std::vector<Tensor> root
     std::vector<Tensor> input_grads;
     if (execute) {
       bool any = std::any_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.defined(); });
-      if (any) input_grads = n->apply(std::move(grads));
+      if (any) {
+        PendingScope scope{n, &state, t_pending};
+        t_pending = &scope;
+        input_grads = n->apply(std::move(grads));
+      }
       if (!opt.keep_graph) n->release_saved();
     }
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
@@ -175,6 +207,17 @@ std::vector<Tensor> make_root_grads(const std::vector<Tensor>& outputs, const st
 }
 
 }  // namespace
+
+Tensor take_pending_grad(const Node& node, size_t edge) {
+  if (!t_pending || t_pending->node != &node || edge >= node.next_edges.size()) return {};
+  const Edge& e = node.next_edges[edge];
+  if (!e.node) return {};
+  auto it = t_pending->state->find(e.node.get());
+  if (it == t_pending->state->end() || e.input_nr >= it->second.buffer.size()) return {};
+  Tensor& acc = it->second.buffer[e.input_nr];
+  if (!acc.defined() || !exclusively_owned(acc)) return {};
+  return std::exchange(acc, Tensor());
+}
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph,
               bool create_graph) {

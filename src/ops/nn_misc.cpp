@@ -155,8 +155,10 @@ Tensor embedding_forward(const Tensor& idx_t, const Tensor& weight) {
 
 // grad_weight[w] = sum over positions i with idx[i] == w (w != padding_idx) of grad[i] (divided by
 // the count of w when scale_grad_by_freq). Positions are bucketed by row first, so each row is
-// summed by one thread in index order (deterministic for any thread count).
-Tensor embedding_backward_kernel(const Tensor& grad, const Tensor& idx_t, int64_t V, int64_t pad, bool scale) {
+// summed by one thread in index order (deterministic for any thread count). With `into` (a
+// contiguous float32/float64 [V, Dm] tensor) the rows are added to it instead of to zeros.
+Tensor embedding_backward_kernel(const Tensor& grad, const Tensor& idx_t, int64_t V, int64_t pad, bool scale,
+                                 Tensor into = Tensor()) {
   check_indices(idx_t, "embedding_dense_backward");
   std::vector<int64_t> idx = read_indices(idx_t);
   const int64_t n = int64_t(idx.size());
@@ -176,30 +178,44 @@ Tensor embedding_backward_kernel(const Tensor& grad, const Tensor& idx_t, int64_
   const DType dt = grad.dtype();
   const DType ct = dt == DType::Float64 ? DType::Float64 : DType::Float32;
   Tensor g = grad.to(ct).contiguous();
-  Tensor out = zeros({V, Dm}, ct);
+  const bool accumulate = into.defined();
+  if (accumulate)
+    FOUNDRY_CHECK(into.dtype() == ct && into.is_contiguous() && Shape(into.sizes()) == Shape({V, Dm}),
+                  "embedding_dense_backward: can't accumulate into a {} {} tensor", dtype_name(into.dtype()),
+                  shape_str(into.sizes()));
+  Tensor out = accumulate ? into : zeros({V, Dm}, ct);
   kernels::visit_floating(ct, "embedding_dense_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       const T* gp = g.data<T>();
       T* op = out.data<T>();
       parallel_for(0, V, std::max<int64_t>(1, 4096 / std::max<int64_t>(Dm, 1)), [&](int64_t b, int64_t e) {
+        // The row's own sum is formed apart when it is scaled and added to existing values.
+        std::vector<T> scratch(accumulate && scale ? size_t(Dm) : 0);
         for (int64_t v = b; v < e; ++v) {
           if (v == pad) continue;
           int64_t lo = start[size_t(v)], hi = start[size_t(v) + 1];
           if (lo == hi) continue;
-          T* row = op + v * Dm;
+          T* dst = op + v * Dm;
+          T* row = scratch.empty() ? dst : scratch.data();
+          if (!scratch.empty()) std::fill(scratch.begin(), scratch.end(), T(0));
           for (int64_t k = lo; k < hi; ++k) {
             const T* src = gp + order[size_t(k)] * Dm;
             for (int64_t j = 0; j < Dm; ++j) row[j] += src[j];
           }
           if (scale) {
             T inv = T(1) / T(hi - lo);
-            for (int64_t j = 0; j < Dm; ++j) row[j] *= inv;
+            if (row == dst) {
+              for (int64_t j = 0; j < Dm; ++j) row[j] *= inv;
+            } else {
+              for (int64_t j = 0; j < Dm; ++j) dst[j] += row[j] * inv;
+            }
           }
         }
       });
     }
   });
+  if (accumulate) return out;
   return out.dtype() == dt ? out : out.to(dt);
 }
 
@@ -360,8 +376,20 @@ void register_nn_misc_ops(Registry& r) {
              [](BackwardContext& c) {
                Shape ws = c.input_sizes("weight");
                int64_t pad = norm_padding_idx(c.arg("padding_idx"), ws[0]);
-               Tensor gw = ops::call1(FOUNDRY_OP("embedding_dense_backward"),
-                                      {c.grad(), c.input("input"), ws[0], pad, c.bool_arg("scale_grad_by_freq")});
+               bool scale = c.bool_arg("scale_grad_by_freq");
+               // A tied weight (GPT-2's wte is also the LM head) already has a summed gradient
+               // of its size: add the rows into it rather than into a second dense tensor.
+               if (!autograd::is_grad_enabled()) {
+                 Tensor acc = c.take_pending_grad("weight");
+                 if (acc.defined() && (acc.dtype() == DType::Float32 || acc.dtype() == DType::Float64))
+                   return std::vector<Tensor>{Tensor(),
+                                              embedding_backward_kernel(c.grad(), c.input("input"), ws[0], pad, scale, acc)};
+                 if (acc.defined()) {
+                   Tensor gw = embedding_backward_kernel(c.grad(), c.input("input"), ws[0], pad, scale);
+                   return std::vector<Tensor>{Tensor(), acc.add_(gw)};
+                 }
+               }
+               Tensor gw = ops::call1(FOUNDRY_OP("embedding_dense_backward"), {c.grad(), c.input("input"), ws[0], pad, scale});
                return std::vector<Tensor>{Tensor(), gw};
              },
          .dtypes = kFloatTypes,

@@ -4,8 +4,10 @@
 #include "foundry/autograd/autograd.h"
 #include "foundry/autograd/checkpoint.h"
 #include "foundry/autograd/node.h"
+#include "foundry/core/allocator.h"
 #include "foundry/ops/autocast.h"
 #include "foundry/ops/ops.h"
+#include "foundry/ops/registry.h"
 
 using namespace foundry;
 
@@ -137,6 +139,47 @@ TEST(Autograd, GradcheckCatchesWrongGradients) {
   opt.raise_on_failure = false;
   EXPECT_FALSE(autograd::gradcheck(wrong, {x}, opt));
   EXPECT_TRUE(autograd::gradgradcheck([](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * in[0] * in[0]}; }, {x}));
+}
+
+// A weight used by an embedding and by a later product (GPT-2's tied LM head): the embedding's
+// backward adds its rows into the gradient the head already produced, not into a second dense
+// [V, D] tensor, and the result equals the sum of the two separate gradients.
+TEST(Autograd, TiedEmbeddingGradientAccumulatesInPlace) {
+  const int64_t V = 4096, D = 256;  // a 4 MiB weight
+  manual_seed(3);
+  Tensor w = randn({V, D}).requires_grad_();
+  Tensor idx = randint(0, V, {2, 16});
+  Tensor target = randn({2, 16, V});
+  auto loss_of = [&](const Tensor& emb_w, const Tensor& head_w) {
+    Tensor h = tanh(embedding(idx, emb_w));
+    return sum(linear(h, head_w) * target);
+  };
+  Tensor a = w.detach().requires_grad_(), b = w.detach().requires_grad_();
+  loss_of(a, b).backward();
+  Tensor expected = a.grad() + b.grad();
+  Tensor loss = loss_of(w, w);
+  allocator::reset_peak();
+  int64_t live = allocator::stats().current_bytes;
+  loss.backward();
+  int64_t weight_bytes = V * D * 4;
+  EXPECT_LT(allocator::stats().peak_bytes - live, weight_bytes + weight_bytes / 2);  // one [V, D] buffer, not two
+  EXPECT_TRUE(allclose(w.grad(), expected, 1e-5, 1e-5));
+  // scale_grad_by_freq divides the embedding's part only.
+  Tensor c = w.detach().requires_grad_(), d = w.detach().requires_grad_();
+  Tensor e = w.detach().requires_grad_();
+  auto scaled = [&](const Tensor& emb_w, const Tensor& head_w) {
+    const ops::OpDef& op = ops::Registry::instance().get("embedding");
+    Tensor h = tanh(ops::call1(op, {idx, emb_w, ops::Value(), ops::Value(), 2.0, /*scale_grad_by_freq=*/true, false}));
+    return sum(linear(h, head_w) * target);
+  };
+  scaled(c, d).backward();
+  scaled(e, e).backward();
+  EXPECT_TRUE(allclose(e.grad(), c.grad() + d.grad(), 1e-5, 1e-5));
+  // With create_graph nothing is handed over; the gradient is still right and differentiable.
+  Tensor f = w.detach().requires_grad_();
+  auto g = autograd::grad({loss_of(f, f)}, {f}, {}, std::nullopt, /*create_graph=*/true);
+  EXPECT_TRUE(allclose(g[0], expected, 1e-5, 1e-5));
+  EXPECT_TRUE(g[0].requires_grad());
 }
 
 TEST(Autograd, CheckpointGivesTheSameGradients) {

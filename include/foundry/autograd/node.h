@@ -79,6 +79,12 @@ Edge gradient_edge(const Tensor& t);
 /// The leaf's AccumulateGrad node, created on first use.
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf);
 
+/// While the engine runs `node`: hands over the gradient already summed for next edge `edge`
+/// (from the other uses of that input) when only the engine holds it and no graph is being
+/// built, so a backward that scatters into zeros (embedding, index_select) can add into it
+/// instead. The backward must then return it, with its own contribution added, for that edge.
+/// Undefined otherwise (nothing summed yet, shared, non-contiguous, create_graph, not in backward).
+Tensor take_pending_grad(const Node& node, size_t edge);
 /// Adds one to a fresh sequence number; later nodes run first in backward.
 uint64_t next_sequence_nr();
 
