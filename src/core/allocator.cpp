@@ -9,6 +9,7 @@
 #include <mutex>
 #include <new>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "foundry/core/error.h"
@@ -21,9 +22,10 @@ constexpr size_t kAlign = 64;
 // Blocks this large are mapped and unmapped directly, so handing one back really returns its
 // pages to the OS (glibc's heap may keep them); their size classes are whole pages.
 constexpr size_t kMapThreshold = size_t(1) << 20;
-// A miss this large first evicts as many cached bytes: otherwise memory freed by one phase
-// (activations) stays resident while the next (optimizer state, embedding gradients) allocates
-// fresh, and the footprint is the sum of both. Such misses are rare in a steady training loop.
+// The first miss of a size class this large evicts as many cached bytes: otherwise memory freed
+// by one phase (activations) stays resident while the next (optimizer state) allocates fresh,
+// and the footprint is the sum of both. Only the first: a class that recurs (a training loop's
+// step) would otherwise evict blocks the next step needs again, refaulting them every step.
 constexpr size_t kEvictingMiss = size_t(64) << 20;
 
 void* system_alloc(size_t cls) {
@@ -42,6 +44,7 @@ using Block = std::pair<void*, size_t>;
 struct Cache {
   std::mutex mu;
   std::unordered_map<size_t, std::vector<void*>> free_lists;
+  std::unordered_set<size_t> evicted_for;  // huge classes whose first miss has evicted
   AllocatorStats stats;
   int64_t limit = [] {
     if (const char* env = std::getenv("FOUNDRY_CACHE_LIMIT_MB")) return int64_t(std::atoll(env)) << 20;
@@ -117,7 +120,7 @@ void* allocate(size_t nbytes) {
       c.stats.num_cache_hits++;
       return p;
     }
-    if (cls >= kEvictingMiss) evicted = take_cached(c, cls);
+    if (cls >= kEvictingMiss && c.evicted_for.insert(cls).second) evicted = take_cached(c, cls);
   }
   for (auto [block, size] : evicted) system_free(block, size);
   void* p = system_alloc(cls);

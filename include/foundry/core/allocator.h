@@ -1,7 +1,7 @@
 // The caching CPU allocator. Blocks are 64-byte aligned and rounded up to size classes
 // (multiples of 64 bytes up to 1 KiB, then four classes per power of two, so at most 25% slack).
 // Freed blocks go to a per-class free list and are reused; empty_cache() returns them to the OS.
-// Blocks of 1 MiB and more are mapped directly; a cache miss of 64 MiB or more first returns as
+// Blocks of 1 MiB and more are mapped directly; the first cache miss of a class of 64 MiB or more returns as
 // many cached bytes of other classes to the OS, so phases with different block sizes (activations,
 // then optimizer state) don't keep both resident.
 #pragma once
