@@ -1,0 +1,219 @@
+// `foundry generate`, `foundry forward` and `foundry info` over a Hugging Face model folder.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "commands.h"
+#include "foundry/core/error.h"
+#include "foundry/io/npy.h"
+#include "foundry/models/generate.h"
+#include "foundry/models/pretrained.h"
+#include "foundry/ops/ops.h"
+#include "foundry/text/tokenizer.h"
+
+namespace foundry::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<int64_t> parse_ids(const std::string& s) {
+  std::vector<int64_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      size_t used = 0;
+      ids.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      raise<ValueError>("--input-ids: '{}' is not an integer", item);
+    }
+  }
+  if (ids.empty()) raise<ValueError>("--input-ids: no ids given");
+  return ids;
+}
+
+// tokenizer.json, else SentencePiece's tokenizer.model, else GPT-2's vocab.json + merges.txt.
+std::unique_ptr<text::Tokenizer> folder_tokenizer(const std::string& dir) {
+  const fs::path d(dir);
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (fs::exists(d / name)) return std::make_unique<text::Tokenizer>(text::Tokenizer::from_file((d / name).string()));
+  if (fs::exists(d / "vocab.json") && fs::exists(d / "merges.txt"))
+    return std::make_unique<text::Tokenizer>(
+        text::Tokenizer::from_gpt2_files((d / "vocab.json").string(), (d / "merges.txt").string()));
+  return nullptr;
+}
+
+std::string id_list_json(const std::vector<int64_t>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+void add_generate(CLI::App& app) {
+  struct Opts {
+    std::string model, prompt, input_ids;
+    int64_t max_new_tokens = 32, top_k = 0;
+    double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0;
+    uint64_t seed = 0;
+    bool ignore_eos = false, print_ids = false, stream = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand("generate", "continue a prompt with a pretrained model (HF folder)");
+  cmd->add_option("--model", o->model, "Hugging Face model folder")->required();
+  auto* prompt = cmd->add_option("--prompt", o->prompt, "prompt text (needs the folder's tokenizer)");
+  auto* ids = cmd->add_option("--input-ids", o->input_ids, "prompt token ids, e.g. 1,2,3");
+  prompt->excludes(ids);
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate (default 32)");
+  cmd->add_option("--temperature", o->temperature, "sampling temperature; 0 means greedy (default 1 with sampling options, else greedy)");
+  cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens (sampling)");
+  cmd->add_option("--top-p", o->top_p, "nucleus sampling mass");
+  cmd->add_option("--min-p", o->min_p, "drop tokens below min_p x the top probability");
+  cmd->add_option("--repetition-penalty", o->repetition_penalty, "HF's repetition penalty");
+  auto* seed = cmd->add_option("--seed", o->seed, "random seed; sampling is reproducible for a seed");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past EOS");
+  cmd->add_flag("--print-ids", o->print_ids, "print the generated ids as a JSON list on the last line");
+  cmd->add_flag("--stream", o->stream, "print tokens as they are generated");
+  cmd->callback([o, cmd, seed] {
+    if (o->prompt.empty() && o->input_ids.empty()) raise<ValueError>("generate: give --prompt or --input-ids");
+    auto model = models::load_pretrained(o->model);
+    auto tok = folder_tokenizer(o->model);
+    std::vector<int64_t> prompt_ids;
+    if (!o->prompt.empty()) {
+      if (!tok) raise<ValueError>("generate: --prompt needs a tokenizer.json in {}; use --input-ids", o->model);
+      for (uint32_t id : tok->encode_ids(o->prompt)) prompt_ids.push_back(int64_t(id));
+    } else {
+      prompt_ids = parse_ids(o->input_ids);
+    }
+    models::GenerationConfig g;
+    g.max_new_tokens = o->max_new_tokens;
+    const bool sampling_asked = cmd->count("--temperature") || cmd->count("--top-k") || cmd->count("--top-p") ||
+                                cmd->count("--min-p") || seed->count();
+    g.do_sample = sampling_asked && o->temperature > 0;
+    g.temperature = o->temperature;
+    g.top_k = o->top_k;
+    g.top_p = o->top_p;
+    g.min_p = o->min_p;
+    g.repetition_penalty = o->repetition_penalty;
+    g.seed = o->seed;
+    g.ignore_eos = o->ignore_eos;
+    if (o->stream) {
+      g.on_token = [&](int64_t, int64_t t) {
+        if (tok) std::fputs(tok->decode({uint32_t(t)}, false).c_str(), stdout);
+        else std::printf("%lld ", (long long)t);
+        std::fflush(stdout);
+      };
+    }
+    models::GenerationResult r = models::generate(*model, {prompt_ids}, g);
+    const auto& out = r.tokens[0];
+    if (o->stream) std::printf("\n");
+    else if (tok) {
+      std::vector<uint32_t> all;
+      for (int64_t t : out) all.push_back(uint32_t(t));
+      std::printf("%s\n", tok->decode(all).c_str());
+    }
+    std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %zu tokens in %.3f s (%.1f tokens/s)\n",
+                 (long long)r.prefill_tokens, r.prefill_seconds, double(r.prefill_tokens) / std::max(r.prefill_seconds, 1e-9),
+                 out.size(), r.decode_seconds, double(r.decode_steps) / std::max(r.decode_seconds, 1e-9));
+    if (o->print_ids || !tok) std::printf("%s\n", id_list_json(out).c_str());
+  });
+}
+
+void add_forward(CLI::App& app) {
+  auto model_dir = std::make_shared<std::string>(), inputs = std::make_shared<std::string>(),
+       out = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("forward", "logits of a batch of token ids as a float32 .npy [batch, seq, vocab]");
+  cmd->add_option("--model", *model_dir, "Hugging Face model folder")->required();
+  cmd->add_option("--inputs", *inputs, "JSON {\"input_ids\": [[...]], \"attention_mask\": [[...]]}")->required();
+  cmd->add_option("--out", *out, "output .npy")->required();
+  cmd->callback([=] {
+    std::ifstream f(*inputs);
+    if (!f) raise<IOError>("forward: can't open {}", *inputs);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(ss.str());
+    } catch (const nlohmann::json::exception& e) {
+      raise<ValueError>("forward: {} is not valid JSON: {}", *inputs, e.what());
+    }
+    auto rows = [&](const char* key, bool required) -> std::vector<std::vector<int64_t>> {
+      if (!j.contains(key)) {
+        if (required) raise<ValueError>("forward: {} has no '{}'", *inputs, key);
+        return {};
+      }
+      try {
+        return j[key].get<std::vector<std::vector<int64_t>>>();
+      } catch (const nlohmann::json::exception&) {
+        raise<ValueError>("forward: '{}' must be a list of lists of integers", key);
+      }
+    };
+    auto ids = rows("input_ids", true), mask = rows("attention_mask", false);
+    if (ids.empty() || ids[0].empty()) raise<ValueError>("forward: input_ids is empty");
+    const int64_t B = int64_t(ids.size()), T = int64_t(ids[0].size());
+    std::vector<int64_t> flat, flat_mask;
+    for (const auto& r : ids) {
+      if (int64_t(r.size()) != T) raise<ValueError>("forward: input_ids rows differ in length");
+      flat.insert(flat.end(), r.begin(), r.end());
+    }
+    if (!mask.empty()) {
+      if (int64_t(mask.size()) != B) raise<ValueError>("forward: attention_mask has {} rows, input_ids {}", mask.size(), B);
+      for (const auto& r : mask) {
+        if (int64_t(r.size()) != T) raise<ValueError>("forward: attention_mask rows must match input_ids ({} tokens)", T);
+        flat_mask.insert(flat_mask.end(), r.begin(), r.end());
+      }
+    }
+    auto model = models::load_pretrained(*model_dir);
+    for (int64_t t : flat)
+      if (t < 0 || t >= model->config().vocab_size)
+        raise<ValueError>("forward: token id {} is outside the vocabulary (size {})", t, model->config().vocab_size);
+    Tensor m = mask.empty() ? Tensor() : tensor<int64_t>(flat_mask, {B, T});
+    Tensor logits = model->forward(tensor<int64_t>(flat, {B, T}), m);
+    io::save_npy(*out, logits.contiguous());
+  });
+}
+
+void add_info(CLI::App& app) {
+  auto model_dir = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("info", "architecture, parameter count, dtypes and memory of a model folder");
+  cmd->add_option("--model", *model_dir, "Hugging Face model folder")->required();
+  cmd->callback([=] {
+    auto model = models::load_pretrained(*model_dir, {.dtype = std::nullopt});
+    const models::ModelConfig& c = model->config();
+    std::map<std::string, int64_t> by_dtype;
+    int64_t bytes = 0;
+    for (const auto& [name, w] : model->weights()) {
+      by_dtype[std::string(dtype_name(w.dtype()))] += w.numel();
+      bytes += w.nbytes();
+    }
+    std::printf("architecture: %s (model_type %s)\n", c.architecture.c_str(), c.model_type.c_str());
+    std::printf("layers %lld, hidden %lld, heads %lld (kv %lld, head_dim %lld), intermediate %lld, vocab %lld, "
+                "positions %lld\n",
+                (long long)c.num_layers, (long long)c.hidden_size, (long long)c.num_heads, (long long)c.num_kv_heads,
+                (long long)c.head_dim, (long long)c.intermediate_size, (long long)c.vocab_size,
+                (long long)c.max_positions);
+    std::printf("parameters: %lld\n", (long long)model->num_parameters());
+    for (const auto& [dt, n] : by_dtype) std::printf("  %s: %lld\n", dt.c_str(), (long long)n);
+    const double kv_per_token = 2.0 * double(c.num_layers * c.num_kv_heads * c.head_dim) * 4;
+    std::printf("memory: weights %.1f MiB (memory-mapped where the dtype is used as stored); float32 KV cache "
+                "%.1f KiB per token\n",
+                double(bytes) / (1 << 20), kv_per_token / 1024);
+  });
+}
+
+}  // namespace
+
+void add_generate_commands(CLI::App& app) {
+  add_generate(app);
+  add_forward(app);
+  add_info(app);
+}
+
+}  // namespace foundry::cli

@@ -1,0 +1,104 @@
+// Pretrained causal language models from Hugging Face folders (config.json + safetensors), run
+// for inference: an architecture registry keyed by HF's `architectures` names, weights used in
+// place over the memory-mapped files where dtype allows, a preallocated KV cache, and batched
+// forward with left padding (position ids derived from the attention mask, as HF's generate).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "foundry/core/tensor.h"
+
+namespace foundry::models {
+
+/// What the architectures read from config.json, normalised across their different key names.
+struct ModelConfig {
+  std::string architecture;  ///< e.g. "LlamaForCausalLM"
+  std::string model_type;    ///< e.g. "llama"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t intermediate_size = 0;
+  int64_t max_positions = 0;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  /// rope_scaling: type "" (none), "linear", "dynamic" or "llama3", with its parameters.
+  std::string rope_type;
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_positions = 0;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  ///< q/k/v/o projections carry biases
+  bool mlp_bias = false;
+  int64_t sliding_window = 0;   ///< 0: none; else position i sees keys i-W..i (HF's convention)
+  std::vector<int64_t> eos_token_ids;
+  std::optional<int64_t> bos_token_id, pad_token_id;
+  std::string json;  ///< config.json as read
+};
+
+/// Per-layer key/value buffers [batch, kv_heads, capacity, head_dim], allocated once; decoding
+/// writes into them without reallocating. `length` positions are filled (same for every row).
+class KVCache {
+ public:
+  KVCache() = default;
+  KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim, DType dtype);
+  int64_t length() const { return length_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t batch() const { return batch_; }
+  /// Writes k, v [B, Hkv, T, D] after the filled part of `layer` and returns views of the filled
+  /// part including them. Throws when the cache would overflow.
+  std::pair<Tensor, Tensor> append(int64_t layer, const Tensor& k, const Tensor& v);
+  /// Marks T more positions filled (after every layer appended them).
+  void advance(int64_t T);
+  /// Forgets positions from `length` on (keeps a shared prompt prefix for reuse).
+  void truncate(int64_t length);
+
+ private:
+  std::vector<Tensor> k_, v_;
+  int64_t length_ = 0, capacity_ = 0, batch_ = 0;
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  const ModelConfig& config() const { return config_; }
+  /// input_ids int64 [B, T] -> float32 logits [B, T, vocab]. attention_mask [B, past + T] (1 keep,
+  /// 0 padding; undefined: all ones) covers the cached positions too; with a cache the new keys
+  /// and values are appended to it.
+  virtual Tensor forward(const Tensor& input_ids, const Tensor& attention_mask = {}, KVCache* cache = nullptr) = 0;
+  KVCache make_cache(int64_t batch, int64_t capacity) const;
+  /// Weights by their HF names (as used: tied tensors once).
+  const std::map<std::string, Tensor>& weights() const { return weights_; }
+  int64_t num_parameters() const;
+  DType dtype() const { return dtype_; }
+
+ protected:
+  ModelConfig config_;
+  std::map<std::string, Tensor> weights_;
+  DType dtype_ = DType::Float32;
+};
+
+struct LoadOptions {
+  /// Compute dtype: float32 (default; f16/bf16 checkpoints are converted) or the checkpoint's own.
+  std::optional<DType> dtype = DType::Float32;
+};
+
+/// Loads an HF model folder. Throws with a message naming the problem for a missing or malformed
+/// config.json, an unknown architecture, config values that change the math in ways not
+/// implemented, missing or mis-shaped weights, and malformed safetensors files.
+std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOptions& options = {});
+
+/// Reads and normalises config.json (no weights).
+ModelConfig read_config(const std::string& dir);
+
+/// Architecture names the registry knows.
+std::vector<std::string> supported_architectures();
+
+}  // namespace foundry::models

@@ -1,0 +1,311 @@
+#include "models/hf/common.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <numbers>
+#include <sstream>
+
+#include "foundry/autograd/grad_mode.h"
+#include "foundry/core/error.h"
+#include "foundry/io/safetensors.h"
+#include "foundry/ops/ops.h"
+
+namespace foundry::models {
+
+namespace fs = std::filesystem;
+using hf::json;
+
+// ---- KV cache ---------------------------------------------------------------------------------
+
+KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim, DType dtype)
+    : capacity_(capacity), batch_(batch) {
+  FOUNDRY_CHECK_AS(ValueError, layers > 0 && batch > 0 && kv_heads > 0 && capacity > 0 && head_dim > 0,
+                   "KVCache: sizes must be positive (layers {}, batch {}, kv_heads {}, capacity {}, head_dim {})",
+                   layers, batch, kv_heads, capacity, head_dim);
+  for (int64_t l = 0; l < layers; ++l) {
+    k_.push_back(empty({batch, kv_heads, capacity, head_dim}, dtype));
+    v_.push_back(empty({batch, kv_heads, capacity, head_dim}, dtype));
+  }
+}
+
+std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {
+  FOUNDRY_CHECK_AS(IndexError, layer >= 0 && layer < int64_t(k_.size()), "KVCache: layer {} of {}", layer, k_.size());
+  const int64_t T = k.size(2);
+  if (length_ + T > capacity_)
+    raise<ValueError>("KVCache: {} cached + {} new positions exceed the capacity of {}", length_, T, capacity_);
+  FOUNDRY_CHECK_AS(ValueError, k.size(0) == batch_, "KVCache: batch {} given to a cache for batch {}", k.size(0), batch_);
+  Tensor kd = k_[size_t(layer)].narrow(2, length_, T), vd = v_[size_t(layer)].narrow(2, length_, T);
+  kd.copy_(k);
+  vd.copy_(v);
+  return {k_[size_t(layer)].narrow(2, 0, length_ + T), v_[size_t(layer)].narrow(2, 0, length_ + T)};
+}
+
+void KVCache::advance(int64_t T) {
+  FOUNDRY_CHECK_AS(ValueError, T >= 0 && length_ + T <= capacity_, "KVCache: can't advance {} by {} (capacity {})",
+                   length_, T, capacity_);
+  length_ += T;
+}
+
+void KVCache::truncate(int64_t length) {
+  FOUNDRY_CHECK_AS(ValueError, length >= 0 && length <= length_, "KVCache: can't truncate {} positions to {}",
+                   length_, length);
+  length_ = length;
+}
+
+KVCache CausalLM::make_cache(int64_t batch, int64_t capacity) const {
+  return KVCache(config_.num_layers, batch, config_.num_kv_heads, capacity, config_.head_dim, dtype_);
+}
+
+int64_t CausalLM::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& [name, w] : weights_) n += w.numel();
+  return n;
+}
+
+namespace hf {
+
+// ---- registry and config --------------------------------------------------------------------
+
+const std::vector<Architecture>& architectures() {
+  static const std::vector<Architecture> all = {llama_architecture(), gpt2_architecture()};
+  return all;
+}
+
+int64_t get_int(const json& j, const std::string& key, std::optional<int64_t> fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    raise<ValueError>("config.json: missing '{}'", key);
+  }
+  if (!it->is_number_integer()) raise<ValueError>("config.json: '{}' must be an integer, got {}", key, it->dump());
+  return it->get<int64_t>();
+}
+
+double get_double(const json& j, const std::string& key, std::optional<double> fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    raise<ValueError>("config.json: missing '{}'", key);
+  }
+  if (!it->is_number()) raise<ValueError>("config.json: '{}' must be a number, got {}", key, it->dump());
+  return it->get<double>();
+}
+
+bool get_bool(const json& j, const std::string& key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) raise<ValueError>("config.json: '{}' must be true or false, got {}", key, it->dump());
+  return it->get<bool>();
+}
+
+std::string get_string(const json& j, const std::string& key, const std::string& fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_string()) raise<ValueError>("config.json: '{}' must be a string, got {}", key, it->dump());
+  return it->get<std::string>();
+}
+
+void unsupported(const ModelConfig& c, const std::string& what) {
+  raise<NotImplementedError>("{}: {} is not supported (it would change the computation)", c.architecture, what);
+}
+
+std::vector<int64_t> id_list(const json& j, const std::string& key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return {};
+  if (it->is_number_integer()) return {it->get<int64_t>()};
+  if (it->is_array()) {
+    std::vector<int64_t> out;
+    for (const auto& e : *it) {
+      if (!e.is_number_integer()) raise<ValueError>("config: '{}' must hold integers, got {}", key, it->dump());
+      out.push_back(e.get<int64_t>());
+    }
+    return out;
+  }
+  raise<ValueError>("config: '{}' must be an integer or a list of integers, got {}", key, it->dump());
+}
+
+json read_json(const fs::path& path) {
+  std::ifstream f(path);
+  if (!f) raise<IOError>("{}: can't open", path.string());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const json::exception& e) {
+    raise<ValueError>("{}: malformed JSON: {}", path.string(), e.what());
+  }
+}
+
+const Architecture& find_architecture(const std::string& name) {
+  for (const Architecture& a : architectures())
+    for (const std::string& n : a.names)
+      if (n == name) return a;
+  std::string known;
+  for (const std::string& n : supported_architectures()) known += (known.empty() ? "" : ", ") + n;
+  raise<NotImplementedError>("unknown architecture '{}' (supported: {})", name, known);
+}
+
+// ---- blocks -----------------------------------------------------------------------------------
+
+Tensor full_mask(const Tensor& attention_mask, int64_t B, int64_t S) {
+  if (!attention_mask.defined()) return ones({B, S}, DType::Bool);
+  if (attention_mask.dim() != 2 || attention_mask.size(0) != B || attention_mask.size(1) != S)
+    raise<ValueError>("attention_mask must be [batch, past + new tokens] = [{}, {}], got {}", B, S,
+                      shape_str(attention_mask.sizes()));
+  return attention_mask.dtype() == DType::Bool ? attention_mask : ne(attention_mask, zeros({}, attention_mask.dtype()));
+}
+
+Tensor positions_from_mask(const Tensor& mask, int64_t T) {
+  Tensor m = mask.to(DType::Int64);
+  Tensor pos = cumsum(m, 1) - ones({}, DType::Int64);
+  pos = masked_fill(pos, logical_not(mask), 1);
+  return pos.narrow(1, mask.size(1) - T, T).contiguous();
+}
+
+Tensor attention_bias(const Tensor& mask, int64_t T, int64_t window, DType dtype) {
+  const int64_t S = mask.size(1), past = S - T;
+  Tensor q_idx = arange(past, S, 1, DType::Int64).reshape({T, 1});
+  Tensor k_idx = arange(S, DType::Int64).reshape({1, S});
+  Tensor allowed = le(k_idx, q_idx);
+  if (window > 0) allowed = logical_and(allowed, le(q_idx - k_idx, full({}, window, DType::Int64)));
+  allowed = logical_and(allowed.unsqueeze(0), mask.unsqueeze(1));  // [B, T, S]
+  Tensor lowest = full({}, double(std::numeric_limits<float>::lowest()), dtype);
+  return where(allowed, zeros({}, dtype), lowest).unsqueeze(1);
+}
+
+std::pair<Tensor, Tensor> rope_tables(const ModelConfig& c, const Tensor& positions, int64_t rot_dim, DType dtype) {
+  const int64_t half = rot_dim / 2;
+  double base = c.rope_theta;
+  if (c.rope_type == "dynamic") {
+    // HF's dynamic NTK scaling: the base grows once the sequence passes the trained length.
+    double seq_len = double(amax(positions).item<int64_t>() + 1);
+    if (seq_len > double(c.max_positions))
+      base *= std::pow(c.rope_factor * seq_len / double(c.max_positions) - (c.rope_factor - 1),
+                       double(rot_dim) / double(rot_dim - 2));
+  }
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    // As HF: base ** (arange(0, dim, 2).float() / dim) in float32.
+    float f = float(1.0 / std::pow(base, double(float(2 * i) / float(rot_dim))));
+    if (c.rope_type == "linear") f = float(f / c.rope_factor);
+    if (c.rope_type == "llama3") {
+      const double old = double(c.rope_original_max_positions);
+      const double low_wavelen = old / c.rope_low_freq_factor, high_wavelen = old / c.rope_high_freq_factor;
+      const double wavelen = 2 * std::numbers::pi / double(f);
+      if (wavelen > low_wavelen) {
+        f = float(f / c.rope_factor);
+      } else if (wavelen >= high_wavelen) {
+        double smooth = (old / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
+        f = float((1 - smooth) * double(f) / c.rope_factor + smooth * double(f));
+      }
+    }
+    inv[size_t(i)] = f;
+  }
+  Tensor inv_freq = tensor<float>(inv, {1, 1, half});
+  Tensor freqs = positions.to(DType::Float32).unsqueeze(2) * inv_freq;  // [B, T, half]
+  Tensor emb = cat({freqs, freqs}, 2).unsqueeze(1);                      // [B, 1, T, rot]
+  return {cos(emb).to(dtype), sin(emb).to(dtype)};
+}
+
+Tensor apply_rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t) {
+  const int64_t D = x.size(3), rot = cos_t.size(3), half = rot / 2;
+  Tensor xr = rot == D ? x : x.narrow(3, 0, rot);
+  Tensor rotated = cat({neg(xr.narrow(3, half, half)), xr.narrow(3, 0, half)}, 3);
+  Tensor out = xr * cos_t + rotated * sin_t;
+  return rot == D ? out : cat({out, x.narrow(3, rot, D - rot)}, 3);
+}
+
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), S = k.size(2);
+  Tensor kk = k, vv = v;
+  if (Hkv != H) {
+    const int64_t rep = H / Hkv;
+    kk = k.unsqueeze(2).expand({B, Hkv, rep, S, D}).reshape({B, H, S, D});
+    vv = v.unsqueeze(2).expand({B, Hkv, rep, S, D}).reshape({B, H, S, D});
+  }
+  Tensor o = scaled_dot_product_attention(q, kk, vv, bias);
+  return o.transpose(1, 2).reshape({B, T, H * D});
+}
+
+Tensor split_heads(const Tensor& x, int64_t heads) {
+  const int64_t B = x.size(0), T = x.size(1), HD = x.size(2);
+  return x.reshape({B, T, heads, HD / heads}).transpose(1, 2);
+}
+
+}  // namespace hf
+
+// ---- loading ----------------------------------------------------------------------------------
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> out;
+  for (const hf::Architecture& a : hf::architectures()) out.insert(out.end(), a.names.begin(), a.names.end());
+  return out;
+}
+
+namespace {
+
+std::pair<ModelConfig, const hf::Architecture*> parse_config(const std::string& dir) {
+  fs::path folder(dir);
+  if (!fs::is_directory(folder)) raise<IOError>("{}: not a model folder (no such directory)", dir);
+  fs::path cfg_path = folder / "config.json";
+  if (!fs::exists(cfg_path)) raise<IOError>("{}: no config.json in the model folder", dir);
+  json j = hf::read_json(cfg_path);
+  if (!j.is_object()) raise<ValueError>("{}: config.json must be a JSON object", dir);
+  ModelConfig c;
+  c.json = j.dump();
+  c.model_type = hf::get_string(j, "model_type", "");
+  auto archs = j.find("architectures");
+  if (archs == j.end() || !archs->is_array() || archs->empty() || !(*archs)[0].is_string())
+    raise<ValueError>("{}: config.json has no 'architectures' list naming the model class", dir);
+  c.architecture = (*archs)[0].get<std::string>();
+  const hf::Architecture& arch = hf::find_architecture(c.architecture);
+  c.eos_token_ids = hf::id_list(j, "eos_token_id");
+  if (auto b = hf::id_list(j, "bos_token_id"); !b.empty()) c.bos_token_id = b[0];
+  if (auto p = hf::id_list(j, "pad_token_id"); !p.empty()) c.pad_token_id = p[0];
+  fs::path gen_path = folder / "generation_config.json";
+  if (fs::exists(gen_path)) {
+    json g = hf::read_json(gen_path);
+    if (auto e = hf::id_list(g, "eos_token_id"); !e.empty()) c.eos_token_ids = e;
+    if (auto p = hf::id_list(g, "pad_token_id"); !p.empty()) c.pad_token_id = p[0];
+  }
+  arch.parse(j, c);
+  FOUNDRY_CHECK_AS(ValueError, c.vocab_size > 0 && c.hidden_size > 0 && c.num_layers > 0 && c.num_heads > 0,
+                   "{}: config.json sizes must be positive", dir);
+  FOUNDRY_CHECK_AS(ValueError, c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
+                   "{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", dir, c.num_heads,
+                   c.num_kv_heads);
+  return {c, &arch};
+}
+
+}  // namespace
+
+ModelConfig read_config(const std::string& dir) { return parse_config(dir).first; }
+
+std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOptions& options) {
+  auto [config, arch] = parse_config(dir);
+  io::ShardedSafetensors st;
+  try {
+    st = io::ShardedSafetensors::open(dir);
+  } catch (const Error& e) {
+    raise<IOError>("{}: no loadable weights (model.safetensors or model.safetensors.index.json): {}", dir, e.what());
+  }
+  autograd::NoGradGuard no_grad;
+  DType want = options.dtype.value_or(DType::Float32);
+  hf::WeightFn weight = [&](const std::string& name, const Shape& shape) {
+    if (!st.contains(name)) raise<ValueError>("{}: the checkpoint has no tensor '{}'", dir, name);
+    Tensor t = st.get(name);
+    if (!(Shape(t.sizes()) == shape))
+      raise<ValueError>("{}: '{}' has shape {} but the config implies {}", dir, name, shape_str(t.sizes()),
+                        shape_str(shape));
+    if (!is_floating(t.dtype()))
+      raise<TypeError>("{}: '{}' has dtype {}; weights must be floating point", dir, name, dtype_name(t.dtype()));
+    return t.dtype() == want ? t : t.to(want);  // same dtype: a view over the mapping, no copy
+  };
+  hf::HasWeightFn has = [&](const std::string& name) { return st.contains(name); };
+  return arch->build(config, weight, has);
+}
+
+}  // namespace foundry::models

@@ -1,0 +1,72 @@
+// Shared pieces of the pretrained architectures: the registry, config reading helpers, and the
+// blocks (rotary embeddings, masks and positions from the attention mask, attention over the KV
+// cache) that each architecture file composes.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "foundry/models/pretrained.h"
+
+namespace foundry::models::hf {
+
+using nlohmann::json;
+
+/// Fetches a weight by HF name in the compute dtype; throws naming the tensor when it is missing
+/// or its shape differs from `shape`.
+using WeightFn = std::function<Tensor(const std::string& name, const Shape& shape)>;
+using HasWeightFn = std::function<bool(const std::string& name)>;
+
+struct Architecture {
+  std::vector<std::string> names;  ///< HF `architectures` entries
+  /// Fills the architecture's config fields from config.json; throws for values it doesn't implement.
+  std::function<void(const json& j, ModelConfig& c)> parse;
+  std::function<std::unique_ptr<CausalLM>(const ModelConfig& c, const WeightFn& weight, const HasWeightFn& has)> build;
+};
+
+const std::vector<Architecture>& architectures();
+
+// One registration function per architecture file.
+Architecture llama_architecture();
+Architecture gpt2_architecture();
+
+// ---- config helpers -------------------------------------------------------------------------
+
+/// j[key] as an integer; throws naming `key` when missing (or not a number) unless `fallback`.
+int64_t get_int(const json& j, const std::string& key, std::optional<int64_t> fallback = std::nullopt);
+double get_double(const json& j, const std::string& key, std::optional<double> fallback = std::nullopt);
+bool get_bool(const json& j, const std::string& key, bool fallback);
+std::string get_string(const json& j, const std::string& key, const std::string& fallback);
+/// Throws for a config value that would change the math in a way this implementation lacks.
+[[noreturn]] void unsupported(const ModelConfig& c, const std::string& what);
+
+// ---- blocks ---------------------------------------------------------------------------------
+
+/// Full mask [B, S] (S = past + T) of the call: the given one as bool, or all ones.
+Tensor full_mask(const Tensor& attention_mask, int64_t B, int64_t S);
+/// Position ids [B, T] of the new tokens: cumsum(mask) - 1 over the full mask, padding at 1
+/// (HF's generate), last T columns.
+Tensor positions_from_mask(const Tensor& mask, int64_t T);
+/// Additive float mask [B, 1, T, S]: 0 where query t (at absolute index past + t) may see key s
+/// (causal, key not padding, and within `window` when > 0), the lowest float elsewhere (finite,
+/// as HF: a fully masked padding row attends uniformly instead of producing NaN).
+Tensor attention_bias(const Tensor& mask, int64_t T, int64_t window, DType dtype);
+
+/// Rotary embedding tables for `positions` [B, T]: cos, sin [B, 1, T, rot_dim] (HF's layout,
+/// cat(freqs, freqs)), with the config's rope scaling.
+std::pair<Tensor, Tensor> rope_tables(const ModelConfig& c, const Tensor& positions, int64_t rot_dim, DType dtype);
+/// x * cos + rotate_half(x) * sin on the first rot_dim features of x [B, H, T, D].
+Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+/// softmax(q k^T / sqrt(D) + bias) v for q [B, H, T, D] and k, v [B, Hkv, S, D] (grouped-query:
+/// each kv head serves H / Hkv query heads). Returns [B, T, H * D].
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias);
+
+/// [B, T, H * D] -> [B, H, T, D]
+Tensor split_heads(const Tensor& x, int64_t heads);
+
+}  // namespace foundry::models::hf
