@@ -141,7 +141,7 @@ TEST(Allocator, HugeMissHandsCachedBlocksBack) {
   const int64_t n = (21 << 20) + 8;  // even: exact as a float32 sum
   Tensor huge = empty({n}, DType::Float32);
   EXPECT_EQ(allocator::stats().cached_bytes, 0);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(huge.data_ptr()) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(huge.data_ptr()) % (2 << 20), 0u);  // huge-page aligned
   huge.fill_(1.0);
   EXPECT_EQ(huge.sum().item<double>(), double(n));
   // Later misses of the same class don't: a training loop would refault the evicted blocks each step.

@@ -3,7 +3,8 @@
 // Freed blocks go to a per-class free list and are reused; empty_cache() returns them to the OS.
 // Blocks of 1 MiB and more are mapped directly; the first cache miss of a class of 64 MiB or more returns as
 // many cached bytes of other classes to the OS, so phases with different block sizes (activations,
-// then optimizer state) don't keep both resident.
+// then optimizer state) don't keep both resident. Blocks of 4 MiB and more are 2 MiB aligned and
+// advised to use transparent huge pages (env FOUNDRY_NO_HUGE_PAGES=1 turns that off).
 #pragma once
 
 #include <cstddef>
