@@ -76,32 +76,83 @@ def llama_inv_freq(cfg, pos):
     return inv
 
 
+def decoder_flags(cfg):
+    arch = cfg["architectures"][0]
+    qkv_bias = arch.startswith("Qwen2") or cfg.get("attention_bias", False)
+    return dict(q=qkv_bias, o=cfg.get("attention_bias", False), mlp=cfg.get("mlp_bias", False),
+                gemma=arch == "GemmaForCausalLM", moe={"MixtralForCausalLM": "mixtral",
+                                                      "Qwen2MoeForCausalLM": "qwen2_moe"}.get(arch))
+
+
+def sparse_layer(cfg, i):
+    f = decoder_flags(cfg)
+    if f["moe"] == "mixtral":
+        return True
+    if f["moe"] == "qwen2_moe":
+        return i not in cfg.get("mlp_only_layers", []) and (i + 1) % cfg.get("decoder_sparse_step", 1) == 0
+    return False
+
+
 def llama_forward(cfg, w, ids, mask, cache=None):
-    """mask covers cached + new positions; cache: a list of per-layer (k, v), extended in place."""
+    """Llama, Mistral, Qwen2, Gemma, Mixtral and Qwen2-MoE (HF v4.40). mask covers cached + new
+    positions; cache: a list of per-layer (k, v), extended in place."""
+    f = decoder_flags(cfg)
     C, H = cfg["hidden_size"], cfg["num_attention_heads"]
     Hkv = cfg.get("num_key_value_heads", H)
-    D, eps = C // H, cfg["rms_norm_eps"]
+    D, eps = cfg.get("head_dim", C // H), cfg["rms_norm_eps"]
     B, T = ids.shape
     pos = positions_from_mask(mask)[:, -T:]
-    freqs = pos.float()[..., None] * llama_inv_freq(cfg, pos)
+    cfg_rope = dict(cfg, hidden_size=D * H)
+    freqs = pos.float()[..., None] * llama_inv_freq(cfg_rope, pos)
     emb = torch.cat((freqs, freqs), -1)[:, None]
     cos, sin = emb.cos(), emb.sin()
     bias = additive_mask(mask, cfg.get("sliding_window") or 0)[:, :, -T:]
 
     def rms(x, g):
-        return g * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+        n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        return n * (1.0 + g) if f["gemma"] else g * n
 
     def lin(x, name, has_bias):
         return F.linear(x, w[name + ".weight"], w.get(name + ".bias") if has_bias else None)
 
+    act = (lambda x: F.gelu(x, approximate="tanh")) if f["gemma"] else F.silu
+
+    def mlp(x, p, gate="gate_proj", up="up_proj", down="down_proj"):
+        return lin(act(lin(x, p + gate, f["mlp"])) * lin(x, p + up, f["mlp"]), p + down, f["mlp"])
+
+    def moe(x, p):
+        flat = x.reshape(-1, C)
+        router = p + ("block_sparse_moe.gate" if f["moe"] == "mixtral" else "mlp.gate")
+        probs = torch.softmax(F.linear(flat, w[router + ".weight"]), 1, dtype=torch.float)
+        k = cfg["num_experts_per_tok"]
+        wts, idx = torch.topk(probs, k, dim=-1)
+        if f["moe"] == "mixtral" or cfg.get("norm_topk_prob", False):
+            wts = wts / wts.sum(-1, keepdim=True)
+        out = torch.zeros_like(flat)
+        E = cfg.get("num_local_experts", cfg.get("num_experts"))
+        for e in range(E):
+            rows, slot = torch.where(idx == e)
+            if rows.numel() == 0:
+                continue
+            if f["moe"] == "mixtral":
+                y = mlp(flat[rows], p + f"block_sparse_moe.experts.{e}.", "w1", "w3", "w2")
+            else:
+                y = mlp(flat[rows], p + f"mlp.experts.{e}.")
+            out.index_add_(0, rows, y * wts[rows, slot, None])
+        if f["moe"] == "qwen2_moe" and cfg.get("shared_expert_intermediate_size"):
+            out = out + torch.sigmoid(F.linear(flat, w[p + "mlp.shared_expert_gate.weight"])) * mlp(
+                flat, p + "mlp.shared_expert.")
+        return out.reshape(x.shape)
+
     h = w["model.embed_tokens.weight"][ids]
-    ab, mb = cfg.get("attention_bias", False), cfg.get("mlp_bias", False)
+    if f["gemma"]:
+        h = h * torch.tensor(C ** 0.5, dtype=h.dtype)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         x = rms(h, w[p + "input_layernorm.weight"])
-        q = lin(x, p + "self_attn.q_proj", ab).view(B, T, H, D).transpose(1, 2)
-        k = lin(x, p + "self_attn.k_proj", ab).view(B, T, Hkv, D).transpose(1, 2)
-        v = lin(x, p + "self_attn.v_proj", ab).view(B, T, Hkv, D).transpose(1, 2)
+        q = lin(x, p + "self_attn.q_proj", f["q"]).view(B, T, H, D).transpose(1, 2)
+        k = lin(x, p + "self_attn.k_proj", f["q"]).view(B, T, Hkv, D).transpose(1, 2)
+        v = lin(x, p + "self_attn.v_proj", f["q"]).view(B, T, Hkv, D).transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         if cache is not None:
             if len(cache) <= i:
@@ -110,9 +161,9 @@ def llama_forward(cfg, w, ids, mask, cache=None):
             cache[i] = (k, v)
         k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
         a = torch.softmax(q @ k.transpose(2, 3) / math.sqrt(D) + bias, -1) @ v
-        h = h + lin(a.transpose(1, 2).reshape(B, T, C), p + "self_attn.o_proj", ab)
+        h = h + lin(a.transpose(1, 2).reshape(B, T, H * D), p + "self_attn.o_proj", f["o"])
         x = rms(h, w[p + "post_attention_layernorm.weight"])
-        h = h + lin(F.silu(lin(x, p + "mlp.gate_proj", mb)) * lin(x, p + "mlp.up_proj", mb), p + "mlp.down_proj", mb)
+        h = h + (moe(x, p) if sparse_layer(cfg, i) else mlp(x, p + "mlp."))
     h = rms(h, w["model.norm.weight"])
     return h @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).t()
 
@@ -140,25 +191,43 @@ def gpt2_forward(cfg, w, ids, mask):
 # ---- model folders ----------------------------------------------------------------------------
 
 def llama_weights(cfg, g):
+    f = decoder_flags(cfg)
     C, H, F_ = cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
     Hkv = cfg.get("num_key_value_heads", H)
-    D = C // H
+    D = cfg.get("head_dim", C // H)
     r = lambda *s: torch.randn(*s, generator=g) * 0.2
-    norm = lambda: 1 + torch.randn(C, generator=g) * 0.1
+    norm = lambda: (0 if f["gemma"] else 1) + torch.randn(C, generator=g) * 0.1
     w = {"model.embed_tokens.weight": r(cfg["vocab_size"], C), "model.norm.weight": norm()}
+
+    def gated(p, names, inter):
+        for n, (o, i_) in zip(names, [(inter, C), (inter, C), (C, inter)]):
+            w[p + n + ".weight"] = r(o, i_)
+            if f["mlp"]:
+                w[p + n + ".bias"] = r(o)
+
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"], w[p + "post_attention_layernorm.weight"] = norm(), norm()
         for n, (o, i_) in {"q_proj": (H * D, C), "k_proj": (Hkv * D, C), "v_proj": (Hkv * D, C),
                            "o_proj": (C, H * D)}.items():
             w[p + "self_attn." + n + ".weight"] = r(o, i_)
-            if cfg.get("attention_bias"):
+            if f["o"] or (f["q"] and n != "o_proj"):
                 w[p + "self_attn." + n + ".bias"] = r(o)
-        for n, (o, i_) in {"gate_proj": (F_, C), "up_proj": (F_, C), "down_proj": (C, F_)}.items():
-            w[p + "mlp." + n + ".weight"] = r(o, i_)
-            if cfg.get("mlp_bias"):
-                w[p + "mlp." + n + ".bias"] = r(o)
-    if not cfg.get("tie_word_embeddings"):
+        if not sparse_layer(cfg, i):
+            gated(p + "mlp.", ["gate_proj", "up_proj", "down_proj"], F_)
+        elif f["moe"] == "mixtral":
+            w[p + "block_sparse_moe.gate.weight"] = r(cfg["num_local_experts"], C) * 5
+            for e in range(cfg["num_local_experts"]):
+                gated(p + f"block_sparse_moe.experts.{e}.", ["w1", "w3", "w2"], F_)
+        else:
+            w[p + "mlp.gate.weight"] = r(cfg["num_experts"], C) * 5
+            for e in range(cfg["num_experts"]):
+                gated(p + f"mlp.experts.{e}.", ["gate_proj", "up_proj", "down_proj"], cfg["moe_intermediate_size"])
+            if cfg.get("shared_expert_intermediate_size"):
+                gated(p + "mlp.shared_expert.", ["gate_proj", "up_proj", "down_proj"],
+                      cfg["shared_expert_intermediate_size"])
+                w[p + "mlp.shared_expert_gate.weight"] = r(1, C)
+    if not cfg.get("tie_word_embeddings", f["gemma"]):
         w["lm_head.weight"] = r(cfg["vocab_size"], C)
     return w
 
@@ -213,6 +282,20 @@ CASES = {
                          rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}),
                     llama_weights, llama_forward),
+    "mistral_window": (dict(LLAMA, architectures=["MistralForCausalLM"], model_type="mistral", num_key_value_heads=2,
+                            sliding_window=3), llama_weights, llama_forward),
+    "qwen2": (dict(LLAMA, architectures=["Qwen2ForCausalLM"], model_type="qwen2", num_key_value_heads=2,
+                   rope_theta=1000000.0), llama_weights, llama_forward),
+    "gemma": (dict(LLAMA, architectures=["GemmaForCausalLM"], model_type="gemma", head_dim=24, num_key_value_heads=1,
+                   hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, rms_norm_eps=1e-6),
+              llama_weights, llama_forward),
+    "mixtral": (dict(LLAMA, architectures=["MixtralForCausalLM"], model_type="mixtral", num_key_value_heads=2,
+                     num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, sliding_window=None),
+                llama_weights, llama_forward),
+    "qwen2_moe": (dict(LLAMA, architectures=["Qwen2MoeForCausalLM"], model_type="qwen2_moe", num_hidden_layers=3,
+                       num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                       shared_expert_intermediate_size=40, decoder_sparse_step=1, mlp_only_layers=[1],
+                       norm_topk_prob=False), llama_weights, llama_forward),
     "gpt2": (GPT2, gpt2_weights, gpt2_forward),
 }
 

@@ -69,7 +69,9 @@ namespace hf {
 // ---- registry and config --------------------------------------------------------------------
 
 const std::vector<Architecture>& architectures() {
-  static const std::vector<Architecture> all = {llama_architecture(), gpt2_architecture()};
+  static const std::vector<Architecture> all = {llama_architecture(), mistral_architecture(), mixtral_architecture(),
+                                                qwen2_architecture(),  qwen2_moe_architecture(), gemma_architecture(),
+                                                gpt2_architecture()};
   return all;
 }
 

@@ -32,6 +32,11 @@ const std::vector<Architecture>& architectures();
 
 // One registration function per architecture file.
 Architecture llama_architecture();
+Architecture mistral_architecture();
+Architecture mixtral_architecture();
+Architecture qwen2_architecture();
+Architecture qwen2_moe_architecture();
+Architecture gemma_architecture();
 Architecture gpt2_architecture();
 
 // ---- config helpers -------------------------------------------------------------------------

@@ -1,0 +1,30 @@
+// MixtralForCausalLM (HF v4.40): Mistral's attention with a sparse mixture of SiLU-gated experts in
+// every layer: softmax router in float32, top `num_experts_per_tok` experts renormalised to sum 1.
+#include "models/hf/decoder.h"
+
+namespace foundry::models::hf {
+
+Architecture mixtral_architecture() {
+  auto parse = [](const json& j, ModelConfig& c) {
+    parse_decoder_common(j, c);
+    c.sliding_window = get_int(j, "sliding_window", 0);
+    const std::string act = get_string(j, "hidden_act", "silu");
+    if (act != "silu") unsupported(c, "hidden_act '" + act + "'");
+  };
+  auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn& has) {
+    json j = json::parse(c.json);
+    DecoderSpec s;
+    s.moe = DecoderSpec::Moe::Mixtral;
+    s.num_experts = get_int(j, "num_local_experts");
+    s.experts_per_token = get_int(j, "num_experts_per_tok");
+    FOUNDRY_CHECK_AS(ValueError, s.experts_per_token > 0 && s.experts_per_token <= s.num_experts,
+                     "config.json: num_experts_per_tok ({}) must be in 1..num_local_experts ({})",
+                     s.experts_per_token, s.num_experts);
+    s.expert_intermediate = c.intermediate_size;
+    s.sparse_layers.assign(size_t(c.num_layers), true);
+    return build_decoder(c, s, w, has);
+  };
+  return {{"MixtralForCausalLM"}, parse, build};
+}
+
+}  // namespace foundry::models::hf
