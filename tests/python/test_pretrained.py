@@ -188,6 +188,186 @@ def gpt2_forward(cfg, w, ids, mask):
     return ln(h, "transformer.ln_f") @ w["transformer.wte.weight"].t()
 
 
+def rope_cos_sin(pos, rot, base):
+    inv = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.int64).float() / rot))
+    freqs = pos.float()[..., None] * inv
+    emb = torch.cat((freqs, freqs), -1)[:, None]
+    return emb.cos(), emb.sin()
+
+
+def partial_rope(x, cos, sin):
+    rot = cos.shape[-1]
+    xr, xp = x[..., :rot], x[..., rot:]
+    return torch.cat((xr * cos + rotate_half(xr) * sin, xp), -1)
+
+
+def attention(q, k, v, bias):
+    H, Hkv = q.shape[1], k.shape[1]
+    k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+    return torch.softmax(q @ k.transpose(2, 3) / math.sqrt(q.shape[-1]) + bias, -1) @ v
+
+
+def merge(a):
+    B, H, T, D = a.shape
+    return a.transpose(1, 2).reshape(B, T, H * D)
+
+
+def alibi(mask, H):
+    p2 = 2 ** math.floor(math.log2(H))
+    base = torch.tensor(2 ** (-(2 ** -(math.log2(p2) - 3))), dtype=torch.float32)
+    slopes = torch.pow(base, torch.arange(1, 1 + p2, dtype=torch.int32))
+    if p2 != H:
+        extra = torch.tensor(2 ** (-(2 ** -(math.log2(2 * p2) - 3))), dtype=torch.float32)
+        n = min(p2, H - p2)
+        slopes = torch.cat([slopes, torch.pow(extra, torch.arange(1, 1 + 2 * n, 2, dtype=torch.int32))])
+    rel = ((mask.cumsum(-1) - 1) * mask)[:, None, :]
+    return (slopes[..., None] * rel)[:, :, None, :]  # [B, H, 1, S]
+
+
+def lnorm(w, name, C, eps=1e-5):
+    return lambda x: F.layer_norm(x, (C,), w[name + ".weight"], w[name + ".bias"], eps)
+
+
+def neox_forward(cfg, w, ids, mask):
+    C, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    D, B, T = C // H, *ids.shape
+    cos, sin = rope_cos_sin(positions_from_mask(mask), int(D * cfg["rotary_pct"]), cfg.get("rotary_emb_base", 10000))
+    bias = additive_mask(mask)
+    L = lambda x, n: F.linear(x, w[n + ".weight"], w[n + ".bias"])
+    h = w["gpt_neox.embed_in.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"gpt_neox.layers.{i}."
+        x = lnorm(w, p + "input_layernorm", C, cfg["layer_norm_eps"])(h)
+        qkv = L(x, p + "attention.query_key_value").view(B, T, H, 3 * D).permute(0, 2, 1, 3)
+        q, k, v = qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:]
+        a = L(merge(attention(partial_rope(q, cos, sin), partial_rope(k, cos, sin), v, bias)), p + "attention.dense")
+        mlp = lambda y: L(F.gelu(L(y, p + "mlp.dense_h_to_4h")), p + "mlp.dense_4h_to_h")
+        ln2 = lnorm(w, p + "post_attention_layernorm", C, cfg["layer_norm_eps"])
+        if cfg["use_parallel_residual"]:
+            h = h + a + mlp(ln2(h))
+        else:
+            h = h + a
+            h = h + mlp(ln2(h))
+    return lnorm(w, "gpt_neox.final_layer_norm", C, cfg["layer_norm_eps"])(h) @ w["embed_out.weight"].t()
+
+
+def phi_forward(cfg, w, ids, mask):
+    C, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    D, B, T = C // H, *ids.shape
+    cos, sin = rope_cos_sin(positions_from_mask(mask), int(D * cfg["partial_rotary_factor"]), cfg["rope_theta"])
+    bias = additive_mask(mask)
+    L = lambda x, n: F.linear(x, w[n + ".weight"], w[n + ".bias"])
+    h = w["model.embed_tokens.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        x = lnorm(w, p + "input_layernorm", C, cfg["layer_norm_eps"])(h)
+        q, k, v = [L(x, p + f"self_attn.{n}_proj").view(B, T, H, D).transpose(1, 2) for n in "qkv"]
+        a = L(merge(attention(partial_rope(q, cos, sin), partial_rope(k, cos, sin), v, bias)), p + "self_attn.dense")
+        h = h + a + L(F.gelu(L(x, p + "mlp.fc1"), approximate="tanh"), p + "mlp.fc2")
+    h = lnorm(w, "model.final_layernorm", C, cfg["layer_norm_eps"])(h)
+    return L(h, "lm_head")
+
+
+def opt_forward(cfg, w, ids, mask):
+    C, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    D, B, T = C // H, *ids.shape
+    pos = (torch.cumsum(mask, 1) * mask).long() - 1 + 2
+    bias = additive_mask(mask)
+    L = lambda x, n: F.linear(x, w[n + ".weight"], w[n + ".bias"])
+    r = "model.decoder."
+    h = w[r + "embed_tokens.weight"][ids]
+    if r + "project_in.weight" in w:
+        h = h @ w[r + "project_in.weight"].t()
+    h = h + w[r + "embed_positions.weight"][pos]
+    pre = cfg["do_layer_norm_before"]
+    for i in range(cfg["num_hidden_layers"]):
+        p = r + f"layers.{i}."
+        ln1, ln2 = lnorm(w, p + "self_attn_layer_norm", C), lnorm(w, p + "final_layer_norm", C)
+        x = ln1(h) if pre else h
+        q = L(x, p + "self_attn.q_proj") * D ** -0.5
+        q, k, v = [t.view(B, T, H, D).transpose(1, 2) for t in (q, L(x, p + "self_attn.k_proj"), L(x, p + "self_attn.v_proj"))]
+        a = torch.softmax(q @ k.transpose(2, 3) + bias, -1) @ v
+        h = h + L(merge(a), p + "self_attn.out_proj")
+        if not pre:
+            h = ln1(h)
+        x = ln2(h) if pre else h
+        h = h + L(F.relu(L(x, p + "fc1")), p + "fc2")
+        if not pre:
+            h = ln2(h)
+    if pre:
+        h = lnorm(w, r + "final_layer_norm", C)(h)
+    if r + "project_out.weight" in w:
+        h = h @ w[r + "project_out.weight"].t()
+    return h @ w[r + "embed_tokens.weight"].t()
+
+
+def bloom_forward(cfg, w, ids, mask):
+    C, H = cfg["hidden_size"], cfg["n_head"]
+    D, B, T = C // H, *ids.shape
+    eps = cfg["layer_norm_epsilon"]
+    L = lambda x, n: F.linear(x, w[n + ".weight"], w[n + ".bias"])
+    allowed = additive_mask(mask) == 0
+    ab = alibi(mask, H)
+    h = lnorm(w, "transformer.word_embeddings_layernorm", C, eps)(w["transformer.word_embeddings.weight"][ids])
+    post = cfg.get("apply_residual_connection_post_layernorm", False)
+    for i in range(cfg["n_layer"]):
+        p = f"transformer.h.{i}."
+        x = lnorm(w, p + "input_layernorm", C, eps)(h)
+        res = x if post else h
+        qkv = L(x, p + "self_attention.query_key_value").view(B, T, H, 3, D)
+        q, k, v = [qkv[..., j, :].transpose(1, 2) for j in range(3)]
+        scores = ab + (q @ k.transpose(2, 3)) / math.sqrt(D)
+        scores = scores.masked_fill(~allowed, torch.finfo(torch.float32).min)
+        h = res + L(merge(torch.softmax(scores, -1) @ v), p + "self_attention.dense")
+        x = lnorm(w, p + "post_attention_layernorm", C, eps)(h)
+        res = x if post else h
+        h = res + L(F.gelu(L(x, p + "mlp.dense_h_to_4h"), approximate="tanh"), p + "mlp.dense_4h_to_h")
+    return lnorm(w, "transformer.ln_f", C, eps)(h) @ w["transformer.word_embeddings.weight"].t()
+
+
+def falcon_forward(cfg, w, ids, mask):
+    C, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    D, B, T = C // H, *ids.shape
+    new, mq, par, use_alibi = (cfg.get("new_decoder_architecture", False), cfg.get("multi_query", True),
+                               cfg.get("parallel_attn", True), cfg.get("alibi", False))
+    Hkv = cfg.get("num_kv_heads", H) if new else (1 if mq else H)
+    eps = cfg["layer_norm_epsilon"]
+    L = lambda x, n: F.linear(x, w[n + ".weight"], w.get(n + ".bias"))
+    bias = additive_mask(mask)
+    if use_alibi:
+        bias = bias + alibi(mask, H) / math.sqrt(D)
+    else:
+        cos, sin = rope_cos_sin(positions_from_mask(mask), D, cfg.get("rope_theta", 10000.0))
+    h = w["transformer.word_embeddings.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"transformer.h.{i}."
+        x = lnorm(w, p + ("ln_attn" if new else "input_layernorm"), C, eps)(h)
+        qkv = L(x, p + "self_attention.query_key_value")
+        if new:
+            t = qkv.view(B, T, Hkv, H // Hkv + 2, D)
+            q = t[:, :, :, :-2].reshape(B, T, H, D)
+            k, v = t[:, :, :, -2], t[:, :, :, -1]
+        elif not mq:
+            t = qkv.view(B, T, H, 3, D)
+            q, k, v = t[..., 0, :], t[..., 1, :], t[..., 2, :]
+        else:
+            t = qkv.view(B, T, H + 2, D)
+            q, k, v = t[:, :, :-2], t[:, :, [-2]], t[:, :, [-1]]
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if not use_alibi:
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        a = L(merge(attention(q, k, v, bias)), p + "self_attention.dense")
+        mlp = lambda y: L(F.gelu(L(y, p + "mlp.dense_h_to_4h")), p + "mlp.dense_4h_to_h")
+        if new:
+            h = h + a + mlp(lnorm(w, p + "ln_mlp", C, eps)(h))
+        elif par:
+            h = h + a + mlp(x)
+        else:
+            h = h + a
+            h = h + mlp(lnorm(w, p + "post_attention_layernorm", C, eps)(h))
+    return lnorm(w, "transformer.ln_f", C, eps)(h) @ w["transformer.word_embeddings.weight"].t()
+
+
 # ---- model folders ----------------------------------------------------------------------------
 
 def llama_weights(cfg, g):
@@ -247,6 +427,102 @@ def gpt2_weights(cfg, g):
     return w
 
 
+def dense_weights(shapes, g, norms=()):
+    """Random weights by name: 1-D *norm* weights near 1, everything else N(0, 0.2)."""
+    out = {}
+    for name, shape in shapes.items():
+        t = torch.randn(*shape, generator=g) * 0.2
+        out[name] = 1 + t / 2 if any(name.startswith(n) or ("." + n) in name for n in norms) and name.endswith(
+            "weight") else t
+    return out
+
+
+def ln_shapes(prefix, C):
+    return {prefix + ".weight": (C,), prefix + ".bias": (C,)}
+
+
+def lin_shapes(prefix, o, i, bias=True):
+    return {prefix + ".weight": (o, i), **({prefix + ".bias": (o,)} if bias else {})}
+
+
+LN_NAMES = ("input_layernorm", "post_attention_layernorm", "final_layer_norm", "final_layernorm",
+            "self_attn_layer_norm", "word_embeddings_layernorm", "ln_f", "ln_attn", "ln_mlp")
+
+
+def neox_weights(cfg, g):
+    C, V, F4 = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    s = {"gpt_neox.embed_in.weight": (V, C), "embed_out.weight": (V, C), **ln_shapes("gpt_neox.final_layer_norm", C)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"gpt_neox.layers.{i}."
+        s.update({**ln_shapes(p + "input_layernorm", C), **ln_shapes(p + "post_attention_layernorm", C),
+                  **lin_shapes(p + "attention.query_key_value", 3 * C, C), **lin_shapes(p + "attention.dense", C, C),
+                  **lin_shapes(p + "mlp.dense_h_to_4h", F4, C), **lin_shapes(p + "mlp.dense_4h_to_h", C, F4)})
+    return dense_weights(s, g, LN_NAMES)
+
+
+def phi_weights(cfg, g):
+    C, V, F_ = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    s = {"model.embed_tokens.weight": (V, C), **lin_shapes("lm_head", V, C), **ln_shapes("model.final_layernorm", C)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        s.update({**ln_shapes(p + "input_layernorm", C), **lin_shapes(p + "self_attn.q_proj", C, C),
+                  **lin_shapes(p + "self_attn.k_proj", C, C), **lin_shapes(p + "self_attn.v_proj", C, C),
+                  **lin_shapes(p + "self_attn.dense", C, C), **lin_shapes(p + "mlp.fc1", F_, C),
+                  **lin_shapes(p + "mlp.fc2", C, F_)})
+    return dense_weights(s, g, LN_NAMES)
+
+
+def opt_weights(cfg, g):
+    C, V, F_, E = cfg["hidden_size"], cfg["vocab_size"], cfg["ffn_dim"], cfg.get("word_embed_proj_dim", cfg["hidden_size"])
+    r = "model.decoder."
+    s = {r + "embed_tokens.weight": (V, E), r + "embed_positions.weight": (cfg["max_position_embeddings"] + 2, C)}
+    if cfg["do_layer_norm_before"]:
+        s.update(ln_shapes(r + "final_layer_norm", C))
+    if E != C:
+        s.update({r + "project_in.weight": (C, E), r + "project_out.weight": (E, C)})
+    for i in range(cfg["num_hidden_layers"]):
+        p = r + f"layers.{i}."
+        s.update({**ln_shapes(p + "self_attn_layer_norm", C), **ln_shapes(p + "final_layer_norm", C),
+                  **{k: v for n in ("q_proj", "k_proj", "v_proj", "out_proj")
+                     for k, v in lin_shapes(p + "self_attn." + n, C, C).items()},
+                  **lin_shapes(p + "fc1", F_, C), **lin_shapes(p + "fc2", C, F_)})
+    return dense_weights(s, g, LN_NAMES)
+
+
+def bloom_weights(cfg, g):
+    C, V = cfg["hidden_size"], cfg["vocab_size"]
+    s = {"transformer.word_embeddings.weight": (V, C), **ln_shapes("transformer.word_embeddings_layernorm", C),
+         **ln_shapes("transformer.ln_f", C)}
+    for i in range(cfg["n_layer"]):
+        p = f"transformer.h.{i}."
+        s.update({**ln_shapes(p + "input_layernorm", C), **ln_shapes(p + "post_attention_layernorm", C),
+                  **lin_shapes(p + "self_attention.query_key_value", 3 * C, C),
+                  **lin_shapes(p + "self_attention.dense", C, C), **lin_shapes(p + "mlp.dense_h_to_4h", 4 * C, C),
+                  **lin_shapes(p + "mlp.dense_4h_to_h", C, 4 * C)})
+    return dense_weights(s, g, LN_NAMES)
+
+
+def falcon_weights(cfg, g):
+    C, V, H = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"]
+    D = C // H
+    new, mq, par, b = (cfg.get("new_decoder_architecture", False), cfg.get("multi_query", True),
+                       cfg.get("parallel_attn", True), cfg.get("bias", False))
+    Hkv = cfg.get("num_kv_heads", H) if new else (1 if mq else H)
+    s = {"transformer.word_embeddings.weight": (V, C), **ln_shapes("transformer.ln_f", C)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"transformer.h.{i}."
+        if new:
+            s.update({**ln_shapes(p + "ln_attn", C), **ln_shapes(p + "ln_mlp", C)})
+        else:
+            s.update(ln_shapes(p + "input_layernorm", C))
+            if not par:
+                s.update(ln_shapes(p + "post_attention_layernorm", C))
+        s.update({**lin_shapes(p + "self_attention.query_key_value", (H + 2 * Hkv) * D, C, b),
+                  **lin_shapes(p + "self_attention.dense", C, C, b), **lin_shapes(p + "mlp.dense_h_to_4h", 4 * C, C, b),
+                  **lin_shapes(p + "mlp.dense_4h_to_h", C, 4 * C, b)})
+    return dense_weights(s, g, LN_NAMES)
+
+
 def write_folder(path, cfg, w):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
@@ -269,6 +545,22 @@ LLAMA = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=
              tie_word_embeddings=False, eos_token_id=2, bos_token_id=1)
 GPT2 = dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", vocab_size=101, n_embd=48, n_layer=2, n_head=4,
             n_positions=32, layer_norm_epsilon=1e-5, activation_function="gelu_new", eos_token_id=100)
+
+NEOX = dict(architectures=["GPTNeoXForCausalLM"], model_type="gpt_neox", vocab_size=89, hidden_size=48,
+            intermediate_size=80, num_hidden_layers=2, num_attention_heads=4, rotary_pct=0.5, rotary_emb_base=10000,
+            max_position_embeddings=64, layer_norm_eps=1e-5, use_parallel_residual=True, hidden_act="gelu",
+            eos_token_id=0)
+PHI = dict(architectures=["PhiForCausalLM"], model_type="phi", vocab_size=91, hidden_size=48, intermediate_size=72,
+           num_hidden_layers=2, num_attention_heads=4, partial_rotary_factor=0.5, rope_theta=10000.0,
+           max_position_embeddings=64, layer_norm_eps=1e-5, hidden_act="gelu_new", eos_token_id=0)
+OPT = dict(architectures=["OPTForCausalLM"], model_type="opt", vocab_size=93, hidden_size=48, ffn_dim=64,
+           num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=40, do_layer_norm_before=True,
+           activation_function="relu", word_embed_proj_dim=48, eos_token_id=2, pad_token_id=1)
+BLOOM = dict(architectures=["BloomForCausalLM"], model_type="bloom", vocab_size=95, hidden_size=48, n_layer=2,
+             n_head=4, layer_norm_epsilon=1e-5, eos_token_id=2)
+FALCON = dict(architectures=["FalconForCausalLM"], model_type="falcon", vocab_size=99, hidden_size=48,
+              num_hidden_layers=2, num_attention_heads=4, layer_norm_epsilon=1e-5, new_decoder_architecture=False,
+              multi_query=True, parallel_attn=True, bias=False, alibi=False, eos_token_id=11)
 
 CASES = {
     "llama": (LLAMA, llama_weights, llama_forward),
@@ -297,6 +589,19 @@ CASES = {
                        shared_expert_intermediate_size=40, decoder_sparse_step=1, mlp_only_layers=[1],
                        norm_topk_prob=False), llama_weights, llama_forward),
     "gpt2": (GPT2, gpt2_weights, gpt2_forward),
+    "gpt_neox": (NEOX, neox_weights, neox_forward),
+    "gpt_neox_sequential": (dict(NEOX, use_parallel_residual=False, rotary_pct=1.0), neox_weights, neox_forward),
+    "phi": (PHI, phi_weights, phi_forward),
+    "opt": (OPT, opt_weights, opt_forward),
+    "opt_post_norm_projected": (dict(OPT, do_layer_norm_before=False, word_embed_proj_dim=24), opt_weights,
+                                opt_forward),
+    "bloom": (BLOOM, bloom_weights, bloom_forward),
+    "bloom_6_heads_post_ln_residual": (dict(BLOOM, n_head=6, apply_residual_connection_post_layernorm=True),
+                                       bloom_weights, bloom_forward),
+    "falcon_multi_query": (FALCON, falcon_weights, falcon_forward),
+    "falcon_new_arch": (dict(FALCON, new_decoder_architecture=True, num_kv_heads=2), falcon_weights, falcon_forward),
+    "falcon_rw_alibi": (dict(FALCON, multi_query=False, parallel_attn=False, bias=True, alibi=True), falcon_weights,
+                        falcon_forward),
 }
 
 

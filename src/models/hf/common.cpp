@@ -71,7 +71,8 @@ namespace hf {
 const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> all = {llama_architecture(), mistral_architecture(), mixtral_architecture(),
                                                 qwen2_architecture(),  qwen2_moe_architecture(), gemma_architecture(),
-                                                gpt2_architecture()};
+                                                gpt2_architecture(),   gpt_neox_architecture(),   phi_architecture(),
+                                                opt_architecture(),    bloom_architecture(),      falcon_architecture()};
   return all;
 }
 
@@ -235,6 +236,34 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b
 Tensor split_heads(const Tensor& x, int64_t heads) {
   const int64_t B = x.size(0), T = x.size(1), HD = x.size(2);
   return x.reshape({B, T, heads, HD / heads}).transpose(1, 2);
+}
+
+bool known_activation(const std::string& n) {
+  return n == "gelu" || n == "gelu_new" || n == "gelu_fast" || n == "gelu_pytorch_tanh" || n == "relu" ||
+         n == "silu" || n == "swish";
+}
+
+Tensor activation(const std::string& n, const Tensor& x) {
+  if (n == "gelu") return gelu(x);
+  if (n == "gelu_new" || n == "gelu_fast" || n == "gelu_pytorch_tanh") return gelu(x, "tanh");
+  if (n == "relu") return relu(x);
+  if (n == "silu" || n == "swish") return silu(x);
+  raise<NotImplementedError>("activation '{}' is not supported", n);
+}
+
+Tensor alibi_bias(const Tensor& mask, int64_t heads, double scale, DType dtype) {
+  // Slopes: a geometric sequence for the largest power of two <= heads, then every other term
+  // of the sequence for twice as many heads (HF's build_alibi_tensor, in float32).
+  const int64_t p2 = int64_t(1) << int64_t(std::floor(std::log2(double(heads))));
+  auto slope_base = [](int64_t n) { return float(std::pow(2.0, -std::pow(2.0, -(std::log2(double(n)) - 3)))); };
+  std::vector<float> slopes;
+  for (int64_t i = 1; i <= p2; ++i) slopes.push_back(float(std::pow(double(slope_base(p2)), double(i))));
+  for (int64_t i = 1; int64_t(slopes.size()) < heads; i += 2)
+    slopes.push_back(float(std::pow(double(slope_base(2 * p2)), double(i))));
+  Tensor m = mask.to(DType::Int64);
+  Tensor rel = ((cumsum(m, 1) - ones({}, DType::Int64)) * m).to(DType::Float32);  // [B, S]
+  Tensor s = tensor<float>(slopes, {1, heads, 1, 1});
+  return (s * rel.unsqueeze(1).unsqueeze(1) * full({}, scale, DType::Float32)).to(dtype);
 }
 
 }  // namespace hf

@@ -38,6 +38,11 @@ Architecture qwen2_architecture();
 Architecture qwen2_moe_architecture();
 Architecture gemma_architecture();
 Architecture gpt2_architecture();
+Architecture gpt_neox_architecture();
+Architecture phi_architecture();
+Architecture opt_architecture();
+Architecture bloom_architecture();
+Architecture falcon_architecture();
 
 // ---- config helpers -------------------------------------------------------------------------
 
@@ -73,5 +78,14 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b
 
 /// [B, T, H * D] -> [B, H, T, D]
 Tensor split_heads(const Tensor& x, int64_t heads);
+
+/// HF's ACT2FN for the names the architectures use: gelu (erf), gelu_new / gelu_fast /
+/// gelu_pytorch_tanh (tanh form), relu, silu / swish. Throws naming anything else.
+Tensor activation(const std::string& name, const Tensor& x);
+bool known_activation(const std::string& name);
+
+/// ALiBi bias [B, H, 1, S]: slope_h x (cumsum(mask) - 1) x mask over the keys (BLOOM's
+/// build_alibi_tensor, which Falcon shares), times `scale`.
+Tensor alibi_bias(const Tensor& mask, int64_t heads, double scale, DType dtype);
 
 }  // namespace foundry::models::hf
