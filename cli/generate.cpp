@@ -59,10 +59,13 @@ std::string id_list_json(const std::vector<int64_t>& ids) {
 
 void add_generate(CLI::App& app) {
   struct Opts {
-    std::string model, prompt, input_ids;
-    int64_t max_new_tokens = 32, top_k = 0;
-    double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0;
+    std::string model, prompt, input_ids, draft_model, early_stopping = "false";
+    int64_t max_new_tokens = 32, top_k = 0, num_beams = 1, num_return_sequences = 1, no_repeat_ngram_size = 0,
+            lookahead = 4;
+    double temperature = 1.0, top_p = 1.0, min_p = 0.0, typical_p = 1.0, repetition_penalty = 1.0,
+           presence_penalty = 0.0, frequency_penalty = 0.0, length_penalty = 1.0;
     uint64_t seed = 0;
+    std::vector<std::string> stop;
     bool ignore_eos = false, print_ids = false, stream = false;
   };
   auto o = std::make_shared<Opts>();
@@ -72,11 +75,24 @@ void add_generate(CLI::App& app) {
   auto* ids = cmd->add_option("--input-ids", o->input_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(ids);
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate (default 32)");
-  cmd->add_option("--temperature", o->temperature, "sampling temperature; 0 means greedy (default 1 with sampling options, else greedy)");
+  cmd->add_option("--temperature", o->temperature,
+                  "sampling temperature; 0 means greedy (greedy also when no sampling option is given)");
   cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens (sampling)");
   cmd->add_option("--top-p", o->top_p, "nucleus sampling mass");
   cmd->add_option("--min-p", o->min_p, "drop tokens below min_p x the top probability");
+  cmd->add_option("--typical-p", o->typical_p, "locally typical sampling mass");
   cmd->add_option("--repetition-penalty", o->repetition_penalty, "HF's repetition penalty");
+  cmd->add_option("--presence-penalty", o->presence_penalty, "subtract from tokens already generated");
+  cmd->add_option("--frequency-penalty", o->frequency_penalty, "subtract per earlier occurrence in the output");
+  cmd->add_option("--no-repeat-ngram-size", o->no_repeat_ngram_size, "never repeat an n-gram of this size");
+  cmd->add_option("--num-beams", o->num_beams, "beam search with this many beams");
+  cmd->add_option("--length-penalty", o->length_penalty, "beam score = log p / length ** length_penalty");
+  cmd->add_option("--early-stopping", o->early_stopping, "beam search stopping: false, true or never")
+      ->check(CLI::IsMember({"false", "true", "never"}));
+  cmd->add_option("--num-return-sequences", o->num_return_sequences, "beams to print (best first)");
+  cmd->add_option("--draft-model", o->draft_model, "smaller model of the same tokenizer for speculative decoding");
+  cmd->add_option("--lookahead", o->lookahead, "draft tokens proposed per step (speculative decoding)");
+  cmd->add_option("--stop", o->stop, "stop when the output contains this text (repeatable)");
   auto* seed = cmd->add_option("--seed", o->seed, "random seed; sampling is reproducible for a seed");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past EOS");
   cmd->add_flag("--print-ids", o->print_ids, "print the generated ids as a JSON list on the last line");
@@ -87,23 +103,45 @@ void add_generate(CLI::App& app) {
     auto tok = folder_tokenizer(o->model);
     std::vector<int64_t> prompt_ids;
     if (!o->prompt.empty()) {
-      if (!tok) raise<ValueError>("generate: --prompt needs a tokenizer.json in {}; use --input-ids", o->model);
+      if (!tok) raise<ValueError>("generate: --prompt needs a tokenizer in {}; use --input-ids", o->model);
       for (uint32_t id : tok->encode_ids(o->prompt)) prompt_ids.push_back(int64_t(id));
+      if (prompt_ids.empty()) raise<ValueError>("generate: the prompt encodes to no tokens");
     } else {
       prompt_ids = parse_ids(o->input_ids);
     }
+    auto decode = [&](const std::vector<int64_t>& t) {
+      std::vector<uint32_t> u(t.begin(), t.end());
+      return tok->decode(u);
+    };
     models::GenerationConfig g;
     g.max_new_tokens = o->max_new_tokens;
     const bool sampling_asked = cmd->count("--temperature") || cmd->count("--top-k") || cmd->count("--top-p") ||
-                                cmd->count("--min-p") || seed->count();
-    g.do_sample = sampling_asked && o->temperature > 0;
+                                cmd->count("--min-p") || cmd->count("--typical-p") || seed->count();
+    g.do_sample = sampling_asked && o->temperature > 0 && o->num_beams == 1;
     g.temperature = o->temperature;
     g.top_k = o->top_k;
     g.top_p = o->top_p;
     g.min_p = o->min_p;
+    g.typical_p = o->typical_p;
     g.repetition_penalty = o->repetition_penalty;
+    g.presence_penalty = o->presence_penalty;
+    g.frequency_penalty = o->frequency_penalty;
+    g.no_repeat_ngram_size = o->no_repeat_ngram_size;
+    g.num_beams = o->num_beams;
+    g.length_penalty = o->length_penalty;
+    g.early_stopping = o->early_stopping == "true" ? 1 : o->early_stopping == "never" ? 2 : 0;
+    g.num_return_sequences = o->num_return_sequences;
     g.seed = o->seed;
     g.ignore_eos = o->ignore_eos;
+    if (!o->stop.empty()) {
+      if (!tok) raise<ValueError>("generate: --stop needs the folder's tokenizer");
+      g.should_stop = [&](int64_t, const std::vector<int64_t>& out) {
+        std::string text = decode(out);
+        for (const std::string& s : o->stop)
+          if (text.find(s) != std::string::npos) return true;
+        return false;
+      };
+    }
     if (o->stream) {
       g.on_token = [&](int64_t, int64_t t) {
         if (tok) std::fputs(tok->decode({uint32_t(t)}, false).c_str(), stdout);
@@ -111,18 +149,37 @@ void add_generate(CLI::App& app) {
         std::fflush(stdout);
       };
     }
-    models::GenerationResult r = models::generate(*model, {prompt_ids}, g);
-    const auto& out = r.tokens[0];
+    models::GenerationResult r;
+    if (!o->draft_model.empty()) {
+      auto draft = models::load_pretrained(o->draft_model);
+      r = models::generate_speculative(*model, *draft, prompt_ids, g, o->lookahead);
+    } else {
+      r = models::generate(*model, {prompt_ids}, g);
+    }
     if (o->stream) std::printf("\n");
-    else if (tok) {
-      std::vector<uint32_t> all;
-      for (int64_t t : out) all.push_back(uint32_t(t));
-      std::printf("%s\n", tok->decode(all).c_str());
+    for (size_t i = 0; i < r.tokens.size(); ++i) {
+      if (!tok || o->stream) break;
+      std::string text = decode(r.tokens[i]);
+      for (const std::string& s : o->stop)  // the text ends before the stop string, as HF's stop_strings
+        if (auto at = text.find(s); at != std::string::npos) text.resize(at);
+      std::printf("%s\n", text.c_str());
     }
     std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %zu tokens in %.3f s (%.1f tokens/s)\n",
                  (long long)r.prefill_tokens, r.prefill_seconds, double(r.prefill_tokens) / std::max(r.prefill_seconds, 1e-9),
-                 out.size(), r.decode_seconds, double(r.decode_steps) / std::max(r.decode_seconds, 1e-9));
-    if (o->print_ids || !tok) std::printf("%s\n", id_list_json(out).c_str());
+                 r.tokens[0].size(), r.decode_seconds,
+                 double(r.tokens[0].size()) / std::max(r.decode_seconds + r.prefill_seconds, 1e-9));
+    if (!o->draft_model.empty())
+      std::fprintf(stderr, "speculative: %lld of %lld draft tokens accepted (%.1f%%)\n", (long long)r.draft_accepted,
+                   (long long)r.draft_proposed, 100.0 * double(r.draft_accepted) / double(std::max<int64_t>(r.draft_proposed, 1)));
+    if (o->print_ids || !tok) {
+      if (r.tokens.size() == 1) {
+        std::printf("%s\n", id_list_json(r.tokens[0]).c_str());
+      } else {
+        std::string all = "[";
+        for (size_t i = 0; i < r.tokens.size(); ++i) all += (i ? ", " : "") + id_list_json(r.tokens[i]);
+        std::printf("%s]\n", all.c_str());
+      }
+    }
   });
 }
 

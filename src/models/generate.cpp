@@ -4,12 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/core/error.h"
-#include "foundry/core/rng.h"
 #include "foundry/ops/ops.h"
 
 namespace foundry::models {
@@ -52,8 +53,8 @@ void top_p_filter(std::vector<float>& l, double top_p) {
   double cum = 0;
   for (size_t r = 0; r + 1 < order.size(); ++r) {
     cum += p[order[r]];
-    if (cum <= 1.0 - top_p) l[order[r]] = kNegInf;
-    else break;
+    if (cum > 1.0 - top_p) break;
+    l[order[r]] = kNegInf;
   }
 }
 
@@ -66,18 +67,259 @@ void min_p_filter(std::vector<float>& l, double min_p) {
     if (p[i] < min_p * top) l[i] = kNegInf;
 }
 
+// HF's TypicalLogitsWarper: keep the tokens whose surprisal is closest to the entropy until
+// their probability mass reaches typical_p.
+void typical_filter(std::vector<float>& l, double mass) {
+  if (mass >= 1.0) return;
+  std::vector<double> p = softmax_of(l);
+  double ent = 0;
+  for (double v : p)
+    if (v > 0) ent -= v * std::log(v);
+  std::vector<double> shifted(l.size());
+  for (size_t i = 0; i < l.size(); ++i)
+    shifted[i] = p[i] > 0 ? std::abs(-std::log(p[i]) - ent) : std::numeric_limits<double>::infinity();
+  std::vector<size_t> order(l.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return shifted[a] < shifted[b]; });
+  size_t last = 0;
+  double cum = 0;
+  while (last < order.size()) {
+    cum += p[order[last]];
+    if (cum >= mass) break;
+    ++last;
+  }
+  last = std::min(last, order.size() - 1);
+  const double cut = shifted[order[last]];
+  for (size_t r = 1; r < order.size(); ++r)
+    if (shifted[order[r]] > cut) l[order[r]] = kNegInf;
+}
+
+std::vector<float> log_softmax_row(const float* x, int64_t n) {
+  const float m = *std::max_element(x, x + n);
+  double z = 0;
+  for (int64_t i = 0; i < n; ++i) z += std::exp(double(x[i]) - double(m));
+  const float lse = float(double(m) + std::log(z));
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = x[i] - lse;
+  return out;
+}
+
+struct Batch {
+  int64_t rows = 0, width = 0;
+  std::vector<int64_t> ids, mask;
+};
+
+// Left-pads `prompts` (each repeated `copies` times) so every row's last token shares a column.
+Batch left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t copies, int64_t pad, int64_t vocab) {
+  Batch b;
+  for (const auto& p : prompts) {
+    FOUNDRY_CHECK_AS(ValueError, !p.empty(), "generate: every prompt needs at least one token");
+    for (int64_t t : p)
+      if (t < 0 || t >= vocab) raise<ValueError>("generate: token id {} is outside the vocabulary (size {})", t, vocab);
+    b.width = std::max<int64_t>(b.width, int64_t(p.size()));
+  }
+  b.rows = int64_t(prompts.size()) * copies;
+  b.ids.assign(size_t(b.rows * b.width), pad);
+  b.mask.assign(size_t(b.rows * b.width), 0);
+  for (int64_t r = 0; r < b.rows; ++r) {
+    const auto& p = prompts[size_t(r / copies)];
+    const size_t off = size_t(r * b.width + b.width - int64_t(p.size()));
+    for (size_t i = 0; i < p.size(); ++i) {
+      b.ids[off + i] = p[i];
+      b.mask[off + i] = 1;
+    }
+  }
+  return b;
+}
+
+struct Hypothesis {
+  double score;
+  std::vector<int64_t> tokens;  // generated tokens
+  bool ended_by_eos;
+};
+
+// HF's BeamHypotheses: the num_beams best finished sequences of one prompt.
+struct Hypotheses {
+  int64_t num_beams;
+  double length_penalty;
+  int early_stopping;
+  int64_t max_new_tokens;
+  std::vector<Hypothesis> beams;
+  double worst = 1e9;
+
+  void add(std::vector<int64_t> tokens, double sum_logprobs, int64_t generated_len, bool eos) {
+    const double score = sum_logprobs / std::pow(double(generated_len), length_penalty);
+    if (int64_t(beams.size()) < num_beams || score > worst) {
+      beams.push_back({score, std::move(tokens), eos});
+      if (int64_t(beams.size()) > num_beams) {
+        std::vector<std::pair<double, size_t>> sorted;
+        for (size_t i = 0; i < beams.size(); ++i) sorted.push_back({beams[i].score, i});
+        std::sort(sorted.begin(), sorted.end());
+        beams.erase(beams.begin() + std::ptrdiff_t(sorted[0].second));
+        worst = sorted[1].first;
+      } else {
+        worst = std::min(score, worst);
+      }
+    }
+  }
+
+  bool is_done(double best_sum_logprobs, int64_t generated_len) const {
+    if (int64_t(beams.size()) < num_beams) return false;
+    if (early_stopping == 1) return true;
+    const int64_t len = early_stopping == 2 && length_penalty > 0 ? max_new_tokens : generated_len;
+    return worst >= best_sum_logprobs / std::pow(double(len), length_penalty);
+  }
+};
+
+GenerationResult beam_search(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                             const GenerationConfig& cfg, const std::vector<int64_t>& eos, int64_t pad) {
+  const ModelConfig& mc = model.config();
+  const int64_t B = int64_t(prompts.size()), nb = cfg.num_beams, V = mc.vocab_size;
+  FOUNDRY_CHECK_AS(ValueError, !cfg.do_sample, "generate: beam sampling (num_beams > 1 with do_sample) is not supported");
+  FOUNDRY_CHECK_AS(ValueError, cfg.num_return_sequences >= 1 && cfg.num_return_sequences <= nb,
+                   "generate: num_return_sequences ({}) must be in 1..num_beams ({})", cfg.num_return_sequences, nb);
+  FOUNDRY_CHECK_AS(ValueError, cfg.max_new_tokens >= 1, "generate: beam search needs max_new_tokens >= 1");
+  Batch batch = left_pad(prompts, nb, pad, V);
+  const int64_t R = batch.rows;
+  GenerationResult res;
+  KVCache cache = model.make_cache(R, batch.width + cfg.max_new_tokens);
+  Tensor mask = tensor<int64_t>(batch.mask, {R, batch.width});
+  auto t0 = std::chrono::steady_clock::now();
+  Tensor logits = model.forward(tensor<int64_t>(batch.ids, {R, batch.width}), mask, &cache);
+  res.prefill_seconds = seconds_since(t0);
+  res.prefill_tokens = R * batch.width;
+  t0 = std::chrono::steady_clock::now();
+
+  std::vector<std::vector<int64_t>> context(static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) context[size_t(r)] = prompts[size_t(r / nb)];
+  std::vector<float> beam_scores(size_t(R), 0.f);
+  for (int64_t r = 0; r < R; ++r)
+    if (r % nb) beam_scores[size_t(r)] = -1e9f;
+  std::vector<Hypotheses> hyps(size_t(B), Hypotheses{nb, cfg.length_penalty, cfg.early_stopping, cfg.max_new_tokens, {}});
+  std::vector<bool> done(size_t(B), false);
+  const std::unordered_set<int64_t> eos_set(eos.begin(), eos.end());
+  const int64_t keep = std::max<int64_t>(2, 1 + int64_t(eos.size())) * nb;
+  int64_t generated = 0;
+  while (true) {
+    Tensor last = logits.select(1, logits.size(1) - 1).contiguous();
+    const float* lp = last.data<float>();
+    std::vector<int64_t> next_tokens(size_t(R), pad), next_rows(size_t(R), 0);
+    std::vector<float> next_scores(size_t(R), 0.f);
+    for (int64_t b = 0; b < B; ++b) {
+      if (done[size_t(b)]) {
+        for (int64_t j = 0; j < nb; ++j) next_rows[size_t(b * nb + j)] = b * nb;
+        continue;
+      }
+      // Candidates over all beams of this prompt: (score, flat index beam * V + token).
+      std::vector<std::pair<float, int64_t>> cand;
+      cand.reserve(size_t(nb * V));
+      for (int64_t j = 0; j < nb; ++j) {
+        const int64_t r = b * nb + j;
+        std::vector<float> s = log_softmax_row(lp + r * V, V);
+        const size_t prompt_len = prompts[size_t(b)].size();
+        process_scores(s, context[size_t(r)], prompt_len, cfg);
+        for (int64_t t = 0; t < V; ++t) cand.push_back({s[size_t(t)] + beam_scores[size_t(r)], j * V + t});
+      }
+      const int64_t k = std::min<int64_t>(keep, int64_t(cand.size()));
+      std::partial_sort(cand.begin(), cand.begin() + k, cand.end(), [](const auto& x, const auto& y) {
+        return x.first > y.first || (x.first == y.first && x.second < y.second);
+      });
+      int64_t filled = 0;
+      for (int64_t rank = 0; rank < k && filled < nb; ++rank) {
+        const auto [score, flat] = cand[size_t(rank)];
+        const int64_t row = b * nb + flat / V, tok = flat % V;
+        if (!cfg.ignore_eos && eos_set.count(tok)) {
+          if (rank >= nb) continue;
+          std::vector<int64_t> gen(context[size_t(row)].begin() + std::ptrdiff_t(prompts[size_t(b)].size()),
+                                   context[size_t(row)].end());
+          hyps[size_t(b)].add(std::move(gen), score, generated + 1, true);
+        } else {
+          next_tokens[size_t(b * nb + filled)] = tok;
+          next_scores[size_t(b * nb + filled)] = score;
+          next_rows[size_t(b * nb + filled)] = row;
+          ++filled;
+        }
+      }
+      done[size_t(b)] = hyps[size_t(b)].is_done(cand[0].first, generated + 1);
+    }
+    std::vector<std::vector<int64_t>> new_context(static_cast<size_t>(R));
+    for (int64_t r = 0; r < R; ++r) {
+      new_context[size_t(r)] = context[size_t(next_rows[size_t(r)])];
+      new_context[size_t(r)].push_back(next_tokens[size_t(r)]);
+    }
+    context = std::move(new_context);
+    beam_scores = next_scores;
+    cache.reorder(next_rows);
+    ++generated;
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }) || generated >= cfg.max_new_tokens) break;
+    mask = cat({mask, ones({R, 1}, DType::Int64)}, 1);
+    logits = model.forward(tensor<int64_t>(next_tokens, {R, 1}), mask, &cache);
+    res.decode_steps++;
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    if (done[size_t(b)]) continue;
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t r = b * nb + j;
+      std::vector<int64_t> gen(context[size_t(r)].begin() + std::ptrdiff_t(prompts[size_t(b)].size()),
+                               context[size_t(r)].end());
+      hyps[size_t(b)].add(std::move(gen), beam_scores[size_t(r)], generated, false);
+    }
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<Hypothesis> sorted = hyps[size_t(b)].beams;
+    std::stable_sort(sorted.begin(), sorted.end(), [](const Hypothesis& x, const Hypothesis& y) { return x.score > y.score; });
+    for (int64_t i = 0; i < cfg.num_return_sequences && i < int64_t(sorted.size()); ++i) {
+      std::vector<int64_t> t = sorted[size_t(i)].tokens;
+      if (sorted[size_t(i)].ended_by_eos) t.push_back(eos[0]);
+      res.tokens.push_back(std::move(t));
+      res.scores.push_back(sorted[size_t(i)].score);
+    }
+  }
+  res.decode_seconds = seconds_since(t0);
+  return res;
+}
+
+std::vector<int64_t> resolve_eos(const CausalLM& model, const GenerationConfig& cfg) {
+  return cfg.eos_token_ids.empty() ? model.config().eos_token_ids : cfg.eos_token_ids;
+}
+
+int64_t resolve_pad(const CausalLM& model, const GenerationConfig& cfg, const std::vector<int64_t>& eos) {
+  return cfg.pad_token_id.value_or(model.config().pad_token_id.value_or(eos.empty() ? 0 : eos[0]));
+}
+
 }  // namespace
 
-int64_t select_token(std::vector<float> l, const std::vector<int64_t>& context, const GenerationConfig& cfg,
-                     Generator* gen) {
+void process_scores(std::vector<float>& s, const std::vector<int64_t>& context, size_t prompt_len,
+                    const GenerationConfig& cfg) {
+  const int64_t V = int64_t(s.size());
   if (cfg.repetition_penalty != 1.0) {
     std::unordered_set<int64_t> seen(context.begin(), context.end());
     for (int64_t t : seen) {
-      if (t < 0 || t >= int64_t(l.size())) continue;
-      float& v = l[size_t(t)];
+      if (t < 0 || t >= V) continue;
+      float& v = s[size_t(t)];
       v = v < 0 ? float(v * cfg.repetition_penalty) : float(v / cfg.repetition_penalty);
     }
   }
+  const int64_t n = cfg.no_repeat_ngram_size;
+  if (n > 0 && int64_t(context.size()) + 1 >= n) {
+    // Ban every token that would complete an n-gram already present.
+    const size_t pre = size_t(n - 1);
+    for (size_t i = 0; i + size_t(n) <= context.size(); ++i)
+      if (std::equal(context.begin() + std::ptrdiff_t(i), context.begin() + std::ptrdiff_t(i + pre),
+                     context.end() - std::ptrdiff_t(pre))) {
+        const int64_t t = context[i + pre];
+        if (t >= 0 && t < V) s[size_t(t)] = kNegInf;
+      }
+  }
+  if (cfg.presence_penalty != 0 || cfg.frequency_penalty != 0) {
+    std::unordered_map<int64_t, int64_t> counts;
+    for (size_t i = prompt_len; i < context.size(); ++i) counts[context[i]]++;
+    for (const auto& [t, c] : counts)
+      if (t >= 0 && t < V) s[size_t(t)] -= float(cfg.presence_penalty + cfg.frequency_penalty * double(c));
+  }
+}
+
+int64_t choose_token(std::vector<float> l, const GenerationConfig& cfg, Generator* gen) {
   const bool sample = cfg.do_sample && cfg.temperature > 0;
   if (!sample) return int64_t(std::max_element(l.begin(), l.end()) - l.begin());
   if (cfg.temperature != 1.0)
@@ -85,8 +327,9 @@ int64_t select_token(std::vector<float> l, const std::vector<int64_t>& context, 
   top_k_filter(l, cfg.top_k);
   top_p_filter(l, cfg.top_p);
   min_p_filter(l, cfg.min_p);
+  typical_filter(l, cfg.typical_p);
   std::vector<double> p = softmax_of(l);
-  double u = rand({}, DType::Float64, gen).item<double>();
+  const double u = rand({}, DType::Float64, gen).item<double>();
   double cum = 0;
   int64_t last = 0;
   for (size_t i = 0; i < p.size(); ++i) {
@@ -104,37 +347,26 @@ GenerationResult generate(CausalLM& model, const std::vector<std::vector<int64_t
   const ModelConfig& mc = model.config();
   FOUNDRY_CHECK_AS(ValueError, !prompts.empty(), "generate: no prompts");
   FOUNDRY_CHECK_AS(ValueError, cfg.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
+  FOUNDRY_CHECK_AS(ValueError, cfg.num_beams >= 1, "generate: num_beams must be >= 1");
+  const std::vector<int64_t> eos = resolve_eos(model, cfg);
+  const int64_t pad = resolve_pad(model, cfg, eos);
+  if (cfg.num_beams > 1) {
+    FOUNDRY_CHECK_AS(ValueError, !eos.empty() || cfg.ignore_eos, "generate: beam search needs an EOS id");
+    return beam_search(model, prompts, cfg, eos, pad);
+  }
+  FOUNDRY_CHECK_AS(ValueError, cfg.num_return_sequences == 1, "generate: num_return_sequences > 1 needs beam search");
   const int64_t B = int64_t(prompts.size());
-  int64_t longest = 0;
-  for (const auto& p : prompts) {
-    FOUNDRY_CHECK_AS(ValueError, !p.empty(), "generate: every prompt needs at least one token");
-    for (int64_t t : p)
-      if (t < 0 || t >= mc.vocab_size)
-        raise<ValueError>("generate: token id {} is outside the vocabulary (size {})", t, mc.vocab_size);
-    longest = std::max<int64_t>(longest, int64_t(p.size()));
-  }
-  std::vector<int64_t> eos = cfg.eos_token_ids.empty() ? mc.eos_token_ids : cfg.eos_token_ids;
-  int64_t pad = cfg.pad_token_id.value_or(mc.pad_token_id.value_or(eos.empty() ? 0 : eos[0]));
-  // Left padding: every row's last prompt token sits in the same column.
-  std::vector<int64_t> ids(size_t(B * longest), pad), mask(size_t(B * longest), 0);
+  Batch batch = left_pad(prompts, 1, pad, mc.vocab_size);
   std::vector<std::vector<int64_t>> context(prompts.begin(), prompts.end());
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& p = prompts[size_t(b)];
-    const int64_t off = longest - int64_t(p.size());
-    for (size_t i = 0; i < p.size(); ++i) {
-      ids[size_t(b * longest + off) + i] = p[i];
-      mask[size_t(b * longest + off) + i] = 1;
-    }
-  }
   Generator gen(cfg.seed);
   GenerationResult res;
   res.tokens.resize(size_t(B));
-  KVCache cache = model.make_cache(B, longest + std::max<int64_t>(cfg.max_new_tokens, 1));
-  Tensor full_mask = tensor<int64_t>(mask, {B, longest});
+  KVCache cache = model.make_cache(B, batch.width + std::max<int64_t>(cfg.max_new_tokens, 1));
+  Tensor mask = tensor<int64_t>(batch.mask, {B, batch.width});
   auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = model.forward(tensor<int64_t>(ids, {B, longest}), full_mask, &cache);
+  Tensor logits = model.forward(tensor<int64_t>(batch.ids, {B, batch.width}), mask, &cache);
   res.prefill_seconds = seconds_since(t0);
-  res.prefill_tokens = B * longest;
+  res.prefill_tokens = B * batch.width;
   std::vector<bool> done(size_t(B), false);
   t0 = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < cfg.max_new_tokens; ++step) {
@@ -144,19 +376,111 @@ GenerationResult generate(CausalLM& model, const std::vector<std::vector<int64_t
     for (int64_t b = 0; b < B; ++b) {
       if (done[size_t(b)]) continue;
       std::vector<float> row(lp + b * mc.vocab_size, lp + (b + 1) * mc.vocab_size);
-      int64_t tok = select_token(std::move(row), context[size_t(b)], cfg, &gen);
+      process_scores(row, context[size_t(b)], prompts[size_t(b)].size(), cfg);
+      const int64_t tok = choose_token(std::move(row), cfg, &gen);
       next[size_t(b)] = tok;
       context[size_t(b)].push_back(tok);
       res.tokens[size_t(b)].push_back(tok);
       if (cfg.on_token) cfg.on_token(b, tok);
       if (!cfg.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) done[size_t(b)] = true;
+      if (cfg.should_stop && cfg.should_stop(b, res.tokens[size_t(b)])) done[size_t(b)] = true;
     }
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }) || step + 1 == cfg.max_new_tokens) break;
     // As HF: finished rows keep going with padding tokens, and the mask grows by ones for all rows.
-    full_mask = cat({full_mask, ones({B, 1}, DType::Int64)}, 1);
-    logits = model.forward(tensor<int64_t>(next, {B, 1}), full_mask, &cache);
+    mask = cat({mask, ones({B, 1}, DType::Int64)}, 1);
+    logits = model.forward(tensor<int64_t>(next, {B, 1}), mask, &cache);
     res.decode_steps++;
   }
+  res.decode_seconds = seconds_since(t0);
+  return res;
+}
+
+GenerationResult generate_speculative(CausalLM& model, CausalLM& draft, const std::vector<int64_t>& prompt,
+                                      const GenerationConfig& cfg, int64_t lookahead) {
+  autograd::NoGradGuard no_grad;
+  const ModelConfig& mc = model.config();
+  FOUNDRY_CHECK_AS(ValueError, draft.config().vocab_size == mc.vocab_size,
+                   "speculative decoding: the draft model's vocabulary ({}) differs from the model's ({})",
+                   draft.config().vocab_size, mc.vocab_size);
+  FOUNDRY_CHECK_AS(ValueError, !cfg.do_sample && cfg.num_beams == 1,
+                   "speculative decoding is implemented for greedy decoding only");
+  FOUNDRY_CHECK_AS(ValueError, lookahead >= 1, "speculative decoding: lookahead must be >= 1");
+  const std::vector<int64_t> eos = resolve_eos(model, cfg);
+  (void)left_pad({prompt}, 1, 0, mc.vocab_size);  // validates the prompt
+  GenerationResult res;
+  res.tokens.resize(1);
+  std::vector<int64_t> context = prompt, out;
+  const int64_t cap = int64_t(prompt.size()) + cfg.max_new_tokens + lookahead + 2;
+  KVCache mcache = model.make_cache(1, cap), dcache = draft.make_cache(1, cap);
+  auto greedy = [&](const Tensor& logits, int64_t pos) {
+    std::vector<float> row(logits.data<float>() + pos * mc.vocab_size, logits.data<float>() + (pos + 1) * mc.vocab_size);
+    process_scores(row, context, prompt.size(), cfg);
+    return choose_token(std::move(row), cfg, nullptr);
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  Tensor ml = model.forward(tensor<int64_t>(prompt, {1, int64_t(prompt.size())}), {}, &mcache).contiguous();
+  res.prefill_seconds = seconds_since(t0);
+  res.prefill_tokens = int64_t(prompt.size());
+  t0 = std::chrono::steady_clock::now();
+  int64_t last = greedy(ml, int64_t(prompt.size()) - 1);
+  // Tokens the draft cache hasn't seen yet (the whole prompt at first).
+  std::vector<int64_t> draft_pending(prompt.begin(), prompt.end());
+  bool finished = false;
+  auto emit = [&](int64_t tok) {
+    out.push_back(tok);
+    context.push_back(tok);
+    if (cfg.on_token) cfg.on_token(0, tok);
+    if ((!cfg.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) ||
+        int64_t(out.size()) >= cfg.max_new_tokens || (cfg.should_stop && cfg.should_stop(0, out)))
+      finished = true;
+  };
+  if (cfg.max_new_tokens > 0) emit(last);
+  while (!finished) {
+    // Draft proposes up to `lookahead` tokens after `last`.
+    const int64_t k = std::min<int64_t>(lookahead, cfg.max_new_tokens - int64_t(out.size()));
+    draft_pending.push_back(last);
+    std::vector<int64_t> proposal;
+    std::vector<int64_t> saved_context = context;
+    for (int64_t i = 0; i < k; ++i) {
+      Tensor dl = draft.forward(tensor<int64_t>(draft_pending, {1, int64_t(draft_pending.size())}), {}, &dcache).contiguous();
+      std::vector<float> row(dl.data<float>() + (int64_t(draft_pending.size()) - 1) * mc.vocab_size,
+                             dl.data<float>() + int64_t(draft_pending.size()) * mc.vocab_size);
+      process_scores(row, context, prompt.size(), cfg);
+      const int64_t d = choose_token(std::move(row), cfg, nullptr);
+      proposal.push_back(d);
+      context.push_back(d);
+      draft_pending = {d};
+    }
+    context = saved_context;
+    // The model scores last + proposal in one pass.
+    std::vector<int64_t> chunk = {last};
+    chunk.insert(chunk.end(), proposal.begin(), proposal.end());
+    const int64_t before = mcache.length();
+    ml = model.forward(tensor<int64_t>(chunk, {1, int64_t(chunk.size())}), {}, &mcache).contiguous();
+    res.decode_steps++;
+    res.draft_proposed += k;
+    int64_t accepted = 0;
+    for (int64_t i = 0; i < k && !finished; ++i) {
+      const int64_t want = greedy(ml, i);
+      if (want != proposal[size_t(i)]) break;
+      ++accepted;
+      emit(want);
+    }
+    res.draft_accepted += accepted;
+    if (finished) break;
+    last = greedy(ml, accepted);  // the model's own next token after the agreed prefix
+    // Keep in the model cache only last + the accepted tokens; the draft cache holds last +
+    // proposal[0..k-2]: trim it to last + accepted, or queue proposal[k-1] if all were accepted.
+    mcache.truncate(before + 1 + accepted);
+    if (accepted < k) {
+      dcache.truncate(dcache.length() - (k - 1 - accepted));
+      draft_pending.clear();
+    } else {
+      draft_pending = {proposal.back()};
+    }
+    emit(last);
+  }
+  res.tokens[0] = out;
   res.decode_seconds = seconds_since(t0);
   return res;
 }

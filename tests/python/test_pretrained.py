@@ -746,3 +746,165 @@ def test_bad_folders_fail_clearly(tmp_path, breakage, message):
     p = run("generate", "--model", folder, "--input-ids", "1,2", check=False)
     assert p.returncode != 0
     assert message in p.stderr, p.stderr
+
+
+# ---- decoding strategies ----------------------------------------------------------------------
+
+def reference_beam_search(cfg, w, forward, prompt, num_beams, max_new, eos, length_penalty=1.0, early_stopping=False,
+                          num_return=1):
+    """HF v4.40's _beam_search + BeamSearchScorer for one prompt, recomputing every step without a cache."""
+    P = len(prompt)
+    seqs = [list(prompt) for _ in range(num_beams)]
+    beam_scores = torch.zeros(num_beams)
+    beam_scores[1:] = -1e9
+    hyps, worst = [], 1e9
+
+    def add(tokens, sum_logprobs, gen_len, ended):
+        nonlocal worst
+        score = sum_logprobs / gen_len ** length_penalty
+        if len(hyps) < num_beams or score > worst:
+            hyps.append((score, tokens, ended))
+            if len(hyps) > num_beams:
+                order = sorted((s, i) for i, (s, _, _) in enumerate(hyps))
+                del hyps[order[0][1]]
+                worst = order[1][0]
+            else:
+                worst = min(score, worst)
+
+    def is_done(best, gen_len):
+        if len(hyps) < num_beams:
+            return False
+        if early_stopping is True:
+            return True
+        n = max_new if (early_stopping == "never" and length_penalty > 0) else gen_len
+        return worst >= best / n ** length_penalty
+
+    done, generated = False, 0
+    while True:
+        with torch.no_grad():
+            t = torch.tensor(seqs)
+            logits = forward(cfg, w, t, torch.ones_like(t))[:, -1]
+        scores = torch.log_softmax(logits, -1) + beam_scores[:, None]
+        V = scores.shape[-1]
+        top, idx = torch.topk(scores.view(-1), max(2, 1 + len(eos)) * num_beams)
+        nxt = []
+        for rank, (s, i) in enumerate(zip(top.tolist(), idx.tolist())):
+            beam, tok = i // V, i % V
+            if tok in eos:
+                if rank >= num_beams:
+                    continue
+                add(seqs[beam][P:], s, generated + 1, True)
+            else:
+                nxt.append((s, beam, tok))
+            if len(nxt) == num_beams:
+                break
+        done = is_done(top[0].item(), generated + 1)
+        seqs = [seqs[b] + [tok] for _, b, tok in nxt]
+        beam_scores = torch.tensor([s for s, _, _ in nxt])
+        generated += 1
+        if done or generated >= max_new:
+            break
+    if not done:
+        for b in range(num_beams):
+            add(seqs[b][P:], beam_scores[b].item(), generated, False)
+    best = sorted(hyps, key=lambda h: -h[0])[:num_return]
+    return [h[1] + ([eos[0]] if h[2] else []) for h in best], [h[0] for h in best]
+
+
+@pytest.mark.parametrize("early_stopping", ["false", "true", "never"])
+def test_beam_search_matches_reference(tmp_path, early_stopping):
+    cfg, make_weights, forward = CASES["llama_gqa_bias_tied"]
+    w = make_weights(cfg, torch.Generator().manual_seed(11))
+    prompt = [5, 17, 33, 8]
+    # An EOS the beams meet: a token of the greedy continuation.
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(4):
+            t = torch.tensor([seq])
+            seq.append(int(forward(cfg, w, t, torch.ones_like(t))[0, -1].argmax()))
+    eos = seq[len(prompt) + 2]
+    cfg = dict(cfg, eos_token_id=eos)
+    folder = str(tmp_path / "m")
+    write_folder(folder, cfg, w)
+    es = {"false": False, "true": True, "never": "never"}[early_stopping]
+    for lp in (1.0, 0.5):
+        want, _ = reference_beam_search(cfg, w, forward, prompt, 4, 10, [eos], lp, es, num_return=3)
+        p = run("generate", "--model", folder, "--input-ids", ",".join(map(str, prompt)), "--max-new-tokens", "10",
+                "--num-beams", "4", "--num-return-sequences", "3", "--length-penalty", str(lp), "--early-stopping",
+                early_stopping, "--print-ids")
+        assert json.loads(p.stdout.strip().splitlines()[-1]) == want
+
+
+def test_speculative_decoding_equals_greedy(tmp_path):
+    cfg, make_weights, forward = CASES["llama"]
+    folder, draft = str(tmp_path / "m"), str(tmp_path / "d")
+    write_folder(folder, cfg, make_weights(cfg, torch.Generator().manual_seed(21)))
+    small = dict(cfg, num_hidden_layers=1)
+    write_folder(draft, small, make_weights(small, torch.Generator().manual_seed(22)))
+    args = ["generate", "--model", folder, "--input-ids", "4,9,16,25", "--max-new-tokens", "20", "--temperature", "0",
+            "--ignore-eos", "--print-ids"]
+    plain = json.loads(run(*args).stdout.strip().splitlines()[-1])
+    for look in ("1", "3", "6"):
+        p = run(*args, "--draft-model", draft, "--lookahead", look)
+        assert json.loads(p.stdout.strip().splitlines()[-1]) == plain
+        assert "draft tokens accepted" in p.stderr
+    # The model as its own draft accepts everything.
+    p = run(*args, "--draft-model", folder, "--lookahead", "4")
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == plain and "(100.0%)" in p.stderr
+
+
+def reference_process(logits, context, prompt_len, rep=1.0, ngram=0, presence=0.0, frequency=0.0):
+    s = logits.clone()
+    if rep != 1.0:  # RepetitionPenaltyLogitsProcessor
+        ids = torch.tensor(sorted(set(context)))
+        sc = s[ids]
+        s[ids] = torch.where(sc < 0, sc * rep, sc / rep)
+    if ngram and len(context) + 1 >= ngram:  # NoRepeatNGramLogitsProcessor
+        prev = tuple(context[len(context) - ngram + 1:])
+        for i in range(len(context) - ngram + 1):
+            if tuple(context[i:i + ngram - 1]) == prev:
+                s[context[i + ngram - 1]] = -float("inf")
+    gen = context[prompt_len:]
+    for t in set(gen):
+        s[t] -= presence + frequency * gen.count(t)
+    return s
+
+
+@pytest.mark.parametrize("opts", [dict(rep=1.3), dict(ngram=2), dict(presence=0.8, frequency=0.5),
+                                  dict(rep=0.7, ngram=3, frequency=0.3)])
+def test_greedy_with_logits_processors_matches_reference(tmp_path, opts):
+    cfg, make_weights, forward = CASES["gpt2"]
+    w = make_weights(cfg, torch.Generator().manual_seed(31))
+    folder = str(tmp_path / "m")
+    write_folder(folder, cfg, w)
+    prompt = [7, 3, 7, 3, 9]
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(20):
+            t = torch.tensor([seq])
+            logits = forward(cfg, w, t, torch.ones_like(t))[0, -1]
+            seq.append(int(reference_process(logits, seq, len(prompt), **opts).argmax()))
+    flags = {"rep": "--repetition-penalty", "ngram": "--no-repeat-ngram-size", "presence": "--presence-penalty",
+             "frequency": "--frequency-penalty"}
+    args = [x for k, v in opts.items() for x in (flags[k], str(v))]
+    p = run("generate", "--model", folder, "--input-ids", ",".join(map(str, prompt)), "--max-new-tokens", "20",
+            "--temperature", "0", "--ignore-eos", "--print-ids", *args)
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == seq[len(prompt):]
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "gpt2", "encoder.json")), reason="shared data missing")
+def test_stop_strings_end_generation(tmp_path):
+    cfg = dict(GPT2, vocab_size=50257, eos_token_id=50256)
+    folder = tmp_path / "m"
+    write_folder(str(folder), cfg, gpt2_weights(cfg, torch.Generator().manual_seed(3)))
+    os.symlink(os.path.join(DATA, "gpt2", "encoder.json"), folder / "vocab.json")
+    os.symlink(os.path.join(DATA, "gpt2", "vocab.bpe"), folder / "merges.txt")
+    base = ["generate", "--model", str(folder), "--prompt", "Hello, world", "--max-new-tokens", "12", "--temperature",
+            "0", "--ignore-eos", "--print-ids"]
+    full = run(*base).stdout.strip().splitlines()
+    text, ids = full[0], json.loads(full[-1])
+    stop = text[len(text) // 2:len(text) // 2 + 3]
+    p = run(*base, "--stop", stop).stdout.strip().splitlines()
+    got_ids = json.loads(p[-1])
+    assert got_ids == ids[:len(got_ids)] and len(got_ids) < len(ids)
+    assert p[0] == text[:text.find(stop)]

@@ -54,6 +54,18 @@ void KVCache::truncate(int64_t length) {
   length_ = length;
 }
 
+void KVCache::reorder(const std::vector<int64_t>& rows) {
+  FOUNDRY_CHECK_AS(ValueError, int64_t(rows.size()) == batch_, "KVCache::reorder: {} rows for a batch of {}",
+                   rows.size(), batch_);
+  for (int64_t r : rows)
+    FOUNDRY_CHECK_AS(IndexError, r >= 0 && r < batch_, "KVCache::reorder: row {} of {}", r, batch_);
+  Tensor idx = tensor<int64_t>(rows, {batch_});
+  for (size_t l = 0; l < k_.size(); ++l) {
+    k_[l] = index_select(k_[l], 0, idx);
+    v_[l] = index_select(v_[l], 0, idx);
+  }
+}
+
 KVCache CausalLM::make_cache(int64_t batch, int64_t capacity) const {
   return KVCache(config_.num_layers, batch, config_.num_kv_heads, capacity, config_.head_dim, dtype_);
 }
