@@ -185,7 +185,7 @@ GenerationResult beam_search(CausalLM& model, const std::vector<std::vector<int6
   KVCache cache = model.make_cache(R, batch.width + cfg.max_new_tokens);
   Tensor mask = tensor<int64_t>(batch.mask, {R, batch.width});
   auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = model.forward(tensor<int64_t>(batch.ids, {R, batch.width}), mask, &cache);
+  Tensor logits = model.forward(tensor<int64_t>(batch.ids, {R, batch.width}), mask, &cache, 1);
   res.prefill_seconds = seconds_since(t0);
   res.prefill_tokens = R * batch.width;
   t0 = std::chrono::steady_clock::now();
@@ -253,7 +253,7 @@ GenerationResult beam_search(CausalLM& model, const std::vector<std::vector<int6
     ++generated;
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }) || generated >= cfg.max_new_tokens) break;
     mask = cat({mask, ones({R, 1}, DType::Int64)}, 1);
-    logits = model.forward(tensor<int64_t>(next_tokens, {R, 1}), mask, &cache);
+    logits = model.forward(tensor<int64_t>(next_tokens, {R, 1}), mask, &cache, 1);
     res.decode_steps++;
   }
   for (int64_t b = 0; b < B; ++b) {
@@ -364,7 +364,7 @@ GenerationResult generate(CausalLM& model, const std::vector<std::vector<int64_t
   KVCache cache = model.make_cache(B, batch.width + std::max<int64_t>(cfg.max_new_tokens, 1));
   Tensor mask = tensor<int64_t>(batch.mask, {B, batch.width});
   auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = model.forward(tensor<int64_t>(batch.ids, {B, batch.width}), mask, &cache);
+  Tensor logits = model.forward(tensor<int64_t>(batch.ids, {B, batch.width}), mask, &cache, 1);
   res.prefill_seconds = seconds_since(t0);
   res.prefill_tokens = B * batch.width;
   std::vector<bool> done(size_t(B), false);
@@ -388,7 +388,7 @@ GenerationResult generate(CausalLM& model, const std::vector<std::vector<int64_t
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }) || step + 1 == cfg.max_new_tokens) break;
     // As HF: finished rows keep going with padding tokens, and the mask grows by ones for all rows.
     mask = cat({mask, ones({B, 1}, DType::Int64)}, 1);
-    logits = model.forward(tensor<int64_t>(next, {B, 1}), mask, &cache);
+    logits = model.forward(tensor<int64_t>(next, {B, 1}), mask, &cache, 1);
     res.decode_steps++;
   }
   res.decode_seconds = seconds_since(t0);
@@ -418,11 +418,11 @@ GenerationResult generate_speculative(CausalLM& model, CausalLM& draft, const st
     return choose_token(std::move(row), cfg, nullptr);
   };
   auto t0 = std::chrono::steady_clock::now();
-  Tensor ml = model.forward(tensor<int64_t>(prompt, {1, int64_t(prompt.size())}), {}, &mcache).contiguous();
+  Tensor ml = model.forward(tensor<int64_t>(prompt, {1, int64_t(prompt.size())}), {}, &mcache, 1).contiguous();
   res.prefill_seconds = seconds_since(t0);
   res.prefill_tokens = int64_t(prompt.size());
   t0 = std::chrono::steady_clock::now();
-  int64_t last = greedy(ml, int64_t(prompt.size()) - 1);
+  int64_t last = greedy(ml, 0);
   // Tokens the draft cache hasn't seen yet (the whole prompt at first).
   std::vector<int64_t> draft_pending(prompt.begin(), prompt.end());
   bool finished = false;
@@ -442,9 +442,8 @@ GenerationResult generate_speculative(CausalLM& model, CausalLM& draft, const st
     std::vector<int64_t> proposal;
     std::vector<int64_t> saved_context = context;
     for (int64_t i = 0; i < k; ++i) {
-      Tensor dl = draft.forward(tensor<int64_t>(draft_pending, {1, int64_t(draft_pending.size())}), {}, &dcache).contiguous();
-      std::vector<float> row(dl.data<float>() + (int64_t(draft_pending.size()) - 1) * mc.vocab_size,
-                             dl.data<float>() + int64_t(draft_pending.size()) * mc.vocab_size);
+      Tensor dl = draft.forward(tensor<int64_t>(draft_pending, {1, int64_t(draft_pending.size())}), {}, &dcache, 1).contiguous();
+      std::vector<float> row(dl.data<float>(), dl.data<float>() + mc.vocab_size);
       process_scores(row, context, prompt.size(), cfg);
       const int64_t d = choose_token(std::move(row), cfg, nullptr);
       proposal.push_back(d);

@@ -74,7 +74,12 @@ class CausalLM {
   /// input_ids int64 [B, T] -> float32 logits [B, T, vocab]. attention_mask [B, past + T] (1 keep,
   /// 0 padding; undefined: all ones) covers the cached positions too; with a cache the new keys
   /// and values are appended to it.
-  virtual Tensor forward(const Tensor& input_ids, const Tensor& attention_mask = {}, KVCache* cache = nullptr) = 0;
+  /// With last_positions > 0 only the logits of the last that many positions are computed
+  /// ([B, last_positions, vocab]; generation needs one, and the LM head is the largest product).
+  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask = {}, KVCache* cache = nullptr,
+                 int64_t last_positions = 0) {
+    return run(input_ids, attention_mask, cache, last_positions);
+  }
   KVCache make_cache(int64_t batch, int64_t capacity) const;
   /// Weights by their HF names (as used: tied tensors once).
   const std::map<std::string, Tensor>& weights() const { return weights_; }
@@ -82,6 +87,7 @@ class CausalLM {
   DType dtype() const { return dtype_; }
 
  protected:
+  virtual Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) = 0;
   ModelConfig config_;
   std::map<std::string, Tensor> weights_;
   DType dtype_ = DType::Float32;

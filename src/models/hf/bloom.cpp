@@ -52,7 +52,7 @@ class Bloom : public CausalLM {
     return layer_norm(x, {config_.hidden_size}, w, b, config_.norm_eps);
   }
 
-  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache) override {
+  Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
     FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
@@ -75,6 +75,7 @@ class Bloom : public CausalLM {
       h = residual + linear(gelu(linear(x, L.up_w, L.up_b), "tanh"), L.down_w, L.down_b);
     }
     if (cache) cache->advance(T);
+    h = last_only(h, last_positions);
     Tensor logits = linear(ln(h, lnf_w_, lnf_b_), embed_);
     return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
   }

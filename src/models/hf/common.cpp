@@ -235,6 +235,15 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t) {
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2);
+  if (T == 1) {
+    // Decoding: each kv head's query group as the rows of two small products, no KV copies
+    // (the tiled kernel's blocking only pays off for many queries).
+    const int64_t rep = H / Hkv;
+    Tensor qg = q.reshape({B, Hkv, rep, D});
+    Tensor b = bias.size(1) == H ? bias.reshape({B, Hkv, rep, S}) : bias;  // [B, 1, 1, S] broadcasts
+    Tensor s = matmul(qg, k.transpose(2, 3)) * full({}, 1.0 / std::sqrt(double(D)), q.dtype()) + b;
+    return matmul(softmax(s, 3), v).reshape({B, 1, H * D});
+  }
   Tensor kk = k, vv = v;
   if (Hkv != H) {
     const int64_t rep = H / Hkv;
@@ -243,6 +252,11 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b
   }
   Tensor o = scaled_dot_product_attention(q, kk, vv, bias);
   return o.transpose(1, 2).reshape({B, T, H * D});
+}
+
+Tensor last_only(const Tensor& h, int64_t n) {
+  const int64_t T = h.size(1);
+  return n <= 0 || n >= T ? h : h.narrow(1, T - n, n);
 }
 
 Tensor split_heads(const Tensor& x, int64_t heads) {

@@ -76,6 +76,9 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 /// each kv head serves H / Hkv query heads). Returns [B, T, H * D].
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias);
 
+/// The last n positions of hidden states [B, T, C] (all when n <= 0 or n >= T).
+Tensor last_only(const Tensor& h, int64_t n);
+
 /// [B, T, H * D] -> [B, H, T, D]
 Tensor split_heads(const Tensor& x, int64_t heads);
 

@@ -125,7 +125,7 @@ class Decoder : public CausalLM {
     return out.reshape({B, T, C});
   }
 
-  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache) override {
+  Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
     FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
@@ -150,6 +150,7 @@ class Decoder : public CausalLM {
       h = h + (L.router.defined() ? moe(L, x) : mlp(L.mlp, x));
     }
     if (cache) cache->advance(T);
+    h = last_only(h, last_positions);
     Tensor logits = linear(norm(h, norm_), head_);
     return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
   }

@@ -83,7 +83,7 @@ class Falcon : public CausalLM {
     return {x.narrow(2, 0, H).transpose(1, 2), x.narrow(2, H, 1).transpose(1, 2), x.narrow(2, H + 1, 1).transpose(1, 2)};
   }
 
-  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache) override {
+  Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
     FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
@@ -115,6 +115,7 @@ class Falcon : public CausalLM {
       }
     }
     if (cache) cache->advance(T);
+    h = last_only(h, last_positions);
     Tensor logits = linear(ln(h, lnf_w_, lnf_b_), embed_);
     return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
   }

@@ -55,7 +55,7 @@ class GPT2 : public CausalLM {
     return gelu(x, "tanh");  // gelu_new, gelu_pytorch_tanh
   }
 
-  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache) override {
+  Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
     FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
@@ -82,6 +82,7 @@ class GPT2 : public CausalLM {
       h = h + addmm_rows(act(addmm_rows(x, L.fc_w, L.fc_b)), L.mlp_proj_w, L.mlp_proj_b);
     }
     if (cache) cache->advance(T);
+    h = last_only(h, last_positions);
     h = layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps);
     Tensor logits = linear(h, head_);
     return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);

@@ -46,7 +46,7 @@ class GPTNeoX : public CausalLM {
     dtype_ = embed_.dtype();
   }
 
-  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache) override {
+  Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
     FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
@@ -76,6 +76,7 @@ class GPTNeoX : public CausalLM {
       }
     }
     if (cache) cache->advance(T);
+    h = last_only(h, last_positions);
     Tensor logits = linear(layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps), head_);
     return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
   }

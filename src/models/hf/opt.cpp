@@ -61,7 +61,7 @@ class OPT : public CausalLM {
     return layer_norm(x, {config_.hidden_size}, w, b, config_.norm_eps);
   }
 
-  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache) override {
+  Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
     FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
@@ -93,6 +93,7 @@ class OPT : public CausalLM {
       if (!pre_norm_) h = ln(h, L.mlp_ln_w, L.mlp_ln_b);
     }
     if (cache) cache->advance(T);
+    h = last_only(h, last_positions);
     if (lnf_w_.defined()) h = ln(h, lnf_w_, lnf_b_);
     if (project_out_.defined()) h = linear(h, project_out_);
     Tensor logits = linear(h, embed_);

@@ -46,7 +46,7 @@ class Phi : public CausalLM {
     dtype_ = embed_.dtype();
   }
 
-  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache) override {
+  Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
     FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
@@ -68,6 +68,7 @@ class Phi : public CausalLM {
       h = h + attn + linear(activation(act_, linear(x, L.fc1_w, L.fc1_b)), L.fc2_w, L.fc2_b);
     }
     if (cache) cache->advance(T);
+    h = last_only(h, last_positions);
     Tensor logits = linear(layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps), head_w_, head_b_);
     return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
   }

@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""bench/infer_vs_torch: GPT-2 124M and a Llama-style ~110M model (dim 768, 12 layers, 12 heads,
+SwiGLU 2048, vocab 32000) with random weights, written once as HF folders under /tmp, run by
+Foundry (`bench_infer`, memory-mapped safetensors) and by an eager PyTorch 1.13 implementation with
+the same threads (1 and 2): weight load time, prefill of 128 tokens, greedy decode of 128 tokens
+after a 32-token prompt, peak RSS. Each run is its own process.
+Usage: /usr/bin/python3 bench/infer_vs_torch/run.py [build/bin/bench_infer]
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+binary = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "build", "bin", "bench_infer")
+
+GPT2 = dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", vocab_size=50257, n_embd=768, n_layer=12, n_head=12,
+            n_positions=1024, layer_norm_epsilon=1e-5, activation_function="gelu_new", eos_token_id=50256)
+LLAMA = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=32000, hidden_size=768,
+             intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
+             max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu",
+             tie_word_embeddings=False, eos_token_id=2)
+
+
+def shapes(cfg):
+    if cfg["model_type"] == "gpt2":
+        C, V = cfg["n_embd"], cfg["vocab_size"]
+        s = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (cfg["n_positions"], C),
+             "transformer.ln_f.weight": (C,), "transformer.ln_f.bias": (C,)}
+        for i in range(cfg["n_layer"]):
+            p = f"transformer.h.{i}."
+            for n in ("ln_1", "ln_2"):
+                s[p + n + ".weight"], s[p + n + ".bias"] = (C,), (C,)
+            for n, (a, b) in {"attn.c_attn": (C, 3 * C), "attn.c_proj": (C, C), "mlp.c_fc": (C, 4 * C),
+                              "mlp.c_proj": (4 * C, C)}.items():
+                s[p + n + ".weight"], s[p + n + ".bias"] = (a, b), (b,)
+        return s
+    C, V, F = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    s = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        s[p + "input_layernorm.weight"] = s[p + "post_attention_layernorm.weight"] = (C,)
+        for n in "qkvo":
+            s[p + f"self_attn.{n}_proj.weight"] = (C, C)
+        s[p + "mlp.gate_proj.weight"] = s[p + "mlp.up_proj.weight"] = (F, C)
+        s[p + "mlp.down_proj.weight"] = (C, F)
+    return s
+
+
+def write_folder(path, cfg):
+    if os.path.exists(os.path.join(path, "config.json")) and json.load(open(os.path.join(path, "config.json"))) == cfg:
+        return
+    os.makedirs(path, exist_ok=True)
+    rng = np.random.default_rng(0)
+    items = sorted(shapes(cfg).items())
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in items:
+        n = int(np.prod(shape)) * 4
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    with open(os.path.join(path, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb)
+        for name, shape in items:
+            norm = len(shape) == 1 and "bias" not in name
+            a = (1 + 0.02 * rng.standard_normal(shape) if norm else 0.02 * rng.standard_normal(shape)).astype("<f4")
+            f.write(a.tobytes())
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+
+
+def run(cmd, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+rows = []
+for name, cfg in (("GPT-2 124M", GPT2), ("Llama-110M", LLAMA)):
+    folder = f"/tmp/foundry_bench_{cfg['model_type']}"
+    write_folder(folder, cfg)
+    for threads in (1, 2):
+        t = run(["/usr/bin/python3", os.path.join(HERE, "torch_infer.py"), folder, str(threads)], threads)
+        f = run([binary, "--model", folder, "--threads", str(threads)], threads)
+        rows.append((name, threads, f, t))
+
+print("| model | threads | prefill tok/s (Foundry / PyTorch) | decode tok/s (Foundry / PyTorch) | peak RSS MB "
+      "(Foundry / PyTorch) | load s (Foundry / PyTorch) |")
+print("|---|---|---|---|---|---|")
+for name, threads, f, t in rows:
+    print("| %s | %d | %.0f / %.0f = %.2fx | %.1f / %.1f = %.2fx | %.0f / %.0f = %.2fx | %.3f / %.3f |" % (
+        name, threads, f["prefill_tps"], t["prefill_tps"], f["prefill_tps"] / t["prefill_tps"], f["decode_tps"],
+        t["decode_tps"], f["decode_tps"] / t["decode_tps"], f["peak_rss_mb"], t["peak_rss_mb"],
+        f["peak_rss_mb"] / t["peak_rss_mb"], f["load_s"], t["load_s"]))
