@@ -51,6 +51,12 @@ std::unique_ptr<text::Tokenizer> folder_tokenizer(const std::string& dir) {
   return nullptr;
 }
 
+models::LoadOptions load_options(const std::string& dtype) {
+  models::LoadOptions o;
+  if (dtype == "native") o.dtype = std::nullopt;
+  return o;
+}
+
 std::string id_list_json(const std::vector<int64_t>& ids) {
   std::string s = "[";
   for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
@@ -59,7 +65,7 @@ std::string id_list_json(const std::vector<int64_t>& ids) {
 
 void add_generate(CLI::App& app) {
   struct Opts {
-    std::string model, prompt, input_ids, draft_model, early_stopping = "false";
+    std::string model, prompt, input_ids, draft_model, early_stopping = "false", dtype = "float32";
     int64_t max_new_tokens = 32, top_k = 0, num_beams = 1, num_return_sequences = 1, no_repeat_ngram_size = 0,
             lookahead = 4;
     double temperature = 1.0, top_p = 1.0, min_p = 0.0, typical_p = 1.0, repetition_penalty = 1.0,
@@ -71,6 +77,8 @@ void add_generate(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("generate", "continue a prompt with a pretrained model (HF folder)");
   cmd->add_option("--model", o->model, "Hugging Face model folder")->required();
+  cmd->add_option("--dtype", o->dtype, "compute dtype: float32 (default) or native (the checkpoint's own)")
+      ->check(CLI::IsMember({"float32", "native"}));
   auto* prompt = cmd->add_option("--prompt", o->prompt, "prompt text (needs the folder's tokenizer)");
   auto* ids = cmd->add_option("--input-ids", o->input_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(ids);
@@ -99,7 +107,7 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--stream", o->stream, "print tokens as they are generated");
   cmd->callback([o, cmd, seed] {
     if (o->prompt.empty() && o->input_ids.empty()) raise<ValueError>("generate: give --prompt or --input-ids");
-    auto model = models::load_pretrained(o->model);
+    auto model = models::load_pretrained(o->model, load_options(o->dtype));
     auto tok = folder_tokenizer(o->model);
     std::vector<int64_t> prompt_ids;
     if (!o->prompt.empty()) {
@@ -151,7 +159,7 @@ void add_generate(CLI::App& app) {
     }
     models::GenerationResult r;
     if (!o->draft_model.empty()) {
-      auto draft = models::load_pretrained(o->draft_model);
+      auto draft = models::load_pretrained(o->draft_model, load_options(o->dtype));
       r = models::generate_speculative(*model, *draft, prompt_ids, g, o->lookahead);
     } else {
       r = models::generate(*model, {prompt_ids}, g);
@@ -185,11 +193,13 @@ void add_generate(CLI::App& app) {
 
 void add_forward(CLI::App& app) {
   auto model_dir = std::make_shared<std::string>(), inputs = std::make_shared<std::string>(),
-       out = std::make_shared<std::string>();
+       out = std::make_shared<std::string>(), dtype = std::make_shared<std::string>("float32");
   CLI::App* cmd = app.add_subcommand("forward", "logits of a batch of token ids as a float32 .npy [batch, seq, vocab]");
   cmd->add_option("--model", *model_dir, "Hugging Face model folder")->required();
   cmd->add_option("--inputs", *inputs, "JSON {\"input_ids\": [[...]], \"attention_mask\": [[...]]}")->required();
   cmd->add_option("--out", *out, "output .npy")->required();
+  cmd->add_option("--dtype", *dtype, "compute dtype: float32 (default) or native (the checkpoint's own)")
+      ->check(CLI::IsMember({"float32", "native"}));
   cmd->callback([=] {
     std::ifstream f(*inputs);
     if (!f) raise<IOError>("forward: can't open {}", *inputs);
@@ -227,7 +237,7 @@ void add_forward(CLI::App& app) {
         flat_mask.insert(flat_mask.end(), r.begin(), r.end());
       }
     }
-    auto model = models::load_pretrained(*model_dir);
+    auto model = models::load_pretrained(*model_dir, load_options(*dtype));
     for (int64_t t : flat)
       if (t < 0 || t >= model->config().vocab_size)
         raise<ValueError>("forward: token id {} is outside the vocabulary (size {})", t, model->config().vocab_size);
@@ -258,10 +268,10 @@ void add_info(CLI::App& app) {
                 (long long)c.max_positions);
     std::printf("parameters: %lld\n", (long long)model->num_parameters());
     for (const auto& [dt, n] : by_dtype) std::printf("  %s: %lld\n", dt.c_str(), (long long)n);
-    const double kv_per_token = 2.0 * double(c.num_layers * c.num_kv_heads * c.head_dim) * 4;
-    std::printf("memory: weights %.1f MiB (memory-mapped where the dtype is used as stored); float32 KV cache "
+    const double kv_per_token = 2.0 * double(c.num_layers * c.num_kv_heads * c.head_dim) * double(itemsize(model->dtype()));
+    std::printf("memory: weights %.1f MiB (memory-mapped where the dtype is used as stored); %s KV cache "
                 "%.1f KiB per token\n",
-                double(bytes) / (1 << 20), kv_per_token / 1024);
+                double(bytes) / (1 << 20), std::string(dtype_name(model->dtype())).c_str(), kv_per_token / 1024);
   });
 }
 

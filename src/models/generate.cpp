@@ -341,32 +341,57 @@ int64_t choose_token(std::vector<float> l, const GenerationConfig& cfg, Generato
   return last;  // rounding left u just above the total
 }
 
-GenerationResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                          const GenerationConfig& cfg) {
-  autograd::NoGradGuard no_grad;
+namespace {
+
+// Greedy / sampled decoding of all rows; with `reuse` (one prompt) the cached prefix is skipped.
+GenerationResult sample_rows(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                             const GenerationConfig& cfg, PromptCache* reuse) {
   const ModelConfig& mc = model.config();
-  FOUNDRY_CHECK_AS(ValueError, !prompts.empty(), "generate: no prompts");
-  FOUNDRY_CHECK_AS(ValueError, cfg.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
-  FOUNDRY_CHECK_AS(ValueError, cfg.num_beams >= 1, "generate: num_beams must be >= 1");
+  FOUNDRY_CHECK_AS(ValueError, cfg.num_return_sequences == 1, "generate: num_return_sequences > 1 needs beam search");
   const std::vector<int64_t> eos = resolve_eos(model, cfg);
   const int64_t pad = resolve_pad(model, cfg, eos);
-  if (cfg.num_beams > 1) {
-    FOUNDRY_CHECK_AS(ValueError, !eos.empty() || cfg.ignore_eos, "generate: beam search needs an EOS id");
-    return beam_search(model, prompts, cfg, eos, pad);
-  }
-  FOUNDRY_CHECK_AS(ValueError, cfg.num_return_sequences == 1, "generate: num_return_sequences > 1 needs beam search");
   const int64_t B = int64_t(prompts.size());
   Batch batch = left_pad(prompts, 1, pad, mc.vocab_size);
+  const int64_t need = batch.width + std::max<int64_t>(cfg.max_new_tokens, 1);
+  KVCache local;
+  KVCache* cache = &local;
+  int64_t cached = 0;
+  if (reuse) {
+    const std::vector<int64_t>& p = prompts[0];
+    // At least the last prompt token runs, to give the next token's logits.
+    while (cached < int64_t(reuse->tokens.size()) && cached + 1 < int64_t(p.size()) &&
+           reuse->tokens[size_t(cached)] == p[size_t(cached)])
+      ++cached;
+    if (reuse->cache.batch() != 1) {
+      reuse->cache = model.make_cache(1, need);
+      cached = 0;
+    }
+    reuse->cache.reserve(std::max<int64_t>(need, 2 * reuse->cache.capacity()));
+    reuse->cache.truncate(std::min(cached, reuse->cache.length()));
+    cached = reuse->cache.length();
+    reuse->tokens.assign(p.begin(), p.begin() + cached);
+    cache = &reuse->cache;
+  } else {
+    local = model.make_cache(B, need);
+  }
   std::vector<std::vector<int64_t>> context(prompts.begin(), prompts.end());
   Generator gen(cfg.seed);
   GenerationResult res;
   res.tokens.resize(size_t(B));
-  KVCache cache = model.make_cache(B, batch.width + std::max<int64_t>(cfg.max_new_tokens, 1));
-  Tensor mask = tensor<int64_t>(batch.mask, {B, batch.width});
+  Tensor mask;
+  Tensor input;
+  if (reuse) {
+    std::vector<int64_t> rest(prompts[0].begin() + cached, prompts[0].end());
+    input = tensor<int64_t>(rest, {1, int64_t(rest.size())});
+    reuse->tokens.insert(reuse->tokens.end(), rest.begin(), rest.end());
+  } else {
+    mask = tensor<int64_t>(batch.mask, {B, batch.width});
+    input = tensor<int64_t>(batch.ids, {B, batch.width});
+  }
   auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = model.forward(tensor<int64_t>(batch.ids, {B, batch.width}), mask, &cache, 1);
+  Tensor logits = model.forward(input, mask, cache, 1);
   res.prefill_seconds = seconds_since(t0);
-  res.prefill_tokens = B * batch.width;
+  res.prefill_tokens = input.numel();
   std::vector<bool> done(size_t(B), false);
   t0 = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < cfg.max_new_tokens; ++step) {
@@ -387,12 +412,37 @@ GenerationResult generate(CausalLM& model, const std::vector<std::vector<int64_t
     }
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }) || step + 1 == cfg.max_new_tokens) break;
     // As HF: finished rows keep going with padding tokens, and the mask grows by ones for all rows.
-    mask = cat({mask, ones({B, 1}, DType::Int64)}, 1);
-    logits = model.forward(tensor<int64_t>(next, {B, 1}), mask, &cache, 1);
+    if (mask.defined()) mask = cat({mask, ones({B, 1}, DType::Int64)}, 1);
+    logits = model.forward(tensor<int64_t>(next, {B, 1}), mask, cache, 1);
+    if (reuse) reuse->tokens.push_back(next[0]);
     res.decode_steps++;
   }
   res.decode_seconds = seconds_since(t0);
   return res;
+}
+
+}  // namespace
+
+GenerationResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                          const GenerationConfig& cfg) {
+  autograd::NoGradGuard no_grad;
+  FOUNDRY_CHECK_AS(ValueError, !prompts.empty(), "generate: no prompts");
+  FOUNDRY_CHECK_AS(ValueError, cfg.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
+  FOUNDRY_CHECK_AS(ValueError, cfg.num_beams >= 1, "generate: num_beams must be >= 1");
+  if (cfg.num_beams > 1) {
+    const std::vector<int64_t> eos = resolve_eos(model, cfg);
+    FOUNDRY_CHECK_AS(ValueError, !eos.empty() || cfg.ignore_eos, "generate: beam search needs an EOS id");
+    return beam_search(model, prompts, cfg, eos, resolve_pad(model, cfg, eos));
+  }
+  return sample_rows(model, prompts, cfg, nullptr);
+}
+
+GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, const GenerationConfig& cfg,
+                          PromptCache& reuse) {
+  autograd::NoGradGuard no_grad;
+  FOUNDRY_CHECK_AS(ValueError, cfg.num_beams == 1, "generate: a PromptCache is for greedy or sampled decoding");
+  FOUNDRY_CHECK_AS(ValueError, cfg.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
+  return sample_rows(model, {prompt}, cfg, &reuse);
 }
 
 GenerationResult generate_speculative(CausalLM& model, CausalLM& draft, const std::vector<int64_t>& prompt,

@@ -908,3 +908,81 @@ def test_stop_strings_end_generation(tmp_path):
     got_ids = json.loads(p[-1])
     assert got_ids == ids[:len(got_ids)] and len(got_ids) < len(ids)
     assert p[0] == text[:text.find(stop)]
+
+
+def test_python_from_pretrained(tmp_path):
+    import foundry
+    cfg, make_weights, forward = CASES["llama_gqa_bias_tied"]
+    w = make_weights(cfg, torch.Generator().manual_seed(41))
+    folder = str(tmp_path / "m")
+    write_folder(folder, cfg, w)
+    model = foundry.models.from_pretrained(folder)
+    assert model.architecture == "LlamaForCausalLM" and model.vocab_size == cfg["vocab_size"]
+    ids = torch.randint(3, cfg["vocab_size"], (2, 6), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[1, :2] = 0
+    got = model(foundry.tensor(ids.tolist()), attention_mask=foundry.tensor(mask.tolist())).numpy()
+    with torch.no_grad():
+        ref = forward(cfg, w, ids, mask).numpy()
+    keep = mask.bool().numpy()
+    assert np.abs(got[keep] - ref[keep]).max() <= 1e-4
+    prompt = ids[0].tolist()
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(8):
+            t = torch.tensor([seq])
+            seq.append(int(forward(cfg, w, t, torch.ones_like(t))[0, -1].argmax()))
+    assert model.generate(prompt, max_new_tokens=8, ignore_eos=True) == [seq[len(prompt):]]
+    # Two prompts of different lengths, left padded together, give each prompt's own greedy output.
+    both = model.generate([prompt, prompt[2:]], max_new_tokens=8, ignore_eos=True)
+    assert both[0] == seq[len(prompt):]
+    assert both[1] == model.generate(prompt[2:], max_new_tokens=8, ignore_eos=True)[0]
+    beams = model.generate(prompt, max_new_tokens=6, num_beams=3, num_return_sequences=2, ignore_eos=True)
+    assert len(beams) == 2 and all(len(b) == 6 for b in beams)
+    assert model.generate(prompt, max_new_tokens=8, ignore_eos=True, draft_model=model) == [seq[len(prompt):]]
+    with pytest.raises(Exception, match="config.json"):
+        foundry.models.from_pretrained(str(tmp_path))
+
+
+def test_bf16_and_sharded_checkpoints(tmp_path):
+    cfg, make_weights, forward = CASES["qwen2"]
+    w = make_weights(cfg, torch.Generator().manual_seed(51))
+    w16 = {k: v.to(torch.bfloat16) for k, v in w.items()}
+    # bf16 checkpoint: run in float32 (default) from the rounded weights.
+    folder = tmp_path / "bf16"
+    os.makedirs(folder)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    st = {k: ("BF16", list(v.shape), v.view(torch.int16).numpy().tobytes()) for k, v in w16.items()}
+    (folder / "model.safetensors").write_bytes(write_st(st, {"format": "pt"}))
+    ids = torch.randint(3, cfg["vocab_size"], (1, 7), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ref = forward(cfg, {k: v.float() for k, v in w16.items()}, ids, torch.ones_like(ids)).numpy()
+    inputs = tmp_path / "in.json"
+    inputs.write_text(json.dumps({"input_ids": ids.tolist()}))
+    out = str(tmp_path / "out.npy")
+    run("forward", "--model", str(folder), "--inputs", str(inputs), "--out", out)
+    assert np.abs(np.load(out) - ref).max() <= 1e-4
+    # ... or in bfloat16 itself: close to the float32 result (bf16 rounding of every activation), not equal.
+    run("forward", "--model", str(folder), "--inputs", str(inputs), "--out", out, "--dtype", "native")
+    err = np.abs(np.load(out) - ref).max()
+    assert 1e-3 < err < 0.1 * np.abs(ref).max()
+    p = run("generate", "--model", str(folder), "--input-ids", "5,6,7", "--max-new-tokens", "4", "--dtype", "native",
+            "--ignore-eos", "--print-ids")
+    assert len(json.loads(p.stdout.strip().splitlines()[-1])) == 4
+    assert "bfloat16" in run("info", "--model", str(folder)).stdout
+    # Sharded float32 checkpoint with an index, as transformers writes it.
+    sharded = tmp_path / "sharded"
+    os.makedirs(sharded)
+    (sharded / "config.json").write_text(json.dumps(cfg))
+    names = sorted(w)
+    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for fname, part in halves.items():
+        st = {k: ("F32", list(w[k].shape), w[k].numpy().astype("<f4").tobytes()) for k in part}
+        (sharded / fname).write_bytes(write_st(st, {"format": "pt"}))
+    index = {"metadata": {"total_size": sum(v.numel() * 4 for v in w.values())},
+             "weight_map": {k: f for f, part in halves.items() for k in part}}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
+    run("forward", "--model", str(sharded), "--inputs", str(inputs), "--out", out)
+    with torch.no_grad():
+        ref32 = forward(cfg, w, ids, torch.ones_like(ids)).numpy()
+    assert np.abs(np.load(out) - ref32).max() <= 1e-4

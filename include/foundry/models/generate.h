@@ -61,6 +61,17 @@ struct GenerationResult {
 GenerationResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                           const GenerationConfig& config = {});
 
+/// One sequence's KV cache kept between generate() calls: a prompt that starts with tokens already
+/// cached (a chat's earlier turns, a shared system prompt) runs only the rest through the model.
+struct PromptCache {
+  KVCache cache;
+  std::vector<int64_t> tokens;  ///< what `cache` holds, in order
+};
+
+/// generate() for one prompt (greedy or sampled), reusing and then extending `reuse`.
+GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, const GenerationConfig& config,
+                          PromptCache& reuse);
+
 /// Greedy speculative decoding of one prompt: `draft` (same vocabulary) proposes `lookahead`
 /// tokens, `model` checks them in one forward pass and keeps the agreeing prefix plus its own next
 /// token, so the output equals plain greedy decoding with `model`.

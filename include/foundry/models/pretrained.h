@@ -59,6 +59,8 @@ class KVCache {
   void advance(int64_t T);
   /// Forgets positions from `length` on (keeps a shared prompt prefix for reuse).
   void truncate(int64_t length);
+  /// Grows the buffers to at least `capacity` positions, keeping what is cached.
+  void reserve(int64_t capacity);
   /// Row i of the cache becomes old row rows[i] (beam search keeps its surviving beams).
   void reorder(const std::vector<int64_t>& rows);
 

@@ -54,6 +54,18 @@ void KVCache::truncate(int64_t length) {
   length_ = length;
 }
 
+void KVCache::reserve(int64_t capacity) {
+  if (capacity <= capacity_) return;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    for (Tensor* t : {&k_[l], &v_[l]}) {
+      Tensor bigger = empty({t->size(0), t->size(1), capacity, t->size(3)}, t->dtype());
+      bigger.narrow(2, 0, length_).copy_(t->narrow(2, 0, length_));
+      *t = bigger;
+    }
+  }
+  capacity_ = capacity;
+}
+
 void KVCache::reorder(const std::vector<int64_t>& rows) {
   FOUNDRY_CHECK_AS(ValueError, int64_t(rows.size()) == batch_, "KVCache::reorder: {} rows for a batch of {}",
                    rows.size(), batch_);
@@ -186,7 +198,12 @@ Tensor attention_bias(const Tensor& mask, int64_t T, int64_t window, DType dtype
   Tensor allowed = le(k_idx, q_idx);
   if (window > 0) allowed = logical_and(allowed, le(q_idx - k_idx, full({}, window, DType::Int64)));
   allowed = logical_and(allowed.unsqueeze(0), mask.unsqueeze(1));  // [B, T, S]
-  Tensor lowest = full({}, double(std::numeric_limits<float>::lowest()), dtype);
+  // The most negative finite value of the dtype (float's would round to -inf in bfloat16).
+  const double low = dtype == DType::Float16    ? -65504.0
+                     : dtype == DType::BFloat16 ? -3.3895313892515355e38
+                     : dtype == DType::Float64  ? std::numeric_limits<double>::lowest()
+                                                : double(std::numeric_limits<float>::lowest());
+  Tensor lowest = full({}, low, dtype);
   return where(allowed, zeros({}, dtype), lowest).unsqueeze(1);
 }
 
@@ -350,7 +367,6 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
     raise<IOError>("{}: no loadable weights (model.safetensors or model.safetensors.index.json): {}", dir, e.what());
   }
   autograd::NoGradGuard no_grad;
-  DType want = options.dtype.value_or(DType::Float32);
   hf::WeightFn weight = [&](const std::string& name, const Shape& shape) {
     if (!st.contains(name)) raise<ValueError>("{}: the checkpoint has no tensor '{}'", dir, name);
     Tensor t = st.get(name);
@@ -359,7 +375,8 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
                         shape_str(shape));
     if (!is_floating(t.dtype()))
       raise<TypeError>("{}: '{}' has dtype {}; weights must be floating point", dir, name, dtype_name(t.dtype()));
-    return t.dtype() == want ? t : t.to(want);  // same dtype: a view over the mapping, no copy
+    const DType want = options.dtype.value_or(t.dtype());  // nullopt: the checkpoint's own
+    return t.dtype() == want ? t : t.to(want);              // same dtype: a view over the mapping, no copy
   };
   hf::HasWeightFn has = [&](const std::string& name) { return st.contains(name); };
   return arch->build(config, weight, has);
