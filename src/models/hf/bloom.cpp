@@ -55,11 +55,8 @@ class Bloom : public CausalLM {
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
-    FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
-                     c.architecture, shape_str(input_ids.sizes()));
-    const int64_t B = input_ids.size(0), T = input_ids.size(1), past = cache ? cache->length() : 0;
+    const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
     const int64_t H = c.num_heads, D = c.head_dim;
-    Tensor mask = full_mask(attention_mask, B, past + T);
     Tensor bias = attention_bias(mask, T, 0, dtype_) + alibi_bias(mask, H, 1.0, dtype_);  // [B, H, T, S]
     Tensor h = ln(embedding(input_ids, embed_), eln_w_, eln_b_);
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -74,10 +71,8 @@ class Bloom : public CausalLM {
       residual = residual_after_norm_ ? x : h;
       h = residual + linear(gelu(linear(x, L.up_w, L.up_b), "tanh"), L.down_w, L.down_b);
     }
-    if (cache) cache->advance(T);
-    h = last_only(h, last_positions);
-    Tensor logits = linear(ln(h, lnf_w_, lnf_b_), embed_);
-    return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
+    h = end_layers(h, cache, T, last_positions);
+    return float_logits(linear(ln(h, lnf_w_, lnf_b_), embed_));
   }
 
  private:
@@ -90,14 +85,8 @@ class Bloom : public CausalLM {
 
 Architecture bloom_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
-    c.vocab_size = get_int(j, "vocab_size");
-    c.hidden_size = get_int(j, "hidden_size", j.contains("n_embed") ? std::optional<int64_t>(get_int(j, "n_embed")) : std::nullopt);
-    c.num_layers = get_int(j, "n_layer");
-    c.num_heads = get_int(j, "n_head");
-    c.num_kv_heads = c.num_heads;
-    FOUNDRY_CHECK_AS(ValueError, c.num_heads > 0 && c.hidden_size % c.num_heads == 0,
-                     "config.json: hidden_size ({}) must be divisible by n_head ({})", c.hidden_size, c.num_heads);
-    c.head_dim = c.hidden_size / c.num_heads;
+    // Older BLOOM configs name the width n_embed.
+    parse_sizes(j, c, j.contains("hidden_size") ? "hidden_size" : "n_embed", "n_layer", "n_head");
     c.intermediate_size = 4 * c.hidden_size;
     c.norm_eps = get_double(j, "layer_norm_epsilon", 1e-5);
     c.tie_word_embeddings = true;

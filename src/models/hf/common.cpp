@@ -271,9 +271,50 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b
   return o.transpose(1, 2).reshape({B, T, H * D});
 }
 
-Tensor last_only(const Tensor& h, int64_t n) {
-  const int64_t T = h.size(1);
-  return n <= 0 || n >= T ? h : h.narrow(1, T - n, n);
+ForwardInputs begin_forward(const ModelConfig& c, const Tensor& input_ids, const Tensor& attention_mask,
+                            const KVCache* cache) {
+  FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}", c.architecture,
+                   shape_str(input_ids.sizes()));
+  const int64_t B = input_ids.size(0), T = input_ids.size(1), past = cache ? cache->length() : 0;
+  return {B, T, past, full_mask(attention_mask, B, past + T)};
+}
+
+Tensor end_layers(const Tensor& h, KVCache* cache, int64_t T, int64_t last_positions) {
+  if (cache) cache->advance(T);
+  return last_positions <= 0 || last_positions >= T ? h : h.narrow(1, T - last_positions, last_positions);
+}
+
+Tensor float_logits(const Tensor& logits) {
+  return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
+}
+
+void parse_sizes(const json& j, ModelConfig& c, const char* hidden_key, const char* layers_key, const char* heads_key) {
+  c.vocab_size = get_int(j, "vocab_size");
+  c.hidden_size = get_int(j, hidden_key);
+  c.num_layers = get_int(j, layers_key);
+  c.num_heads = get_int(j, heads_key);
+  c.num_kv_heads = c.num_heads;
+  FOUNDRY_CHECK_AS(ValueError, c.num_heads > 0 && c.hidden_size % c.num_heads == 0,
+                   "config.json: {} ({}) must be divisible by {} ({})", hidden_key, c.hidden_size, heads_key,
+                   c.num_heads);
+  c.head_dim = c.hidden_size / c.num_heads;
+}
+
+void parse_rope_scaling(const json& j, ModelConfig& c, bool allow_llama3) {
+  auto rs = j.find("rope_scaling");
+  if (rs == j.end() || rs->is_null()) return;
+  if (!rs->is_object()) raise<ValueError>("config.json: rope_scaling must be an object, got {}", rs->dump());
+  c.rope_type = get_string(*rs, "rope_type", get_string(*rs, "type", ""));
+  if (c.rope_type == "default") c.rope_type.clear();
+  if (!c.rope_type.empty() && c.rope_type != "linear" && c.rope_type != "dynamic" &&
+      !(allow_llama3 && c.rope_type == "llama3"))
+    unsupported(c, "rope_scaling type '" + c.rope_type + "'");
+  if (!c.rope_type.empty()) c.rope_factor = get_double(*rs, "factor");
+  if (c.rope_type == "llama3") {
+    c.rope_low_freq_factor = get_double(*rs, "low_freq_factor");
+    c.rope_high_freq_factor = get_double(*rs, "high_freq_factor");
+    c.rope_original_max_positions = get_int(*rs, "original_max_position_embeddings");
+  }
 }
 
 Tensor split_heads(const Tensor& x, int64_t heads) {

@@ -76,8 +76,25 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 /// each kv head serves H / Hkv query heads). Returns [B, T, H * D].
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias);
 
-/// The last n positions of hidden states [B, T, C] (all when n <= 0 or n >= T).
-Tensor last_only(const Tensor& h, int64_t n);
+/// What every forward starts from: batch, new and cached lengths, and the full mask [B, past + T].
+struct ForwardInputs {
+  int64_t B, T, past;
+  Tensor mask;
+};
+/// Checks input_ids [B, T] and derives the ForwardInputs.
+ForwardInputs begin_forward(const ModelConfig& c, const Tensor& input_ids, const Tensor& attention_mask,
+                            const KVCache* cache);
+/// After the last block: marks the T new positions cached and keeps the last `last_positions`
+/// of the hidden states (all when <= 0).
+Tensor end_layers(const Tensor& h, KVCache* cache, int64_t T, int64_t last_positions);
+/// Logits as float32 (models computing in bf16/f16 return float32 all the same).
+Tensor float_logits(const Tensor& logits);
+
+/// The sizes every config has under its own key names: vocab_size, hidden, layers, heads (kv heads
+/// = heads, head_dim = hidden / heads, which must divide).
+void parse_sizes(const json& j, ModelConfig& c, const char* hidden_key, const char* layers_key, const char* heads_key);
+/// rope_scaling: null, or {"type"/"rope_type": linear | dynamic (| llama3 when allowed), "factor", ...}.
+void parse_rope_scaling(const json& j, ModelConfig& c, bool allow_llama3);
 
 /// [B, T, H * D] -> [B, H, T, D]
 Tensor split_heads(const Tensor& x, int64_t heads);

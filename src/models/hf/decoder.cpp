@@ -128,10 +128,7 @@ class Decoder : public CausalLM {
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
-    FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
-                     c.architecture, shape_str(input_ids.sizes()));
-    const int64_t B = input_ids.size(0), T = input_ids.size(1), past = cache ? cache->length() : 0;
-    Tensor mask = full_mask(attention_mask, B, past + T);
+    const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
     Tensor positions = positions_from_mask(mask, T);
     auto [cos_t, sin_t] = rope_tables(c, positions, c.head_dim, dtype_);
     Tensor bias = attention_bias(mask, T, c.sliding_window, dtype_);
@@ -149,10 +146,8 @@ class Decoder : public CausalLM {
       x = norm(h, L.post_norm);
       h = h + (L.router.defined() ? moe(L, x) : mlp(L.mlp, x));
     }
-    if (cache) cache->advance(T);
-    h = last_only(h, last_positions);
-    Tensor logits = linear(norm(h, norm_), head_);
-    return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
+    h = end_layers(h, cache, T, last_positions);
+    return float_logits(linear(norm(h, norm_), head_));
   }
 
  private:
@@ -168,35 +163,18 @@ std::unique_ptr<CausalLM> build_decoder(const ModelConfig& c, const DecoderSpec&
   return std::make_unique<Decoder>(c, spec, weight, has);
 }
 
-void parse_decoder_common(const json& j, ModelConfig& c) {
-  c.vocab_size = get_int(j, "vocab_size");
-  c.hidden_size = get_int(j, "hidden_size");
-  c.intermediate_size = get_int(j, "intermediate_size");
-  c.num_layers = get_int(j, "num_hidden_layers");
-  c.num_heads = get_int(j, "num_attention_heads");
+void parse_decoder_common(const json& j, ModelConfig& c, bool silu) {
+  parse_sizes(j, c, "hidden_size", "num_hidden_layers", "num_attention_heads");
   c.num_kv_heads = get_int(j, "num_key_value_heads", c.num_heads);
-  FOUNDRY_CHECK_AS(ValueError, c.num_heads > 0 && c.hidden_size % c.num_heads == 0,
-                   "config.json: hidden_size ({}) must be divisible by num_attention_heads ({})", c.hidden_size,
-                   c.num_heads);
-  c.head_dim = get_int(j, "head_dim", c.hidden_size / c.num_heads);
+  c.head_dim = get_int(j, "head_dim", c.head_dim);
+  c.intermediate_size = get_int(j, "intermediate_size");
   c.max_positions = get_int(j, "max_position_embeddings", 2048);
   c.norm_eps = get_double(j, "rms_norm_eps", 1e-6);
   c.rope_theta = get_double(j, "rope_theta", 10000.0);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", false);
-  auto rs = j.find("rope_scaling");
-  if (rs != j.end() && !rs->is_null()) {
-    if (!rs->is_object()) raise<ValueError>("config.json: rope_scaling must be an object, got {}", rs->dump());
-    c.rope_type = get_string(*rs, "rope_type", get_string(*rs, "type", ""));
-    if (c.rope_type == "default") c.rope_type.clear();
-    if (!c.rope_type.empty() && c.rope_type != "linear" && c.rope_type != "dynamic" && c.rope_type != "llama3")
-      unsupported(c, "rope_scaling type '" + c.rope_type + "'");
-    if (!c.rope_type.empty()) c.rope_factor = get_double(*rs, "factor");
-    if (c.rope_type == "llama3") {
-      c.rope_low_freq_factor = get_double(*rs, "low_freq_factor");
-      c.rope_high_freq_factor = get_double(*rs, "high_freq_factor");
-      c.rope_original_max_positions = get_int(*rs, "original_max_position_embeddings");
-    }
-  }
+  parse_rope_scaling(j, c, true);
+  const std::string act = get_string(j, "hidden_act", "silu");
+  if (silu && act != "silu") unsupported(c, "hidden_act '" + act + "'");
 }
 
 }  // namespace foundry::models::hf

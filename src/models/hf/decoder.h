@@ -28,7 +28,8 @@ struct DecoderSpec {
 std::unique_ptr<CausalLM> build_decoder(const ModelConfig& c, const DecoderSpec& spec, const WeightFn& weight,
                                         const HasWeightFn& has);
 
-/// The config fields every Llama-shaped model shares (sizes, rope, norms, head tying).
-void parse_decoder_common(const json& j, ModelConfig& c);
+/// The config fields every Llama-shaped model shares (sizes, rope, norms, head tying); with
+/// `silu`, also checks that hidden_act is "silu" (all but Gemma).
+void parse_decoder_common(const json& j, ModelConfig& c, bool silu = true);
 
 }  // namespace foundry::models::hf

@@ -86,10 +86,7 @@ class Falcon : public CausalLM {
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
-    FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
-                     c.architecture, shape_str(input_ids.sizes()));
-    const int64_t B = input_ids.size(0), T = input_ids.size(1), past = cache ? cache->length() : 0;
-    Tensor mask = full_mask(attention_mask, B, past + T);
+    const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
     Tensor bias = attention_bias(mask, T, 0, dtype_);
     Tensor cos_t, sin_t;
     if (o_.alibi) bias = bias + alibi_bias(mask, c.num_heads, 1.0 / std::sqrt(double(c.head_dim)), dtype_);
@@ -114,10 +111,8 @@ class Falcon : public CausalLM {
         h = h + attn + linear(gelu(linear(m, L.up_w, L.up_b)), L.down_w, L.down_b);
       }
     }
-    if (cache) cache->advance(T);
-    h = last_only(h, last_positions);
-    Tensor logits = linear(ln(h, lnf_w_, lnf_b_), embed_);
-    return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
+    h = end_layers(h, cache, T, last_positions);
+    return float_logits(linear(ln(h, lnf_w_, lnf_b_), embed_));
   }
 
  private:
@@ -140,14 +135,7 @@ FalconOptions falcon_options(const json& j) {
 
 Architecture falcon_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
-    c.vocab_size = get_int(j, "vocab_size");
-    c.hidden_size = get_int(j, "hidden_size");
-    c.num_layers = get_int(j, "num_hidden_layers");
-    c.num_heads = get_int(j, "num_attention_heads");
-    FOUNDRY_CHECK_AS(ValueError, c.num_heads > 0 && c.hidden_size % c.num_heads == 0,
-                     "config.json: hidden_size ({}) must be divisible by num_attention_heads ({})", c.hidden_size,
-                     c.num_heads);
-    c.head_dim = c.hidden_size / c.num_heads;
+    parse_sizes(j, c, "hidden_size", "num_hidden_layers", "num_attention_heads");
     const FalconOptions o = falcon_options(j);
     c.num_kv_heads = o.new_arch ? get_int(j, "num_kv_heads", c.num_heads) : (o.multi_query ? 1 : c.num_heads);
     c.intermediate_size = get_int(j, "ffn_hidden_size", 4 * c.hidden_size);

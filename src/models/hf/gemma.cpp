@@ -7,7 +7,7 @@ namespace foundry::models::hf {
 
 Architecture gemma_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
-    parse_decoder_common(j, c);
+    parse_decoder_common(j, c, /*silu=*/false);
     c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", true);
     const std::string act = get_string(j, "hidden_activation", "gelu_pytorch_tanh");
     if (act != "gelu_pytorch_tanh" && act != "gelu_new") unsupported(c, "hidden_activation '" + act + "'");

@@ -48,21 +48,13 @@ class GPT2 : public CausalLM {
     dtype_ = wte_.dtype();
   }
 
-  Tensor act(const Tensor& x) const {
-    if (activation_ == "gelu") return gelu(x);
-    if (activation_ == "relu") return relu(x);
-    if (activation_ == "silu" || activation_ == "swish") return silu(x);
-    return gelu(x, "tanh");  // gelu_new, gelu_pytorch_tanh
-  }
+  Tensor act(const Tensor& x) const { return activation(activation_, x); }
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
-    FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
-                     c.architecture, shape_str(input_ids.sizes()));
-    const int64_t B = input_ids.size(0), T = input_ids.size(1), past = cache ? cache->length() : 0;
+    const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
     const int64_t C = c.hidden_size, H = c.num_heads;
-    Tensor mask = full_mask(attention_mask, B, past + T);
     Tensor positions = positions_from_mask(mask, T);
     if (amax(positions).item<int64_t>() >= c.max_positions)
       raise<ValueError>("{}: position {} is past n_positions ({})", c.architecture, amax(positions).item<int64_t>(),
@@ -81,11 +73,9 @@ class GPT2 : public CausalLM {
       x = layer_norm(h, {C}, L.ln2_w, L.ln2_b, c.norm_eps);
       h = h + addmm_rows(act(addmm_rows(x, L.fc_w, L.fc_b)), L.mlp_proj_w, L.mlp_proj_b);
     }
-    if (cache) cache->advance(T);
-    h = last_only(h, last_positions);
+    h = end_layers(h, cache, T, last_positions);
     h = layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps);
-    Tensor logits = linear(h, head_);
-    return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
+    return float_logits(linear(h, head_));
   }
 
  private:
@@ -98,14 +88,7 @@ class GPT2 : public CausalLM {
 };
 
 void parse_gpt2(const json& j, ModelConfig& c) {
-  c.vocab_size = get_int(j, "vocab_size");
-  c.hidden_size = get_int(j, "n_embd");
-  c.num_layers = get_int(j, "n_layer");
-  c.num_heads = get_int(j, "n_head");
-  c.num_kv_heads = c.num_heads;
-  FOUNDRY_CHECK_AS(ValueError, c.num_heads > 0 && c.hidden_size % c.num_heads == 0,
-                   "config.json: n_embd ({}) must be divisible by n_head ({})", c.hidden_size, c.num_heads);
-  c.head_dim = c.hidden_size / c.num_heads;
+  parse_sizes(j, c, "n_embd", "n_layer", "n_head");
   c.intermediate_size = get_int(j, "n_inner", 4 * c.hidden_size);
   c.max_positions = get_int(j, "n_positions");
   c.norm_eps = get_double(j, "layer_norm_epsilon", 1e-5);
@@ -114,9 +97,7 @@ void parse_gpt2(const json& j, ModelConfig& c) {
   if (get_bool(j, "scale_attn_by_inverse_layer_idx", false)) unsupported(c, "scale_attn_by_inverse_layer_idx");
   if (get_bool(j, "add_cross_attention", false)) unsupported(c, "add_cross_attention");
   const std::string act = get_string(j, "activation_function", "gelu_new");
-  if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu" && act != "relu" && act != "silu" &&
-      act != "swish")
-    unsupported(c, "activation_function '" + act + "'");
+  if (!known_activation(act)) unsupported(c, "activation_function '" + act + "'");
 }
 
 }  // namespace

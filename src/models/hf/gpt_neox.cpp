@@ -49,11 +49,8 @@ class GPTNeoX : public CausalLM {
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
-    FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
-                     c.architecture, shape_str(input_ids.sizes()));
-    const int64_t B = input_ids.size(0), T = input_ids.size(1), past = cache ? cache->length() : 0;
+    const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
     const int64_t C = c.hidden_size, H = c.num_heads, D = c.head_dim;
-    Tensor mask = full_mask(attention_mask, B, past + T);
     auto [cos_t, sin_t] = rope_tables(c, positions_from_mask(mask, T), rot_dim_, dtype_);
     Tensor bias = attention_bias(mask, T, 0, dtype_);
     Tensor h = embedding(input_ids, embed_);
@@ -75,10 +72,8 @@ class GPTNeoX : public CausalLM {
         h = h + linear(activation(act_, linear(m, L.up_w, L.up_b)), L.down_w, L.down_b);
       }
     }
-    if (cache) cache->advance(T);
-    h = last_only(h, last_positions);
-    Tensor logits = linear(layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps), head_);
-    return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
+    h = end_layers(h, cache, T, last_positions);
+    return float_logits(linear(layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps), head_));
   }
 
  private:
@@ -93,15 +88,7 @@ class GPTNeoX : public CausalLM {
 
 Architecture gpt_neox_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
-    c.vocab_size = get_int(j, "vocab_size");
-    c.hidden_size = get_int(j, "hidden_size");
-    c.num_layers = get_int(j, "num_hidden_layers");
-    c.num_heads = get_int(j, "num_attention_heads");
-    c.num_kv_heads = c.num_heads;
-    FOUNDRY_CHECK_AS(ValueError, c.num_heads > 0 && c.hidden_size % c.num_heads == 0,
-                     "config.json: hidden_size ({}) must be divisible by num_attention_heads ({})", c.hidden_size,
-                     c.num_heads);
-    c.head_dim = c.hidden_size / c.num_heads;
+    parse_sizes(j, c, "hidden_size", "num_hidden_layers", "num_attention_heads");
     c.intermediate_size = get_int(j, "intermediate_size");
     c.max_positions = get_int(j, "max_position_embeddings", 2048);
     c.norm_eps = get_double(j, "layer_norm_eps", 1e-5);
@@ -110,12 +97,7 @@ Architecture gpt_neox_architecture() {
     c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", false);
     const std::string act = get_string(j, "hidden_act", "gelu");
     if (!known_activation(act)) unsupported(c, "hidden_act '" + act + "'");
-    auto rs = j.find("rope_scaling");
-    if (rs != j.end() && !rs->is_null()) {
-      c.rope_type = get_string(*rs, "type", get_string(*rs, "rope_type", ""));
-      if (c.rope_type != "linear" && c.rope_type != "dynamic") unsupported(c, "rope_scaling type '" + c.rope_type + "'");
-      c.rope_factor = get_double(*rs, "factor");
-    }
+    parse_rope_scaling(j, c, false);
   };
   auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn&) -> std::unique_ptr<CausalLM> {
     json j = json::parse(c.json);

@@ -7,11 +7,8 @@ namespace foundry::models::hf {
 Architecture llama_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
     parse_decoder_common(j, c);
-    c.norm_eps = get_double(j, "rms_norm_eps", 1e-6);
     c.attention_bias = get_bool(j, "attention_bias", false);
     c.mlp_bias = get_bool(j, "mlp_bias", false);
-    const std::string act = get_string(j, "hidden_act", "silu");
-    if (act != "silu") unsupported(c, "hidden_act '" + act + "'");
   };
   auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn& has) {
     DecoderSpec s;

@@ -8,8 +8,6 @@ Architecture mixtral_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
     parse_decoder_common(j, c);
     c.sliding_window = get_int(j, "sliding_window", 0);
-    const std::string act = get_string(j, "hidden_act", "silu");
-    if (act != "silu") unsupported(c, "hidden_act '" + act + "'");
   };
   auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn& has) {
     json j = json::parse(c.json);

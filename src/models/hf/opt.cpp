@@ -64,11 +64,8 @@ class OPT : public CausalLM {
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
-    FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
-                     c.architecture, shape_str(input_ids.sizes()));
-    const int64_t B = input_ids.size(0), T = input_ids.size(1), past = cache ? cache->length() : 0;
+    const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
     const int64_t H = c.num_heads;
-    Tensor mask = full_mask(attention_mask, B, past + T);
     // OPTLearnedPositionalEmbedding: cumsum(mask) * mask - 1, plus the offset of 2.
     Tensor m = mask.to(DType::Int64);
     Tensor pos = (cumsum(m, 1) * m + ones({}, DType::Int64)).narrow(1, past, T);
@@ -92,12 +89,10 @@ class OPT : public CausalLM {
       h = h + linear(activation(act_, linear(x, L.fc1_w, L.fc1_b)), L.fc2_w, L.fc2_b);
       if (!pre_norm_) h = ln(h, L.mlp_ln_w, L.mlp_ln_b);
     }
-    if (cache) cache->advance(T);
-    h = last_only(h, last_positions);
+    h = end_layers(h, cache, T, last_positions);
     if (lnf_w_.defined()) h = ln(h, lnf_w_, lnf_b_);
     if (project_out_.defined()) h = linear(h, project_out_);
-    Tensor logits = linear(h, embed_);
-    return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
+    return float_logits(linear(h, embed_));
   }
 
  private:
@@ -111,16 +106,8 @@ class OPT : public CausalLM {
 
 Architecture opt_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
-    c.vocab_size = get_int(j, "vocab_size");
-    c.hidden_size = get_int(j, "hidden_size");
+    parse_sizes(j, c, "hidden_size", "num_hidden_layers", "num_attention_heads");
     c.intermediate_size = get_int(j, "ffn_dim");
-    c.num_layers = get_int(j, "num_hidden_layers");
-    c.num_heads = get_int(j, "num_attention_heads");
-    c.num_kv_heads = c.num_heads;
-    FOUNDRY_CHECK_AS(ValueError, c.num_heads > 0 && c.hidden_size % c.num_heads == 0,
-                     "config.json: hidden_size ({}) must be divisible by num_attention_heads ({})", c.hidden_size,
-                     c.num_heads);
-    c.head_dim = c.hidden_size / c.num_heads;
     c.max_positions = get_int(j, "max_position_embeddings", 2048);
     c.norm_eps = 1e-5;  // nn.LayerNorm's default; OPT's config has no key for it
     c.tie_word_embeddings = true;

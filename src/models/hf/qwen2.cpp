@@ -7,8 +7,6 @@ Architecture qwen2_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
     parse_decoder_common(j, c);
     if (get_bool(j, "use_sliding_window", false)) unsupported(c, "use_sliding_window = true");
-    const std::string act = get_string(j, "hidden_act", "silu");
-    if (act != "silu") unsupported(c, "hidden_act '" + act + "'");
   };
   auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn& has) {
     DecoderSpec s;
