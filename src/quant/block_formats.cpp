@@ -1,0 +1,346 @@
+// Reference quantizers, dequantizers and q8_0 dot products of GGML's 32-value block formats,
+// written from the format definitions in ggml (ggml-common.h block layouts, ggml-quants.c
+// reference code): same rounding, same clamping, same fp16 scale conversion (round to nearest
+// even). This file is compiled for the portable baseline, so no FMA contraction changes results.
+#include "foundry/quant/block_formats.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "foundry/core/error.h"
+#include "foundry/core/numeric.h"
+
+namespace foundry::quant {
+
+namespace {
+
+constexpr int kQK = 32;  // values per block in every format here
+
+uint16_t to_fp16(float f) { return Half::from_float(f); }
+float from_fp16(uint16_t h) { return Half::to_float(h); }
+
+// Block layouts, byte for byte as ggml's (no padding: every member is 1- or 2-byte aligned).
+#pragma pack(push, 1)
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ4_1 {
+  uint16_t d, m;
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQK];
+};
+#pragma pack(pop)
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34);
+
+// The value of largest magnitude (the first one on ties), as the symmetric formats scale by it.
+float signed_absmax(const float* x) {
+  float amax = 0.f, max = 0.f;
+  for (int j = 0; j < kQK; ++j)
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  return max;
+}
+
+void min_max(const float* x, float& mn, float& mx) {
+  mn = FLT_MAX;
+  mx = -FLT_MAX;
+  for (int j = 0; j < kQK; ++j) {
+    mn = std::min(mn, x[j]);
+    mx = std::max(mx, x[j]);
+  }
+}
+
+// ---- Q4_0: d = max / -8, q = min(15, int8(x / d + 8.5)), value = (q - 8) d -----------------------
+
+void quantize_q4_0(const float* x, void* vy, int64_t k) {
+  auto* y = static_cast<BlockQ4_0*>(vy);
+  for (int64_t i = 0; i < k / kQK; ++i, x += kQK) {
+    const float d = signed_absmax(x) / -8;
+    const float id = d != 0.f ? 1.0f / d : 0.0f;
+    y[i].d = to_fp16(d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const float x0 = x[j] * id, x1 = x[kQK / 2 + j] * id;
+      const uint8_t q0 = uint8_t(std::min(15, int(int8_t(x0 + 8.5f))));
+      const uint8_t q1 = uint8_t(std::min(15, int(int8_t(x1 + 8.5f))));
+      y[i].qs[j] = uint8_t(q0 | (q1 << 4));
+    }
+  }
+}
+
+void dequantize_q4_0(const void* vx, float* y, int64_t k) {
+  const auto* x = static_cast<const BlockQ4_0*>(vx);
+  for (int64_t i = 0; i < k / kQK; ++i, y += kQK) {
+    const float d = from_fp16(x[i].d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = float((x[i].qs[j] & 0x0F) - 8) * d;
+      y[j + kQK / 2] = float((x[i].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+// ---- Q4_1: d = (max - min) / 15, m = min, q = min(15, int8((x - m) / d + 0.5)) ----------------------
+
+void quantize_q4_1(const float* x, void* vy, int64_t k) {
+  auto* y = static_cast<BlockQ4_1*>(vy);
+  for (int64_t i = 0; i < k / kQK; ++i, x += kQK) {
+    float mn, mx;
+    min_max(x, mn, mx);
+    const float d = (mx - mn) / ((1 << 4) - 1);
+    const float id = d != 0.f ? 1.0f / d : 0.0f;
+    y[i].d = to_fp16(d);
+    y[i].m = to_fp16(mn);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const float x0 = (x[j] - mn) * id, x1 = (x[kQK / 2 + j] - mn) * id;
+      const uint8_t q0 = uint8_t(std::min(15, int(int8_t(x0 + 0.5f))));
+      const uint8_t q1 = uint8_t(std::min(15, int(int8_t(x1 + 0.5f))));
+      y[i].qs[j] = uint8_t(q0 | (q1 << 4));
+    }
+  }
+}
+
+void dequantize_q4_1(const void* vx, float* y, int64_t k) {
+  const auto* x = static_cast<const BlockQ4_1*>(vx);
+  for (int64_t i = 0; i < k / kQK; ++i, y += kQK) {
+    const float d = from_fp16(x[i].d), m = from_fp16(x[i].m);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = float(x[i].qs[j] & 0x0F) * d + m;
+      y[j + kQK / 2] = float(x[i].qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+// ---- Q5_0 / Q5_1: as Q4 with a fifth bit per value in qh ------------------------------------------
+
+uint32_t load_qh(const uint8_t* qh) {
+  uint32_t v;
+  std::memcpy(&v, qh, 4);
+  return v;
+}
+
+void store_qh(uint8_t* qh, uint32_t v) { std::memcpy(qh, &v, 4); }
+
+void quantize_q5_0(const float* x, void* vy, int64_t k) {
+  auto* y = static_cast<BlockQ5_0*>(vy);
+  for (int64_t i = 0; i < k / kQK; ++i, x += kQK) {
+    const float d = signed_absmax(x) / -16;
+    const float id = d != 0.f ? 1.0f / d : 0.0f;
+    y[i].d = to_fp16(d);
+    uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const float x0 = x[j] * id, x1 = x[kQK / 2 + j] * id;
+      const uint8_t q0 = uint8_t(std::min(31, int(int8_t(x0 + 16.5f))));
+      const uint8_t q1 = uint8_t(std::min(31, int(int8_t(x1 + 16.5f))));
+      y[i].qs[j] = uint8_t((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+      qh |= uint32_t((q0 & 0x10u) >> 4) << j;
+      qh |= uint32_t((q1 & 0x10u) >> 4) << (j + kQK / 2);
+    }
+    store_qh(y[i].qh, qh);
+  }
+}
+
+void dequantize_q5_0(const void* vx, float* y, int64_t k) {
+  const auto* x = static_cast<const BlockQ5_0*>(vx);
+  for (int64_t i = 0; i < k / kQK; ++i, y += kQK) {
+    const float d = from_fp16(x[i].d);
+    const uint32_t qh = load_qh(x[i].qh);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int h0 = int((qh >> j) << 4) & 0x10, h1 = int(qh >> (j + 12)) & 0x10;
+      y[j] = float(((x[i].qs[j] & 0x0F) | h0) - 16) * d;
+      y[j + kQK / 2] = float(((x[i].qs[j] >> 4) | h1) - 16) * d;
+    }
+  }
+}
+
+void quantize_q5_1(const float* x, void* vy, int64_t k) {
+  auto* y = static_cast<BlockQ5_1*>(vy);
+  for (int64_t i = 0; i < k / kQK; ++i, x += kQK) {
+    float mn, mx;
+    min_max(x, mn, mx);
+    const float d = (mx - mn) / ((1 << 5) - 1);
+    const float id = d != 0.f ? 1.0f / d : 0.0f;
+    y[i].d = to_fp16(d);
+    y[i].m = to_fp16(mn);
+    uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const float x0 = (x[j] - mn) * id, x1 = (x[kQK / 2 + j] - mn) * id;
+      const uint8_t q0 = uint8_t(x0 + 0.5f), q1 = uint8_t(x1 + 0.5f);
+      y[i].qs[j] = uint8_t((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+      qh |= uint32_t((q0 & 0x10u) >> 4) << j;
+      qh |= uint32_t((q1 & 0x10u) >> 4) << (j + kQK / 2);
+    }
+    store_qh(y[i].qh, qh);
+  }
+}
+
+void dequantize_q5_1(const void* vx, float* y, int64_t k) {
+  const auto* x = static_cast<const BlockQ5_1*>(vx);
+  for (int64_t i = 0; i < k / kQK; ++i, y += kQK) {
+    const float d = from_fp16(x[i].d), m = from_fp16(x[i].m);
+    const uint32_t qh = load_qh(x[i].qh);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int h0 = int((qh >> j) << 4) & 0x10, h1 = int(qh >> (j + 12)) & 0x10;
+      y[j] = float((x[i].qs[j] & 0x0F) | h0) * d + m;
+      y[j + kQK / 2] = float((x[i].qs[j] >> 4) | h1) * d + m;
+    }
+  }
+}
+
+// ---- Q8_0: d = amax / 127, q = roundf(x / d) --------------------------------------------------------
+
+void quantize_q8_0(const float* x, void* vy, int64_t k) {
+  auto* y = static_cast<BlockQ8_0*>(vy);
+  for (int64_t i = 0; i < k / kQK; ++i, x += kQK) {
+    float amax = 0.f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / ((1 << 7) - 1);
+    const float id = d != 0.f ? 1.0f / d : 0.0f;
+    y[i].d = to_fp16(d);
+    for (int j = 0; j < kQK; ++j) y[i].qs[j] = int8_t(std::round(x[j] * id));  // half away from zero
+  }
+}
+
+void dequantize_q8_0(const void* vx, float* y, int64_t k) {
+  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  for (int64_t i = 0; i < k / kQK; ++i, y += kQK) {
+    const float d = from_fp16(x[i].d);
+    for (int j = 0; j < kQK; ++j) y[j] = float(x[i].qs[j]) * d;
+  }
+}
+
+// ---- dot products with a Q8_0 vector --------------------------------------------------------------
+// Each unpacks the block to integer levels q and offset o (value = (q + o) * d + m) and sums
+// q . y in int32, then adds the block's scaled contribution in float.
+
+template <typename Unpack>
+float dot_blocks(const void* vx, int64_t bytes, const void* vy, int64_t k, Unpack unpack) {
+  const auto* x = static_cast<const uint8_t*>(vx);
+  const auto* y = static_cast<const BlockQ8_0*>(vy);
+  float sum = 0.f;
+  for (int64_t i = 0; i < k / kQK; ++i) {
+    int8_t q[kQK];
+    float d = 0, m = 0;
+    unpack(x + i * bytes, q, d, m);
+    int32_t qy = 0, sy = 0;
+    for (int j = 0; j < kQK; ++j) {
+      qy += int32_t(q[j]) * int32_t(y[i].qs[j]);
+      sy += y[i].qs[j];
+    }
+    const float dy = from_fp16(y[i].d);
+    sum += float(qy) * d * dy + (m != 0.f ? m * dy * float(sy) : 0.f);
+  }
+  return sum;
+}
+
+float dot_q4_0(const void* x, const void* y, int64_t k) {
+  return dot_blocks(x, sizeof(BlockQ4_0), y, k, [](const uint8_t* p, int8_t* q, float& d, float&) {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(p);
+    d = from_fp16(b->d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      q[j] = int8_t((b->qs[j] & 0x0F) - 8);
+      q[j + kQK / 2] = int8_t((b->qs[j] >> 4) - 8);
+    }
+  });
+}
+
+float dot_q4_1(const void* x, const void* y, int64_t k) {
+  return dot_blocks(x, sizeof(BlockQ4_1), y, k, [](const uint8_t* p, int8_t* q, float& d, float& m) {
+    const auto* b = reinterpret_cast<const BlockQ4_1*>(p);
+    d = from_fp16(b->d);
+    m = from_fp16(b->m);
+    for (int j = 0; j < kQK / 2; ++j) {
+      q[j] = int8_t(b->qs[j] & 0x0F);
+      q[j + kQK / 2] = int8_t(b->qs[j] >> 4);
+    }
+  });
+}
+
+float dot_q5_0(const void* x, const void* y, int64_t k) {
+  return dot_blocks(x, sizeof(BlockQ5_0), y, k, [](const uint8_t* p, int8_t* q, float& d, float&) {
+    const auto* b = reinterpret_cast<const BlockQ5_0*>(p);
+    d = from_fp16(b->d);
+    const uint32_t qh = load_qh(b->qh);
+    for (int j = 0; j < kQK / 2; ++j) {
+      q[j] = int8_t((((b->qs[j] & 0x0F) | (int((qh >> j) << 4) & 0x10))) - 16);
+      q[j + kQK / 2] = int8_t((((b->qs[j] >> 4) | (int(qh >> (j + 12)) & 0x10))) - 16);
+    }
+  });
+}
+
+float dot_q5_1(const void* x, const void* y, int64_t k) {
+  return dot_blocks(x, sizeof(BlockQ5_1), y, k, [](const uint8_t* p, int8_t* q, float& d, float& m) {
+    const auto* b = reinterpret_cast<const BlockQ5_1*>(p);
+    d = from_fp16(b->d);
+    m = from_fp16(b->m);
+    const uint32_t qh = load_qh(b->qh);
+    for (int j = 0; j < kQK / 2; ++j) {
+      q[j] = int8_t((b->qs[j] & 0x0F) | (int((qh >> j) << 4) & 0x10));
+      q[j + kQK / 2] = int8_t((b->qs[j] >> 4) | (int(qh >> (j + 12)) & 0x10));
+    }
+  });
+}
+
+float dot_q8_0(const void* x, const void* y, int64_t k) {
+  return dot_blocks(x, sizeof(BlockQ8_0), y, k, [](const uint8_t* p, int8_t* q, float& d, float&) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(p);
+    d = from_fp16(b->d);
+    std::memcpy(q, b->qs, kQK);
+  });
+}
+
+}  // namespace
+
+const std::vector<BlockFormatTraits>& block_formats() {
+  static const std::vector<BlockFormatTraits> table = {
+      {BlockFormat::Q4_0, "q4_0", 2, kQK, int64_t(sizeof(BlockQ4_0)), quantize_q4_0, dequantize_q4_0, dot_q4_0},
+      {BlockFormat::Q4_1, "q4_1", 3, kQK, int64_t(sizeof(BlockQ4_1)), quantize_q4_1, dequantize_q4_1, dot_q4_1},
+      {BlockFormat::Q5_0, "q5_0", 6, kQK, int64_t(sizeof(BlockQ5_0)), quantize_q5_0, dequantize_q5_0, dot_q5_0},
+      {BlockFormat::Q5_1, "q5_1", 7, kQK, int64_t(sizeof(BlockQ5_1)), quantize_q5_1, dequantize_q5_1, dot_q5_1},
+      {BlockFormat::Q8_0, "q8_0", 8, kQK, int64_t(sizeof(BlockQ8_0)), quantize_q8_0, dequantize_q8_0, dot_q8_0},
+  };
+  return table;
+}
+
+const BlockFormatTraits& traits(BlockFormat format) {
+  for (const auto& t : block_formats())
+    if (t.format == format) return t;
+  raise<ValueError>("unknown block format {}", int(format));
+}
+
+const BlockFormatTraits& traits(const std::string& name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  std::string known;
+  for (const auto& t : block_formats()) {
+    if (lower == t.name) return t;
+    known += (known.empty() ? "" : ", ") + std::string(t.name);
+  }
+  raise<ValueError>("unknown block format '{}' (known: {})", name, known);
+}
+
+int64_t quantized_bytes(const BlockFormatTraits& t, int64_t rows, int64_t k) {
+  FOUNDRY_CHECK_AS(ValueError, rows >= 0 && k >= 0 && k % t.block_size == 0,
+                   "{}: rows of {} values are not a whole number of {}-value blocks", t.name, k, t.block_size);
+  return rows * (k / t.block_size) * t.block_bytes;
+}
+
+}  // namespace foundry::quant
