@@ -6,12 +6,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "foundry/core/numeric.h"
 #include "kernels/cpu/binary.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/unary.h"
+#include "foundry/quant/block_formats.h"
+#include "quant/q8_kernels.h"
 
 using namespace foundry;
 using namespace foundry::kernels;
@@ -180,6 +183,33 @@ TEST_P(EachTarget, HalfConversionsMatchScalar) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(ulp_distance(back[i], Half::to_float(h[i])), 0);
   convert_bf16_to_f32(bf.data(), back.data(), int64_t(bf.size()));
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(ulp_distance(back[i], float(BFloat16::from_bits(bf[i]))), 0);
+}
+
+// q8_0 dot products and the quantized matrix-vector product against the scalar reference of the
+// block-format table (integer sums per block are exact; only the float accumulation order differs).
+TEST_P(EachTarget, Q8DotMatchesScalarReference) {
+  const auto& q8 = foundry::quant::traits("q8_0");
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t rows = 37, k = 32 * 24;
+  std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
+  for (float& v : w) v = nd(rng) * 3.f;
+  for (float& v : x) v = nd(rng);
+  for (int64_t i = 0; i < k; i += 97) x[size_t(i)] = 0.f;
+  std::vector<uint8_t> wq(static_cast<size_t>(foundry::quant::quantized_bytes(q8, rows, k))), xq(static_cast<size_t>(k / 32 * 34));
+  for (int64_t r = 0; r < rows; ++r) q8.quantize(w.data() + r * k, wq.data() + r * (k / 32 * 34), k);
+  q8.quantize(x.data(), xq.data(), k);
+  std::vector<float> y(static_cast<size_t>(rows));
+  foundry::quant::gemv_q8_0(wq.data(), rows, k, xq.data(), y.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float want = q8.dot_q8_0(wq.data() + r * (k / 32 * 34), xq.data(), k);
+    float scale = 0.f;
+    for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
+    ASSERT_NEAR(y[size_t(r)], want, 1e-5f * scale) << "row " << r;
+    ASSERT_EQ(foundry::quant::dot_q8_0_q8_0(wq.data() + r * (k / 32 * 34), xq.data(), k), y[size_t(r)]);
+  }
+  // The empty product.
+  ASSERT_EQ(foundry::quant::dot_q8_0_q8_0(wq.data(), xq.data(), 0), 0.f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, EachTarget, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), target_name);

@@ -1,0 +1,14 @@
+// SIMD kernels over q8_0 blocks (run-time dispatched); the scalar contract is
+// BlockFormatTraits::dot_q8_0 of the q8_0 row in foundry/quant/block_formats.h.
+#pragma once
+
+#include <cstdint>
+
+namespace foundry::quant {
+
+/// sum_i x_i y_i of two q8_0 rows of k values (k a multiple of 32).
+float dot_q8_0_q8_0(const void* x, const void* y, int64_t k);
+/// y[r] = dot(row r of w, xq) for a [rows, k] q8_0 matrix and a q8_0 vector; rows split over threads.
+void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y);
+
+}  // namespace foundry::quant
