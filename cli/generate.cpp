@@ -51,9 +51,10 @@ std::unique_ptr<text::Tokenizer> folder_tokenizer(const std::string& dir) {
   return nullptr;
 }
 
-models::LoadOptions load_options(const std::string& dtype) {
+models::LoadOptions load_options(const std::string& dtype, const std::string& quantize = "") {
   models::LoadOptions o;
   if (dtype == "native") o.dtype = std::nullopt;
+  o.quantize = quantize;
   return o;
 }
 
@@ -65,7 +66,7 @@ std::string id_list_json(const std::vector<int64_t>& ids) {
 
 void add_generate(CLI::App& app) {
   struct Opts {
-    std::string model, prompt, input_ids, draft_model, early_stopping = "false", dtype = "float32";
+    std::string model, prompt, input_ids, draft_model, early_stopping = "false", dtype = "float32", quantize;
     int64_t max_new_tokens = 32, top_k = 0, num_beams = 1, num_return_sequences = 1, no_repeat_ngram_size = 0,
             lookahead = 4;
     double temperature = 1.0, top_p = 1.0, min_p = 0.0, typical_p = 1.0, repetition_penalty = 1.0,
@@ -79,6 +80,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--model", o->model, "Hugging Face model folder")->required();
   cmd->add_option("--dtype", o->dtype, "compute dtype: float32 (default) or native (the checkpoint's own)")
       ->check(CLI::IsMember({"float32", "native"}));
+  cmd->add_option("--quantize", o->quantize, "decode with q8_0 copies of the weights (llama.cpp's format)")
+      ->check(CLI::IsMember({"q8_0"}));
   auto* prompt = cmd->add_option("--prompt", o->prompt, "prompt text (needs the folder's tokenizer)");
   auto* ids = cmd->add_option("--input-ids", o->input_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(ids);
@@ -107,7 +110,7 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--stream", o->stream, "print tokens as they are generated");
   cmd->callback([o, cmd, seed] {
     if (o->prompt.empty() && o->input_ids.empty()) raise<ValueError>("generate: give --prompt or --input-ids");
-    auto model = models::load_pretrained(o->model, load_options(o->dtype));
+    auto model = models::load_pretrained(o->model, load_options(o->dtype, o->quantize));
     auto tok = folder_tokenizer(o->model);
     std::vector<int64_t> prompt_ids;
     if (!o->prompt.empty()) {
@@ -159,7 +162,7 @@ void add_generate(CLI::App& app) {
     }
     models::GenerationResult r;
     if (!o->draft_model.empty()) {
-      auto draft = models::load_pretrained(o->draft_model, load_options(o->dtype));
+      auto draft = models::load_pretrained(o->draft_model, load_options(o->dtype, o->quantize));
       r = models::generate_speculative(*model, *draft, prompt_ids, g, o->lookahead);
     } else {
       r = models::generate(*model, {prompt_ids}, g);

@@ -15,7 +15,7 @@
 using namespace foundry;
 
 int main(int argc, char** argv) {
-  std::string dir;
+  std::string dir, quantize;
   int threads = 1;
   int64_t prefill = 128, prompt = 32, decode = 128;
   for (int i = 1; i < argc; ++i) {
@@ -26,11 +26,12 @@ int main(int argc, char** argv) {
     else if (a == "--prefill") prefill = std::stoll(next());
     else if (a == "--prompt") prompt = std::stoll(next());
     else if (a == "--decode") decode = std::stoll(next());
+    else if (a == "--quantize") quantize = next();
   }
   set_num_threads(threads);
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
-  auto model = models::load_pretrained(dir);
+  auto model = models::load_pretrained(dir, {.quantize = quantize});
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
   const int64_t V = model->config().vocab_size;
   manual_seed(0);

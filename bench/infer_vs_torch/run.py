@@ -3,7 +3,8 @@
 SwiGLU 2048, vocab 32000) with random weights, written once as HF folders under /tmp, run by
 Foundry (`bench_infer`, memory-mapped safetensors) and by an eager PyTorch 1.13 implementation with
 the same threads (1 and 2): weight load time, prefill of 128 tokens, greedy decode of 128 tokens
-after a 32-token prompt, peak RSS. Each run is its own process.
+after a 32-token prompt, peak RSS. Each run is its own process. The "q8_0 decode" rows run Foundry's
+decode products on q8_0 copies of the weights (prefill stays float32) against PyTorch float32.
 Usage: /usr/bin/python3 bench/infer_vs_torch/run.py [build/bin/bench_infer]
 """
 import json
@@ -87,6 +88,8 @@ for name, cfg in (("GPT-2 124M", GPT2), ("Llama-110M", LLAMA)):
         t = run(["/usr/bin/python3", os.path.join(HERE, "torch_infer.py"), folder, str(threads)], threads)
         f = run([binary, "--model", folder, "--threads", str(threads)], threads)
         rows.append((name, threads, f, t))
+        q = run([binary, "--model", folder, "--threads", str(threads), "--quantize", "q8_0"], threads)
+        rows.append((name + ", Foundry q8_0 decode", threads, q, t))
 
 print("| model | threads | prefill tok/s (Foundry / PyTorch) | decode tok/s (Foundry / PyTorch) | peak RSS MB "
       "(Foundry / PyTorch) | load s (Foundry / PyTorch) |")

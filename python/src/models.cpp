@@ -112,13 +112,15 @@ void bind_models(py::module_& m) {
       });
   mm.def(
       "from_pretrained",
-      [](const std::string& path, py::object dtype) -> std::shared_ptr<CausalLM> {
+      [](const std::string& path, py::object dtype, const std::string& quantize) -> std::shared_ptr<CausalLM> {
         models::LoadOptions o;
         if (!dtype.is_none()) o.dtype = dtype_from(dtype);
+        o.quantize = quantize;
         py::gil_scoped_release nogil;
         return models::load_pretrained(path, o);
       },
-      py::arg("path"), py::arg("dtype") = py::none(), "loads a Hugging Face model folder");
+      py::arg("path"), py::arg("dtype") = py::none(), py::arg("quantize") = "",
+      "loads a Hugging Face model folder; quantize='q8_0' decodes with q8_0 weight copies");
   mm.def("supported_architectures", &models::supported_architectures);
 }
 

@@ -87,17 +87,34 @@ class CausalLM {
   const std::map<std::string, Tensor>& weights() const { return weights_; }
   int64_t num_parameters() const;
   DType dtype() const { return dtype_; }
+  /// Decode-time products (up to kQuantizedMaxRows activation rows) use `format` ("q8_0")
+  /// copies of the weights, quantized on first use; prefill keeps the dense weights. "" turns it off.
+  void set_weight_quantization(const std::string& format);
+  const std::string& weight_quantization() const { return qformat_; }
+  static constexpr int64_t kQuantizedMaxRows = 16;
 
  protected:
+  /// x @ w^T + b (w [out, in], as nn.Linear), through the quantized copy of w when enabled.
+  Tensor proj(const Tensor& x, const Tensor& w, const Tensor& b = {}) const;
+  /// x @ w + b (w [in, out], as HF's Conv1D).
+  Tensor proj_t(const Tensor& x, const Tensor& w, const Tensor& b = {}) const;
   virtual Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) = 0;
   ModelConfig config_;
   std::map<std::string, Tensor> weights_;
   DType dtype_ = DType::Float32;
+
+ private:
+  struct QuantizedWeight;
+  const QuantizedWeight* quantized(const Tensor& w, bool transposed) const;
+  std::string qformat_;
+  mutable std::map<const void*, std::shared_ptr<QuantizedWeight>> quantized_;
 };
 
 struct LoadOptions {
   /// Compute dtype: float32 (default; f16/bf16 checkpoints are converted) or the checkpoint's own.
   std::optional<DType> dtype = DType::Float32;
+  /// Weight format of decode-time products ("" dense, "q8_0"); see CausalLM::set_weight_quantization.
+  std::string quantize;
 };
 
 /// Loads an HF model folder. Throws with a message naming the problem for a missing or malformed

@@ -63,16 +63,16 @@ class Bloom : public CausalLM {
       const BloomLayer& L = layers_[i];
       Tensor x = ln(h, L.ln1_w, L.ln1_b);
       Tensor residual = residual_after_norm_ ? x : h;
-      Tensor qkv = linear(x, L.qkv_w, L.qkv_b).reshape({B, T, H, 3 * D}).transpose(1, 2);
+      Tensor qkv = proj(x, L.qkv_w, L.qkv_b).reshape({B, T, H, 3 * D}).transpose(1, 2);
       Tensor q = qkv.narrow(3, 0, D), k = qkv.narrow(3, D, D), v = qkv.narrow(3, 2 * D, D);
       if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      h = residual + linear(attend(q, k, v, bias), L.dense_w, L.dense_b);
+      h = residual + proj(attend(q, k, v, bias), L.dense_w, L.dense_b);
       x = ln(h, L.ln2_w, L.ln2_b);
       residual = residual_after_norm_ ? x : h;
-      h = residual + linear(gelu(linear(x, L.up_w, L.up_b), "tanh"), L.down_w, L.down_b);
+      h = residual + proj(gelu(proj(x, L.up_w, L.up_b), "tanh"), L.down_w, L.down_b);
     }
     h = end_layers(h, cache, T, last_positions);
-    return float_logits(linear(ln(h, lnf_w_, lnf_b_), embed_));
+    return float_logits(proj(ln(h, lnf_w_, lnf_b_), embed_));
   }
 
  private:

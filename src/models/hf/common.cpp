@@ -420,7 +420,9 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
     return t.dtype() == want ? t : t.to(want);              // same dtype: a view over the mapping, no copy
   };
   hf::HasWeightFn has = [&](const std::string& name) { return st.contains(name); };
-  return arch->build(config, weight, has);
+  std::unique_ptr<CausalLM> model = arch->build(config, weight, has);
+  model->set_weight_quantization(options.quantize);
+  return model;
 }
 
 }  // namespace foundry::models

@@ -91,9 +91,9 @@ class Decoder : public CausalLM {
   Tensor norm(const Tensor& x, const Tensor& w) const { return rms_norm(x, {config_.hidden_size}, w, config_.norm_eps); }
 
   Tensor mlp(const GatedMLP& m, const Tensor& x) const {
-    Tensor g = linear(x, m.w_gate, m.b_gate);
+    Tensor g = proj(x, m.w_gate, m.b_gate);
     g = spec_.mlp_act == "silu" ? silu(g) : gelu(g, "tanh");
-    return linear(g * linear(x, m.w_up, m.b_up), m.w_down, m.b_down);
+    return proj(g * proj(x, m.w_up, m.b_up), m.w_down, m.b_down);
   }
 
   // Routed experts (HF's Mixtral / Qwen2-MoE blocks): softmax over the router logits in float32,
@@ -121,7 +121,7 @@ class Decoder : public CausalLM {
       Tensor scale = index_select(w.reshape({N * K}), 0, tensor<int64_t>(slots, {int64_t(slots.size())})).unsqueeze(1);
       out = index_add(out, 0, r, mlp(L.experts[size_t(e)], index_select(flat, 0, r)) * scale);
     }
-    if (L.shared_gate.defined()) out = out + sigmoid(linear(flat, L.shared_gate)) * mlp(L.shared, flat);
+    if (L.shared_gate.defined()) out = out + sigmoid(proj(flat, L.shared_gate)) * mlp(L.shared, flat);
     return out.reshape({B, T, C});
   }
 
@@ -138,16 +138,16 @@ class Decoder : public CausalLM {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const DecoderLayer& L = layers_[i];
       Tensor x = norm(h, L.input_norm);
-      Tensor q = apply_rope(split_heads(linear(x, L.wq, L.bq), c.num_heads), cos_t, sin_t);
-      Tensor k = apply_rope(split_heads(linear(x, L.wk, L.bk), c.num_kv_heads), cos_t, sin_t);
-      Tensor v = split_heads(linear(x, L.wv, L.bv), c.num_kv_heads);
+      Tensor q = apply_rope(split_heads(proj(x, L.wq, L.bq), c.num_heads), cos_t, sin_t);
+      Tensor k = apply_rope(split_heads(proj(x, L.wk, L.bk), c.num_kv_heads), cos_t, sin_t);
+      Tensor v = split_heads(proj(x, L.wv, L.bv), c.num_kv_heads);
       if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      h = h + linear(attend(q, k, v, bias), L.wo, L.bo);
+      h = h + proj(attend(q, k, v, bias), L.wo, L.bo);
       x = norm(h, L.post_norm);
       h = h + (L.router.defined() ? moe(L, x) : mlp(L.mlp, x));
     }
     h = end_layers(h, cache, T, last_positions);
-    return float_logits(linear(norm(h, norm_), head_));
+    return float_logits(proj(norm(h, norm_), head_));
   }
 
  private:

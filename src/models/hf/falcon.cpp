@@ -95,24 +95,24 @@ class Falcon : public CausalLM {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const FalconLayer& L = layers_[i];
       Tensor x = ln(h, L.ln_attn_w, L.ln_attn_b);
-      auto [q, k, v] = split_qkv(linear(x, L.qkv_w, L.qkv_b), B, T);
+      auto [q, k, v] = split_qkv(proj(x, L.qkv_w, L.qkv_b), B, T);
       if (!o_.alibi) {
         q = apply_rope(q, cos_t, sin_t);
         k = apply_rope(k, cos_t, sin_t);
       }
       if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      Tensor attn = linear(attend(q, k, v, bias), L.dense_w, L.dense_b);
+      Tensor attn = proj(attend(q, k, v, bias), L.dense_w, L.dense_b);
       Tensor m = o_.new_arch ? ln(h, L.ln_mlp_w, L.ln_mlp_b) : x;
       if (!o_.new_arch && !o_.parallel) {
         h = h + attn;
         m = ln(h, L.ln_mlp_w, L.ln_mlp_b);
-        h = h + linear(gelu(linear(m, L.up_w, L.up_b)), L.down_w, L.down_b);
+        h = h + proj(gelu(proj(m, L.up_w, L.up_b)), L.down_w, L.down_b);
       } else {
-        h = h + attn + linear(gelu(linear(m, L.up_w, L.up_b)), L.down_w, L.down_b);
+        h = h + attn + proj(gelu(proj(m, L.up_w, L.up_b)), L.down_w, L.down_b);
       }
     }
     h = end_layers(h, cache, T, last_positions);
-    return float_logits(linear(ln(h, lnf_w_, lnf_b_), embed_));
+    return float_logits(proj(ln(h, lnf_w_, lnf_b_), embed_));
   }
 
  private:

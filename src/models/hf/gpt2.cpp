@@ -64,24 +64,21 @@ class GPT2 : public CausalLM {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const GPT2Layer& L = layers_[i];
       Tensor x = layer_norm(h, {C}, L.ln1_w, L.ln1_b, c.norm_eps);
-      Tensor qkv = addmm_rows(x, L.attn_w, L.attn_b);
+      Tensor qkv = proj_t(x, L.attn_w, L.attn_b);
       Tensor q = split_heads(qkv.narrow(2, 0, C), H);
       Tensor k = split_heads(qkv.narrow(2, C, C), H);
       Tensor v = split_heads(qkv.narrow(2, 2 * C, C), H);
       if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      h = h + addmm_rows(attend(q, k, v, bias), L.proj_w, L.proj_b);
+      h = h + proj_t(attend(q, k, v, bias), L.proj_w, L.proj_b);
       x = layer_norm(h, {C}, L.ln2_w, L.ln2_b, c.norm_eps);
-      h = h + addmm_rows(act(addmm_rows(x, L.fc_w, L.fc_b)), L.mlp_proj_w, L.mlp_proj_b);
+      h = h + proj_t(act(proj_t(x, L.fc_w, L.fc_b)), L.mlp_proj_w, L.mlp_proj_b);
     }
     h = end_layers(h, cache, T, last_positions);
     h = layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps);
-    return float_logits(linear(h, head_));
+    return float_logits(proj(h, head_));
   }
 
  private:
-  // HF's Conv1D: x @ W + b with W [in, out].
-  static Tensor addmm_rows(const Tensor& x, const Tensor& w, const Tensor& b) { return matmul(x, w) + b; }
-
   std::string activation_;
   Tensor wte_, wpe_, lnf_w_, lnf_b_, head_;
   std::vector<GPT2Layer> layers_;

@@ -57,23 +57,23 @@ class GPTNeoX : public CausalLM {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const NeoXLayer& L = layers_[i];
       Tensor x = layer_norm(h, {C}, L.ln1_w, L.ln1_b, c.norm_eps);
-      Tensor qkv = linear(x, L.qkv_w, L.qkv_b).reshape({B, T, H, 3 * D}).transpose(1, 2);  // [B, H, T, 3D]
+      Tensor qkv = proj(x, L.qkv_w, L.qkv_b).reshape({B, T, H, 3 * D}).transpose(1, 2);  // [B, H, T, 3D]
       Tensor q = apply_rope(qkv.narrow(3, 0, D), cos_t, sin_t);
       Tensor k = apply_rope(qkv.narrow(3, D, D), cos_t, sin_t);
       Tensor v = qkv.narrow(3, 2 * D, D);
       if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      Tensor attn = linear(attend(q, k, v, bias), L.dense_w, L.dense_b);
+      Tensor attn = proj(attend(q, k, v, bias), L.dense_w, L.dense_b);
       if (parallel_) {
         Tensor m = layer_norm(h, {C}, L.ln2_w, L.ln2_b, c.norm_eps);
-        h = h + attn + linear(activation(act_, linear(m, L.up_w, L.up_b)), L.down_w, L.down_b);
+        h = h + attn + proj(activation(act_, proj(m, L.up_w, L.up_b)), L.down_w, L.down_b);
       } else {
         h = h + attn;
         Tensor m = layer_norm(h, {C}, L.ln2_w, L.ln2_b, c.norm_eps);
-        h = h + linear(activation(act_, linear(m, L.up_w, L.up_b)), L.down_w, L.down_b);
+        h = h + proj(activation(act_, proj(m, L.up_w, L.up_b)), L.down_w, L.down_b);
       }
     }
     h = end_layers(h, cache, T, last_positions);
-    return float_logits(linear(layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps), head_));
+    return float_logits(proj(layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps), head_));
   }
 
  private:

@@ -74,25 +74,25 @@ class OPT : public CausalLM {
                         amax(pos).item<int64_t>() - 2, c.max_positions);
     Tensor bias = attention_bias(mask, T, 0, dtype_);
     Tensor h = embedding(input_ids, embed_);
-    if (project_in_.defined()) h = linear(h, project_in_);
+    if (project_in_.defined()) h = proj(h, project_in_);
     h = h + embedding(pos, positions_);
     for (size_t i = 0; i < layers_.size(); ++i) {
       const OPTLayer& L = layers_[i];
       Tensor x = pre_norm_ ? ln(h, L.attn_ln_w, L.attn_ln_b) : h;
-      Tensor q = split_heads(linear(x, L.wq, L.bq), H);
-      Tensor k = split_heads(linear(x, L.wk, L.bk), H);
-      Tensor v = split_heads(linear(x, L.wv, L.bv), H);
+      Tensor q = split_heads(proj(x, L.wq, L.bq), H);
+      Tensor k = split_heads(proj(x, L.wk, L.bk), H);
+      Tensor v = split_heads(proj(x, L.wv, L.bv), H);
       if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      h = h + linear(attend(q, k, v, bias), L.wo, L.bo);
+      h = h + proj(attend(q, k, v, bias), L.wo, L.bo);
       if (!pre_norm_) h = ln(h, L.attn_ln_w, L.attn_ln_b);
       x = pre_norm_ ? ln(h, L.mlp_ln_w, L.mlp_ln_b) : h;
-      h = h + linear(activation(act_, linear(x, L.fc1_w, L.fc1_b)), L.fc2_w, L.fc2_b);
+      h = h + proj(activation(act_, proj(x, L.fc1_w, L.fc1_b)), L.fc2_w, L.fc2_b);
       if (!pre_norm_) h = ln(h, L.mlp_ln_w, L.mlp_ln_b);
     }
     h = end_layers(h, cache, T, last_positions);
     if (lnf_w_.defined()) h = ln(h, lnf_w_, lnf_b_);
-    if (project_out_.defined()) h = linear(h, project_out_);
-    return float_logits(linear(h, embed_));
+    if (project_out_.defined()) h = proj(h, project_out_);
+    return float_logits(proj(h, embed_));
   }
 
  private:

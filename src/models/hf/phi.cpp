@@ -57,15 +57,15 @@ class Phi : public CausalLM {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const PhiLayer& L = layers_[i];
       Tensor x = layer_norm(h, {C}, L.ln_w, L.ln_b, c.norm_eps);
-      Tensor q = apply_rope(split_heads(linear(x, L.wq, L.bq), c.num_heads), cos_t, sin_t);
-      Tensor k = apply_rope(split_heads(linear(x, L.wk, L.bk), c.num_kv_heads), cos_t, sin_t);
-      Tensor v = split_heads(linear(x, L.wv, L.bv), c.num_kv_heads);
+      Tensor q = apply_rope(split_heads(proj(x, L.wq, L.bq), c.num_heads), cos_t, sin_t);
+      Tensor k = apply_rope(split_heads(proj(x, L.wk, L.bk), c.num_kv_heads), cos_t, sin_t);
+      Tensor v = split_heads(proj(x, L.wv, L.bv), c.num_kv_heads);
       if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      Tensor attn = linear(attend(q, k, v, bias), L.wo, L.bo);
-      h = h + attn + linear(activation(act_, linear(x, L.fc1_w, L.fc1_b)), L.fc2_w, L.fc2_b);
+      Tensor attn = proj(attend(q, k, v, bias), L.wo, L.bo);
+      h = h + attn + proj(activation(act_, proj(x, L.fc1_w, L.fc1_b)), L.fc2_w, L.fc2_b);
     }
     h = end_layers(h, cache, T, last_positions);
-    return float_logits(linear(layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps), head_w_, head_b_));
+    return float_logits(proj(layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps), head_w_, head_b_));
   }
 
  private:
