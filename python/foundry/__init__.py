@@ -18,7 +18,7 @@ from ._C import get_num_threads, set_num_threads, get_default_dtype, set_default
 from ._C import is_grad_enabled, memory_stats, empty_cache, promote_types  # noqa: F401
 from ._C import Tokenizer, Encoding, train_bpe  # noqa: F401
 # Pretrained Hugging Face models (docs/models.md): foundry.models.from_pretrained(dir).
-from ._C import models, quant  # noqa: F401
+from ._C import gguf, models, quant  # noqa: F401
 # File formats (docs/formats.md): safetensors as the `safetensors` package names it, sharded
 # checkpoints, NumPy files, training checkpoints. Malformed files raise OSError.
 from ._C import load_file, save_file, load, save, safe_open, SafetensorsFile  # noqa: F401

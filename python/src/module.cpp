@@ -25,6 +25,7 @@ void bind_text(py::module_& m);
 void bind_io(py::module_& m);
 void bind_models(py::module_& m);
 void bind_quant(py::module_& m);
+void bind_gguf(py::module_& m);
 }
 
 namespace {
@@ -304,6 +305,7 @@ PYBIND11_MODULE(_C, m) {
   foundry::python::bind_io(m);
   foundry::python::bind_models(m);
   foundry::python::bind_quant(m);
+  foundry::python::bind_gguf(m);
 
   py::module_ ag = m.def_submodule("autograd", "automatic differentiation");
   ag.def("grad", [](std::vector<Tensor> outputs, std::vector<Tensor> inputs, py::object grad_outputs,

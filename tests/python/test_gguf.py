@@ -1,0 +1,165 @@
+"""GGUF read/write. Files Foundry writes are parsed by Hugging Face's GGUF reader (@huggingface/gguf,
+from npm, the parser the Hub uses) and must give the same metadata and tensor infos; Foundry reads
+them back exactly; malformed files (every truncation, bad magic/version, absurd counts, unknown
+types, misaligned or out-of-file offsets, overlaps, nested arrays) raise clear errors.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+import foundry
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NPM_DIR = os.path.abspath(os.environ.get("FOUNDRY_NPM_DIR", os.path.join(ROOT, "build", "npm-gguf")))
+
+METADATA = [
+    ("general.architecture", "string", "llama"),
+    ("general.name", "string", "tiny ünïcode"),
+    ("llama.block_count", "uint32", 2),
+    ("llama.context_length", "uint64", 2 ** 40 + 3),
+    ("test.i8", "int8", -5), ("test.u8", "uint8", 250), ("test.i16", "int16", -30000),
+    ("test.u16", "uint16", 65000), ("test.i32", "int32", -2 ** 31), ("test.i64", "int64", -2 ** 62),
+    ("test.f32", "float32", 0.25), ("test.f64", "float64", 1e300), ("test.flag", "bool", True),
+    ("tokenizer.ggml.tokens", "array:string", ["<s>", "a", "b c"]),
+    ("tokenizer.ggml.scores", "array:float32", [0.0, -1.5, 2.25]),
+    ("tokenizer.ggml.token_type", "array:int32", [3, 1, 1]),
+    ("test.empty", "array:uint8", []),
+]
+
+
+def tensors(rng):
+    w = rng.standard_normal((3, 64)).astype(np.float32)
+    return [
+        ("f32", [3, 64], 0, w.tobytes()),
+        ("f16", [2, 5], 1, rng.standard_normal((2, 5)).astype(np.float16).tobytes()),
+        ("q8", [3, 64], 8, foundry.quant.quantize(w, "q8_0")),
+        ("q4", [3, 64], 2, foundry.quant.quantize(w, "q4_0")),
+        ("vec", [7], 0, np.arange(7, dtype=np.float32).tobytes()),
+    ], w
+
+
+@pytest.mark.parametrize("alignment", [32, 64])
+def test_round_trip(tmp_path, alignment):
+    rng = np.random.default_rng(0)
+    ts, w = tensors(rng)
+    path = str(tmp_path / "t.gguf")
+    foundry.gguf.write(path, METADATA, ts, alignment)
+    info = foundry.gguf.read(path)
+    assert info["version"] == 3 and info["alignment"] == alignment
+    assert info["data_offset"] % alignment == 0
+    for key, typ, value in METADATA:
+        assert info["types"][key] == typ
+        got = info["metadata"][key]
+        assert got == (pytest.approx(value) if typ == "array:float32" else value), key
+    assert [t["name"] for t in info["tensors"]] == [t[0] for t in ts]
+    for t, (name, shape, typ, data) in zip(info["tensors"], ts):
+        assert t["shape"] == shape and t["dims"] == shape[::-1] and t["type"] == typ and t["nbytes"] == len(data)
+        assert t["offset"] % alignment == 0
+    assert np.array_equal(foundry.gguf.tensor(path, "f32").numpy(), w)
+    assert np.array_equal(foundry.gguf.tensor(path, "q8").numpy(), foundry.quant.dequantize(ts[2][3], "q8_0", 64))
+    assert np.array_equal(foundry.gguf.tensor(path, "q4").numpy(), foundry.quant.dequantize(ts[3][3], "q4_0", 64))
+    assert foundry.gguf.tensor(path, "f16").numpy().tobytes() == ts[1][3]
+
+
+def npm_reader():
+    if os.path.exists(os.path.join(NPM_DIR, "node_modules", "@huggingface", "gguf")):
+        return NPM_DIR
+    if not shutil.which("npm"):
+        pytest.skip("npm not available")
+    os.makedirs(NPM_DIR, exist_ok=True)
+    p = subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", NPM_DIR,
+                        "@huggingface/gguf@0.4.6"], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        pytest.skip("could not install @huggingface/gguf: " + p.stderr[-300:])
+    return NPM_DIR
+
+
+def test_huggingface_gguf_reader_agrees(tmp_path):
+    d = npm_reader()
+    ts, _ = tensors(np.random.default_rng(1))
+    path = str(tmp_path / "t.gguf")
+    foundry.gguf.write(path, METADATA, ts, 32)
+    script = os.path.join(d, "read_gguf.mjs")
+    with open(script, "w") as f:
+        f.write("""import { gguf } from "@huggingface/gguf";
+const { metadata, tensorInfos } = await gguf(process.argv[2], { allowLocalFile: true });
+const plain = (v) => typeof v === "bigint" ? v.toString() : v;
+console.log(JSON.stringify({ metadata, tensorInfos }, (k, v) => plain(v)));
+""")
+    p = subprocess.run(["node", script, path], capture_output=True, text=True, cwd=d, timeout=120)
+    assert p.returncode == 0, p.stderr
+    ref = json.loads(p.stdout)
+    md = ref["metadata"]
+    assert md["version"] == 3 and int(md["tensor_count"]) == len(ts) and int(md["kv_count"]) == len(METADATA)
+    for key, typ, value in METADATA:
+        got = md[key]
+        if typ in ("uint64", "int64"):
+            got = int(got)
+        if typ == "array:float32":
+            assert got == pytest.approx(value)
+        else:
+            assert got == value, key
+    infos = ref["tensorInfos"]
+    assert [t["name"] for t in infos] == [t[0] for t in ts]
+    ours = foundry.gguf.read(path)["tensors"]
+    for r, o in zip(infos, ours):
+        assert [int(x) for x in r["shape"]] == o["dims"] and r["dtype"] == o["type"] and int(r["offset"]) == o["offset"]
+
+
+def valid_file(tmp_path):
+    ts, _ = tensors(np.random.default_rng(2))
+    path = str(tmp_path / "v.gguf")
+    foundry.gguf.write(path, METADATA[:4], ts[:2], 32)
+    return path, open(path, "rb").read()
+
+
+def test_every_truncation_is_an_error(tmp_path):
+    path, data = valid_file(tmp_path)
+    bad = str(tmp_path / "bad.gguf")
+    for n in range(0, len(data) - 1, 3):
+        open(bad, "wb").write(data[:n])
+        with pytest.raises((ValueError, OSError)):
+            foundry.gguf.read(bad)
+
+
+def header(n_tensors, n_kv, version=3):
+    return b"GGUF" + struct.pack("<IQQ", version, n_tensors, n_kv)
+
+
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"GGML" + b"\0" * 40, "bad magic"),
+    (header(0, 0, version=1), "version 1 is not supported"),
+    (header(0, 0, version=4), "version 4"),
+    (header(2 ** 60, 0), "absurd counts"),
+    (header(0, 1) + gstr("k") + struct.pack("<I", 13), "unknown value type 13"),
+    (header(0, 1) + gstr("k") + struct.pack("<IIQ", 9, 9, 1), "nested arrays"),
+    (header(0, 1) + gstr("k") + struct.pack("<IIQ", 9, 13, 1), "unknown array element type 13"),
+    (header(0, 1) + gstr("k") + struct.pack("<IIQ", 9, 4, 2 ** 50), "exceeds the file"),
+    (header(0, 1) + gstr("k") + struct.pack("<IB", 7, 2), "neither 0 nor 1"),
+    (header(0, 2) + gstr("k") + struct.pack("<II", 4, 1) + gstr("k") + struct.pack("<II", 4, 2), "duplicate metadata"),
+    (header(0, 1) + gstr("general.alignment") + struct.pack("<II", 4, 24), "not a power of two"),
+    (header(1, 0) + gstr("t") + struct.pack("<IQIQ", 1, 32, 99, 0), "unsupported ggml tensor type 99"),
+    (header(1, 0) + gstr("t") + struct.pack("<IQIQ", 5, 1, 0, 0), "5 dimensions"),
+    (header(1, 0) + gstr("t") + struct.pack("<IQIQ", 1, 33, 8, 0), "not whole Q8_0 blocks"),
+    (header(1, 0) + gstr("t") + struct.pack("<IQIQ", 1, 8, 0, 4) + b"\0" * 64, "not a multiple of the alignment"),
+    (header(1, 0) + gstr("t") + struct.pack("<IQIQ", 1, 1000, 0, 0) + b"\0" * 64, "outside the"),
+    (header(2, 0) + gstr("a") + struct.pack("<IQIQ", 1, 8, 0, 0) + gstr("b") + struct.pack("<IQIQ", 1, 8, 0, 0)
+     + b"\0" * 96, "overlap"),
+    (header(2, 0) + gstr("a") + struct.pack("<IQIQ", 1, 8, 0, 0) + gstr("a") + struct.pack("<IQIQ", 1, 8, 0, 32)
+     + b"\0" * 128, "duplicate tensor name"),
+])
+def test_malformed_files_give_clear_errors(tmp_path, data, message):
+    path = str(tmp_path / "m.gguf")
+    open(path, "wb").write(data)
+    with pytest.raises(ValueError, match=message):
+        foundry.gguf.read(path)
