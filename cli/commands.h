@@ -10,6 +10,6 @@ void add_demo_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_prepare_command(CLI::App& app);
-void add_generate_commands(CLI::App& app);  ///< generate, forward, info
+void add_generate_commands(CLI::App& app);  ///< generate, forward, info, convert
 
 }  // namespace foundry::cli

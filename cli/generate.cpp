@@ -12,6 +12,7 @@
 #include "foundry/core/error.h"
 #include "foundry/io/npy.h"
 #include "foundry/models/generate.h"
+#include "foundry/models/gguf.h"
 #include "foundry/models/pretrained.h"
 #include "foundry/ops/ops.h"
 #include "foundry/text/tokenizer.h"
@@ -278,12 +279,27 @@ void add_info(CLI::App& app) {
   });
 }
 
+void add_convert(CLI::App& app) {
+  auto dir = std::make_shared<std::string>(), out = std::make_shared<std::string>(),
+       type = std::make_shared<std::string>("f16");
+  CLI::App* cmd = app.add_subcommand("convert", "write an HF Llama/Mistral folder as a llama.cpp GGUF file");
+  cmd->add_option("--model", *dir, "Hugging Face model folder")->required();
+  cmd->add_option("--to", *out, "output .gguf")->required();
+  cmd->add_option("--type", *type, "matrix type: f32, f16 (default), q8_0 or q4_0")
+      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}));
+  cmd->callback([=] {
+    models::convert_to_gguf(*dir, *out, *type);
+    std::printf("wrote %s\n", out->c_str());
+  });
+}
+
 }  // namespace
 
 void add_generate_commands(CLI::App& app) {
   add_generate(app);
   add_forward(app);
   add_info(app);
+  add_convert(app);
 }
 
 }  // namespace foundry::cli

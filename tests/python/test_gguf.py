@@ -79,11 +79,8 @@ def npm_reader():
     return NPM_DIR
 
 
-def test_huggingface_gguf_reader_agrees(tmp_path):
+def read_with_huggingface(path):
     d = npm_reader()
-    ts, _ = tensors(np.random.default_rng(1))
-    path = str(tmp_path / "t.gguf")
-    foundry.gguf.write(path, METADATA, ts, 32)
     script = os.path.join(d, "read_gguf.mjs")
     with open(script, "w") as f:
         f.write("""import { gguf } from "@huggingface/gguf";
@@ -93,7 +90,14 @@ console.log(JSON.stringify({ metadata, tensorInfos }, (k, v) => plain(v)));
 """)
     p = subprocess.run(["node", script, path], capture_output=True, text=True, cwd=d, timeout=120)
     assert p.returncode == 0, p.stderr
-    ref = json.loads(p.stdout)
+    return json.loads(p.stdout)
+
+
+def test_huggingface_gguf_reader_agrees(tmp_path):
+    ts, _ = tensors(np.random.default_rng(1))
+    path = str(tmp_path / "t.gguf")
+    foundry.gguf.write(path, METADATA, ts, 32)
+    ref = read_with_huggingface(path)
     md = ref["metadata"]
     assert md["version"] == 3 and int(md["tensor_count"]) == len(ts) and int(md["kv_count"]) == len(METADATA)
     for key, typ, value in METADATA:
@@ -163,3 +167,67 @@ def test_malformed_files_give_clear_errors(tmp_path, data, message):
     open(path, "wb").write(data)
     with pytest.raises(ValueError, match=message):
         foundry.gguf.read(path)
+
+
+# ---- Llama GGUF: convert an HF folder, load it back --------------------------------------------
+
+def llama_permute(w, n_head):
+    """llama.cpp convert_hf_to_gguf.py's LlamaModel.permute (rotate-half rows -> interleaved)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def test_convert_llama_folder_and_load_it(tmp_path):
+    import torch
+    import test_pretrained as tp
+    cfg, make_weights, forward = tp.CASES["llama"]
+    cfg = dict(cfg, num_key_value_heads=2, hidden_size=64, tie_word_embeddings=False)
+    w = make_weights(cfg, torch.Generator().manual_seed(71))
+    folder = str(tmp_path / "hf")
+    tp.write_folder(folder, cfg, w)
+    ids = [[5, 17, 33, 8, 21, 2, 40]]
+    with torch.no_grad():
+        ref = forward(cfg, w, torch.tensor(ids), torch.ones(1, 7, dtype=torch.long)).numpy()
+    results = {}
+    for typ in ("f32", "f16", "q8_0", "q4_0"):
+        out = str(tmp_path / f"m-{typ}.gguf")
+        tp.run("convert", "--model", folder, "--to", out, "--type", typ)
+        info = foundry.gguf.read(out)
+        md = info["metadata"]
+        assert md["general.architecture"] == "llama" and md["llama.block_count"] == 2
+        assert md["llama.attention.head_count"] == 4 and md["llama.attention.head_count_kv"] == 2
+        assert md["llama.embedding_length"] == 64 and md["llama.feed_forward_length"] == cfg["intermediate_size"]
+        names = {t["name"]: t for t in info["tensors"]}
+        assert {"token_embd.weight", "output_norm.weight", "output.weight", "blk.1.attn_q.weight",
+                "blk.1.ffn_down.weight"} <= set(names)
+        assert names["blk.0.attn_norm.weight"]["type"] == 0  # norms stay float32
+        assert names["blk.0.attn_q.weight"]["type"] == {"f32": 0, "f16": 1, "q8_0": 8, "q4_0": 2}[typ]
+        if typ == "f32":
+            # Q and K rows in llama.cpp's layout: the converter's permute, byte for byte.
+            for hf_name, gname, heads in (("model.layers.0.self_attn.q_proj.weight", "blk.0.attn_q.weight", 4),
+                                          ("model.layers.1.self_attn.k_proj.weight", "blk.1.attn_k.weight", 2)):
+                want = llama_permute(w[hf_name].numpy(), heads)
+                assert np.array_equal(foundry.gguf.tensor(out, gname).numpy(), want)
+        model = foundry.models.from_pretrained(out)
+        got = model(foundry.tensor(ids)).numpy()
+        results[typ] = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    assert results["f32"] < 1e-6 and results["f16"] < 3e-3
+    # Random weights amplify rounding ~6x through these two layers: a few % for q8_0; q4_0's step is
+    # 127/8 ~ 16x coarser (its error is then large on such a model, not on trained ones).
+    assert results["q8_0"] < 0.06 and 5 < results["q4_0"] / results["q8_0"] < 40, results
+    # The GGUF model generates like the folder (float32 file: identical greedy tokens).
+    p1 = tp.run("generate", "--model", folder, "--input-ids", "5,17,33", "--max-new-tokens", "8", "--temperature", "0",
+                "--ignore-eos", "--print-ids")
+    p2 = tp.run("generate", "--model", str(tmp_path / "m-f32.gguf"), "--input-ids", "5,17,33", "--max-new-tokens", "8",
+                "--temperature", "0", "--ignore-eos", "--print-ids")
+    assert p1.stdout.strip().splitlines()[-1] == p2.stdout.strip().splitlines()[-1]
+    # Hugging Face's reader sees llama.cpp's names, types and hyper-parameters in the converted file.
+    ref = read_with_huggingface(str(tmp_path / "m-q8_0.gguf"))
+    assert ref["metadata"]["general.architecture"] == "llama"
+    assert ref["metadata"]["llama.attention.head_count_kv"] == 2
+    hf_types = {t["name"]: t["dtype"] for t in ref["tensorInfos"]}
+    assert hf_types["blk.0.ffn_up.weight"] == 8 and hf_types["output_norm.weight"] == 0
+    # Unsupported architectures are refused by name.
+    bad = str(tmp_path / "x.gguf")
+    foundry.gguf.write(bad, [("general.architecture", "string", "mamba")], [])
+    with pytest.raises(Exception, match="architecture 'mamba' is not supported"):
+        foundry.models.from_pretrained(bad)

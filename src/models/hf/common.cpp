@@ -10,6 +10,7 @@
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/core/error.h"
 #include "foundry/io/safetensors.h"
+#include "foundry/models/gguf.h"
 #include "foundry/ops/ops.h"
 
 namespace foundry::models {
@@ -400,6 +401,7 @@ std::pair<ModelConfig, const hf::Architecture*> parse_config(const std::string& 
 ModelConfig read_config(const std::string& dir) { return parse_config(dir).first; }
 
 std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOptions& options) {
+  if (is_gguf_file(dir)) return load_gguf(dir, options);
   auto [config, arch] = parse_config(dir);
   io::ShardedSafetensors st;
   try {

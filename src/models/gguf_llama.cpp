@@ -1,0 +1,204 @@
+// Llama-architecture GGUF files: converting an HF Llama folder to GGUF with llama.cpp's tensor
+// names and hyper-parameter keys (Q and K projection rows permuted from HF's rotate-half layout
+// back to the interleaved one, as llama.cpp's converter does), and loading such files into the
+// shared decoder (the permutation undone, quantized tensors dequantized to the compute dtype).
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "foundry/autograd/grad_mode.h"
+#include "foundry/core/error.h"
+#include "foundry/io/gguf.h"
+#include "foundry/io/safetensors.h"
+#include "foundry/models/gguf.h"
+#include "foundry/ops/ops.h"
+#include "foundry/quant/block_formats.h"
+#include "models/hf/decoder.h"
+
+namespace foundry::models {
+
+namespace {
+
+using io::GGUFValue;
+
+// HF name -> GGUF name, and which rows need the rotary permutation (0 none, 1 q, 2 k).
+std::pair<std::string, int> gguf_name(const std::string& hf) {
+  static const std::regex layer(R"(model\.layers\.(\d+)\.(.+)\.weight)");
+  static const std::map<std::string, std::pair<std::string, int>> per_layer = {
+      {"input_layernorm", {"attn_norm", 0}},      {"post_attention_layernorm", {"ffn_norm", 0}},
+      {"self_attn.q_proj", {"attn_q", 1}},        {"self_attn.k_proj", {"attn_k", 2}},
+      {"self_attn.v_proj", {"attn_v", 0}},        {"self_attn.o_proj", {"attn_output", 0}},
+      {"mlp.gate_proj", {"ffn_gate", 0}},         {"mlp.up_proj", {"ffn_up", 0}},
+      {"mlp.down_proj", {"ffn_down", 0}}};
+  if (hf == "model.embed_tokens.weight") return {"token_embd.weight", 0};
+  if (hf == "model.norm.weight") return {"output_norm.weight", 0};
+  if (hf == "lm_head.weight") return {"output.weight", 0};
+  std::smatch m;
+  if (std::regex_match(hf, m, layer)) {
+    auto it = per_layer.find(m[2].str());
+    if (it != per_layer.end()) return {"blk." + m[1].str() + "." + it->second.first + ".weight", it->second.second};
+  }
+  raise<NotImplementedError>("GGUF (llama): no llama.cpp name for tensor '{}'", hf);
+}
+
+// llama.cpp's permute: rows [heads, 2, D/2] -> [heads, D/2, 2] (rotate-half -> interleaved pairs).
+Tensor permute_rows(const Tensor& w, int64_t heads, bool inverse) {
+  const int64_t R = w.size(0), K = w.size(1), half = R / heads / 2;
+  Tensor v = inverse ? w.reshape({heads, half, 2, K}) : w.reshape({heads, 2, half, K});
+  return v.transpose(1, 2).contiguous().reshape({R, K});
+}
+
+GGUFValue str(const std::string& s) {
+  GGUFValue v;
+  v.type = GGUFValue::STRING;
+  v.value = s;
+  return v;
+}
+GGUFValue u32(int64_t x) {
+  GGUFValue v;
+  v.type = GGUFValue::UINT32;
+  v.value = uint64_t(x);
+  return v;
+}
+GGUFValue f32(double x) {
+  GGUFValue v;
+  v.type = GGUFValue::FLOAT32;
+  v.value = x;
+  return v;
+}
+
+const io::GGUFValue* find(const io::GGUFFile& f, const std::string& key) {
+  auto it = f.metadata().find(key);
+  return it == f.metadata().end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+void convert_to_gguf(const std::string& dir, const std::string& out, const std::string& type) {
+  autograd::NoGradGuard no_grad;
+  const ModelConfig c = read_config(dir);
+  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM")
+    raise<NotImplementedError>("convert: {} is not supported yet (Llama and Mistral are)", c.architecture);
+  if (c.attention_bias || c.mlp_bias) raise<NotImplementedError>("convert: Llama with biases is not supported yet");
+  const std::map<std::string, uint32_t> types = {{"f32", 0}, {"f16", 1}, {"q4_0", 2}, {"q8_0", 8}};
+  auto ty = types.find(type);
+  if (ty == types.end()) raise<ValueError>("convert: --type must be f32, f16, q4_0 or q8_0, got '{}'", type);
+  io::ShardedSafetensors st = io::ShardedSafetensors::open(dir);
+  std::vector<std::pair<std::string, GGUFValue>> md = {
+      {"general.architecture", str("llama")},
+      {"general.name", str(std::filesystem::path(dir).filename().string())},
+      {"general.file_type", u32(ty->second == 0 ? 0 : ty->second == 1 ? 1 : ty->second == 2 ? 2 : 7)},
+      {"llama.vocab_size", u32(c.vocab_size)},
+      {"llama.context_length", u32(c.max_positions)},
+      {"llama.embedding_length", u32(c.hidden_size)},
+      {"llama.block_count", u32(c.num_layers)},
+      {"llama.feed_forward_length", u32(c.intermediate_size)},
+      {"llama.attention.head_count", u32(c.num_heads)},
+      {"llama.attention.head_count_kv", u32(c.num_kv_heads)},
+      {"llama.rope.dimension_count", u32(c.head_dim)},
+      {"llama.rope.freq_base", f32(c.rope_theta)},
+      {"llama.attention.layer_norm_rms_epsilon", f32(c.norm_eps)},
+  };
+  if (c.rope_type == "linear") {
+    md.push_back({"llama.rope.scaling.type", str("linear")});
+    md.push_back({"llama.rope.scaling.factor", f32(c.rope_factor)});
+  } else if (!c.rope_type.empty()) {
+    raise<NotImplementedError>("convert: rope_scaling '{}' is not supported yet", c.rope_type);
+  }
+  if (c.sliding_window > 0) raise<NotImplementedError>("convert: sliding-window attention is not supported yet");
+  if (!c.eos_token_ids.empty()) md.push_back({"tokenizer.ggml.eos_token_id", u32(c.eos_token_ids[0])});
+  if (c.bos_token_id) md.push_back({"tokenizer.ggml.bos_token_id", u32(*c.bos_token_id)});
+  std::vector<io::GGUFTensorData> tensors;
+  for (const std::string& name : st.names()) {
+    auto [gname, perm] = gguf_name(name);
+    Tensor w = st.get(name).to(DType::Float32).contiguous();
+    if (perm) w = permute_rows(w, perm == 1 ? c.num_heads : c.num_kv_heads, false);
+    // Norms stay float32; matrices take the requested type when their rows are whole blocks.
+    uint32_t gt = w.dim() == 1 ? 0 : ty->second;
+    if ((gt == 2 || gt == 8) && w.size(-1) % 32 != 0) gt = 1;
+    io::GGUFTensorData t{gname, std::vector<int64_t>(w.sizes().begin(), w.sizes().end()), gt, {}};
+    if (gt == 0) {
+      t.bytes.assign(static_cast<const char*>(w.data_ptr()), size_t(w.nbytes()));
+    } else if (gt == 1) {
+      Tensor h = w.to(DType::Float16);
+      t.bytes.assign(static_cast<const char*>(h.data_ptr()), size_t(h.nbytes()));
+    } else {
+      const auto& q = quant::traits(gt == 2 ? quant::BlockFormat::Q4_0 : quant::BlockFormat::Q8_0);
+      const int64_t K = w.size(-1), rows = w.numel() / K, row_bytes = K / 32 * q.block_bytes;
+      t.bytes.resize(size_t(quant::quantized_bytes(q, rows, K)));
+      for (int64_t r = 0; r < rows; ++r) q.quantize(w.data<float>() + r * K, t.bytes.data() + r * row_bytes, K);
+    }
+    tensors.push_back(std::move(t));
+  }
+  io::write_gguf(out, md, tensors);
+}
+
+bool is_gguf_file(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path)) return false;
+  std::ifstream f(path, std::ios::binary);
+  char magic[4] = {};
+  f.read(magic, 4);
+  return f.gcount() == 4 && std::string(magic, 4) == "GGUF";
+}
+
+std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& options) {
+  autograd::NoGradGuard no_grad;
+  io::GGUFFile f = io::GGUFFile::open(path);
+  const GGUFValue* arch = find(f, "general.architecture");
+  if (!arch) raise<ValueError>("{}: GGUF file has no general.architecture", path);
+  if (arch->as_string() != "llama")
+    raise<NotImplementedError>("{}: GGUF architecture '{}' is not supported yet (llama is)", path, arch->as_string());
+  auto req = [&](const std::string& key) -> const GGUFValue& {
+    const GGUFValue* v = find(f, key);
+    if (!v) raise<ValueError>("{}: GGUF metadata lacks '{}'", path, key);
+    return *v;
+  };
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.model_type = "llama";
+  c.hidden_size = req("llama.embedding_length").as_int();
+  c.num_layers = req("llama.block_count").as_int();
+  c.num_heads = req("llama.attention.head_count").as_int();
+  c.num_kv_heads = find(f, "llama.attention.head_count_kv") ? req("llama.attention.head_count_kv").as_int() : c.num_heads;
+  c.intermediate_size = req("llama.feed_forward_length").as_int();
+  c.max_positions = req("llama.context_length").as_int();
+  c.norm_eps = req("llama.attention.layer_norm_rms_epsilon").as_double();
+  c.rope_theta = find(f, "llama.rope.freq_base") ? req("llama.rope.freq_base").as_double() : 10000.0;
+  FOUNDRY_CHECK_AS(ValueError, c.num_heads > 0 && c.num_kv_heads > 0 && c.hidden_size % c.num_heads == 0 &&
+                                   c.num_heads % c.num_kv_heads == 0,
+                   "{}: inconsistent head counts in the GGUF metadata", path);
+  c.head_dim = c.hidden_size / c.num_heads;
+  if (const GGUFValue* rs = find(f, "llama.rope.scaling.type"); rs && rs->as_string() != "none") {
+    if (rs->as_string() != "linear") raise<NotImplementedError>("{}: rope scaling '{}' is not supported", path, rs->as_string());
+    c.rope_type = "linear";
+    c.rope_factor = req("llama.rope.scaling.factor").as_double();
+  }
+  c.vocab_size = f.info("token_embd.weight").shape()[0];
+  c.tie_word_embeddings = true;
+  for (const auto& t : f.tensors())
+    if (t.name == "output.weight") c.tie_word_embeddings = false;
+  if (const GGUFValue* e = find(f, "tokenizer.ggml.eos_token_id")) c.eos_token_ids = {e->as_int()};
+  if (const GGUFValue* b = find(f, "tokenizer.ggml.bos_token_id")) c.bos_token_id = b->as_int();
+  c.json = "{}";
+  hf::WeightFn weight = [&](const std::string& name, const Shape& shape) {
+    auto [gname, perm] = gguf_name(name);
+    Tensor t = f.tensor(gname);
+    if (!(Shape(t.sizes()) == shape))
+      raise<ValueError>("{}: '{}' has shape {} but the metadata implies {}", path, gname, shape_str(t.sizes()),
+                        shape_str(shape));
+    const DType want = options.dtype.value_or(t.dtype());
+    if (perm) t = permute_rows(t.to(DType::Float32), perm == 1 ? c.num_heads : c.num_kv_heads, true);
+    return t.dtype() == want ? t : t.to(want);
+  };
+  hf::HasWeightFn has = [&](const std::string& name) {
+    for (const auto& t : f.tensors())
+      if (t.name == gguf_name(name).first) return true;
+    return false;
+  };
+  hf::DecoderSpec spec;
+  std::unique_ptr<CausalLM> model = hf::build_decoder(c, spec, weight, has);
+  model->set_weight_quantization(options.quantize);
+  return model;
+}
+
+}  // namespace foundry::models
