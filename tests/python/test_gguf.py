@@ -231,3 +231,36 @@ def test_convert_llama_folder_and_load_it(tmp_path):
     foundry.gguf.write(bad, [("general.architecture", "string", "mamba")], [])
     with pytest.raises(Exception, match="architecture 'mamba' is not supported"):
         foundry.models.from_pretrained(bad)
+
+
+def test_random_corruptions_never_crash(tmp_path):
+    """A deterministic mutation fuzzer: flipped bytes, overwritten counts/lengths, truncations.
+    Every read either succeeds (and its tensors are then readable) or raises ValueError/OSError."""
+    _, data = valid_file(tmp_path)
+    rng = np.random.default_rng(5)
+    path = str(tmp_path / "fuzz.gguf")
+    outcomes = {"ok": 0, "error": 0}
+    for i in range(1500):
+        b = bytearray(data)
+        for _ in range(int(rng.integers(1, 4))):
+            at = int(rng.integers(0, len(b)))
+            kind = rng.integers(0, 3)
+            if kind == 0:
+                b[at] = int(rng.integers(0, 256))
+            elif kind == 1 and at + 8 <= len(b):
+                b[at:at + 8] = struct.pack("<Q", [0, 1, 2 ** 31, 2 ** 63, 2 ** 64 - 1][int(rng.integers(0, 5))])
+            else:
+                del b[at:]
+                break
+        open(path, "wb").write(bytes(b))
+        try:
+            info = foundry.gguf.read(path)
+            for t in info["tensors"]:
+                try:
+                    foundry.gguf.tensor(path, t["name"])
+                except NotImplementedError:
+                    pass
+            outcomes["ok"] += 1
+        except (ValueError, OSError):
+            outcomes["error"] += 1
+    assert outcomes["error"] > 100 and outcomes["ok"] > 10, outcomes
