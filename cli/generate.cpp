@@ -81,8 +81,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--model", o->model, "Hugging Face model folder")->required();
   cmd->add_option("--dtype", o->dtype, "compute dtype: float32 (default) or native (the checkpoint's own)")
       ->check(CLI::IsMember({"float32", "native"}));
-  cmd->add_option("--quantize", o->quantize, "decode with q8_0 copies of the weights (llama.cpp's format)")
-      ->check(CLI::IsMember({"q8_0"}));
+  cmd->add_option("--quantize", o->quantize, "decode with q8_0 or q4_0 copies of the weights (llama.cpp's formats)")
+      ->check(CLI::IsMember({"q8_0", "q4_0"}));
   auto* prompt = cmd->add_option("--prompt", o->prompt, "prompt text (needs the folder's tokenizer)");
   auto* ids = cmd->add_option("--input-ids", o->input_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(ids);

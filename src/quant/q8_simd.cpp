@@ -50,6 +50,38 @@ float DotQ8Q8Scaled(const uint8_t* x, const uint8_t* y, const float* y_scales, c
   return hn::GetLane(hn::SumOfLanes(df, acc));
 }
 
+// q4_0 weights (fp16 d, 16 bytes: value j in the low nibble of byte j, value j + 16 in its high
+// nibble, level - 8) against a q8_0 activation row. At most 16 int16 lanes, so a block's low and
+// high halves line up with y[0..16) and y[16..32).
+float DotQ4Q8Scaled(const uint8_t* x, const uint8_t* y, const float* y_scales, const float* fp16_table, int64_t k) {
+  const hn::CappedTag<int16_t, 16> d16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const hn::Repartition<float, decltype(d16)> df;
+  const int64_t N16 = int64_t(hn::Lanes(d16));
+  const auto low_mask = hn::Set(d16, int16_t(0x0F));
+  const auto eight = hn::Set(d16, int16_t(8));
+  auto acc = hn::Zero(df);
+  for (int64_t b = 0; b < k / kBlock; ++b, x += 18, y += kBlockBytes) {
+    uint16_t hx;
+    std::memcpy(&hx, x, 2);
+    const uint8_t* qs = x + 2;
+    const auto* qy = reinterpret_cast<const int8_t*>(y + 2);
+    auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32);
+    for (int64_t o = 0; o < 16; o += N16) {
+      const auto packed = hn::PromoteTo(d16, hn::LoadU(du8, qs + o));
+      const auto lo = hn::Sub(hn::And(packed, low_mask), eight);
+      const auto hi = hn::Sub(hn::ShiftRight<4>(packed), eight);
+      sum0 = hn::ReorderWidenMulAccumulate(d32, lo, hn::PromoteTo(d16, hn::LoadU(d8, qy + o)), sum0, sum1);
+      sum0 = hn::ReorderWidenMulAccumulate(d32, hi, hn::PromoteTo(d16, hn::LoadU(d8, qy + 16 + o)), sum0, sum1);
+    }
+    const auto sumi = hn::RearrangeToOddPlusEven(sum0, sum1);
+    acc = hn::MulAdd(hn::ConvertTo(df, sumi), hn::Set(df, fp16_table[hx] * y_scales[b]), acc);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, acc));
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace foundry::quant
 HWY_AFTER_NAMESPACE();
@@ -58,6 +90,7 @@ HWY_AFTER_NAMESPACE();
 namespace foundry::quant {
 
 HWY_EXPORT(DotQ8Q8Scaled);
+HWY_EXPORT(DotQ4Q8Scaled);
 
 namespace {
 
@@ -88,17 +121,39 @@ float dot_q8_0_q8_0(const void* x, const void* y, int64_t k) {
   return HWY_DYNAMIC_DISPATCH(DotQ8Q8Scaled)(static_cast<const uint8_t*>(x), yb, ys.data(), fp16_table(), k);
 }
 
-void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+float dot_q4_0_q8_0(const void* x, const void* y, int64_t k) {
+  const auto* yb = static_cast<const uint8_t*>(y);
+  const std::vector<float> ys = block_scales(yb, k);
+  return HWY_DYNAMIC_DISPATCH(DotQ4Q8Scaled)(static_cast<const uint8_t*>(x), yb, ys.data(), fp16_table(), k);
+}
+
+namespace {
+
+template <typename Dot>
+void gemv_rows(const void* w, int64_t rows, int64_t k, int64_t block_bytes, const void* xq, float* y, Dot dot) {
   const auto* base = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const uint8_t*>(xq);
   const std::vector<float> xs = block_scales(xb, k);
   const float* table = fp16_table();
-  const int64_t row_bytes = k / 32 * 34;
+  const int64_t row_bytes = k / 32 * block_bytes;
   // ~64K weight bytes per chunk, so small products stay on one thread.
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1));
   parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r)
-      y[r] = HWY_DYNAMIC_DISPATCH(DotQ8Q8Scaled)(base + r * row_bytes, xb, xs.data(), table, k);
+    for (int64_t r = b; r < e; ++r) y[r] = dot(base + r * row_bytes, xb, xs.data(), table, k);
+  });
+}
+
+}  // namespace
+
+void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  gemv_rows(w, rows, k, 34, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
+    return HWY_DYNAMIC_DISPATCH(DotQ8Q8Scaled)(a, b, s, t, n);
+  });
+}
+
+void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  gemv_rows(w, rows, k, 18, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
+    return HWY_DYNAMIC_DISPATCH(DotQ4Q8Scaled)(a, b, s, t, n);
   });
 }
 

@@ -210,6 +210,19 @@ TEST_P(EachTarget, Q8DotMatchesScalarReference) {
   }
   // The empty product.
   ASSERT_EQ(foundry::quant::dot_q8_0_q8_0(wq.data(), xq.data(), 0), 0.f);
+  // q4_0 weights against the same q8_0 activations.
+  const auto& q4 = foundry::quant::traits("q4_0");
+  const int64_t row4 = k / 32 * 18;
+  std::vector<uint8_t> w4(static_cast<size_t>(foundry::quant::quantized_bytes(q4, rows, k)));
+  for (int64_t r = 0; r < rows; ++r) q4.quantize(w.data() + r * k, w4.data() + r * row4, k);
+  foundry::quant::gemv_q4_0(w4.data(), rows, k, xq.data(), y.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float want = q4.dot_q8_0(w4.data() + r * row4, xq.data(), k);
+    float scale = 0.f;
+    for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
+    ASSERT_NEAR(y[size_t(r)], want, 1e-5f * scale) << "q4_0 row " << r;
+    ASSERT_EQ(foundry::quant::dot_q4_0_q8_0(w4.data() + r * row4, xq.data(), k), y[size_t(r)]);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, EachTarget, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), target_name);

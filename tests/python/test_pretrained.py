@@ -1014,3 +1014,22 @@ def test_q8_0_decoding_is_close_to_float32(tmp_path, name):
     p = run("generate", "--model", folder, "--input-ids", ",".join(map(str, prompt)), "--max-new-tokens", "12",
             "--temperature", "0", "--ignore-eos", "--print-ids", "--quantize", "q8_0")
     assert json.loads(p.stdout.strip().splitlines()[-1]) == g_q8
+
+
+def test_q4_0_decoding_runs_and_is_coarser_than_q8_0(tmp_path):
+    import foundry
+    cfg, make_weights, _ = CASES["llama"]
+    cfg = dict(cfg, hidden_size=64)
+    folder = str(tmp_path / "m")
+    write_folder(folder, cfg, make_weights(cfg, torch.Generator().manual_seed(81)))
+    dense = foundry.models.from_pretrained(folder)
+    ids = foundry.tensor([[7]])
+    a = dense(ids).numpy()
+    err = {q: np.linalg.norm(foundry.models.from_pretrained(folder, quantize=q)(ids).numpy() - a) / np.linalg.norm(a)
+           for q in ("q8_0", "q4_0")}
+    assert 0 < err["q8_0"] < err["q4_0"] < 1.0, err
+    q4 = foundry.models.from_pretrained(folder, quantize="q4_0")
+    g = q4.generate([5, 6, 7], max_new_tokens=10, ignore_eos=True)[0]
+    p = run("generate", "--model", folder, "--input-ids", "5,6,7", "--max-new-tokens", "10", "--temperature", "0",
+            "--ignore-eos", "--print-ids", "--quantize", "q4_0")
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == g

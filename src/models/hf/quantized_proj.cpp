@@ -15,13 +15,16 @@
 namespace foundry::models {
 
 struct CausalLM::QuantizedWeight {
+  quant::BlockFormat format;
   int64_t rows = 0, k = 0;
   std::vector<uint8_t> data;
 };
 
 void CausalLM::set_weight_quantization(const std::string& format) {
-  if (!format.empty() && quant::traits(format).format != quant::BlockFormat::Q8_0)
-    raise<NotImplementedError>("weight quantization '{}' is not implemented for decoding yet (q8_0 is)", format);
+  if (!format.empty() && quant::traits(format).format != quant::BlockFormat::Q8_0 &&
+      quant::traits(format).format != quant::BlockFormat::Q4_0)
+    raise<NotImplementedError>("weight quantization '{}' is not implemented for decoding yet (q8_0 and q4_0 are)",
+                               format);
   qformat_ = format;
   quantized_.clear();
 }
@@ -32,6 +35,7 @@ const CausalLM::QuantizedWeight* CausalLM::quantized(const Tensor& w, bool trans
   const quant::BlockFormatTraits& t = quant::traits(qformat_);
   Tensor rows = (transposed ? w.t() : w).to(DType::Float32).contiguous();  // [out, in]
   auto q = std::make_shared<QuantizedWeight>();
+  q->format = t.format;
   q->rows = rows.size(0);
   q->k = rows.size(1);
   q->data.resize(size_t(quant::quantized_bytes(t, q->rows, q->k)));
@@ -50,7 +54,8 @@ bool wants_quantized(const std::string& format, const Tensor& x, int64_t k) {
          x.numel() / k <= CausalLM::kQuantizedMaxRows;
 }
 
-Tensor quantized_product(const Tensor& x, const Tensor& b, int64_t rows_out, int64_t k, const uint8_t* w) {
+Tensor quantized_product(const Tensor& x, const Tensor& b, int64_t rows_out, int64_t k, const uint8_t* w,
+                         quant::BlockFormat format) {
   autograd::NoGradGuard no_grad;
   Tensor xc = x.contiguous();
   const int64_t m = xc.numel() / k;
@@ -61,7 +66,8 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, int64_t rows_out, int
   const auto& q8 = quant::traits(quant::BlockFormat::Q8_0);
   for (int64_t r = 0; r < m; ++r) {
     q8.quantize(xc.data<float>() + r * k, xq.data(), k);
-    quant::gemv_q8_0(w, rows_out, k, xq.data(), out.data<float>() + r * rows_out);
+    if (format == quant::BlockFormat::Q4_0) quant::gemv_q4_0(w, rows_out, k, xq.data(), out.data<float>() + r * rows_out);
+    else quant::gemv_q8_0(w, rows_out, k, xq.data(), out.data<float>() + r * rows_out);
   }
   return b.defined() ? out + b : out;
 }
@@ -71,7 +77,7 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, int64_t rows_out, int
 Tensor CausalLM::proj(const Tensor& x, const Tensor& w, const Tensor& b) const {
   if (!wants_quantized(qformat_, x, w.size(1))) return linear(x, w, b);
   const QuantizedWeight* q = quantized(w, false);
-  return quantized_product(x, b, q->rows, q->k, q->data.data());
+  return quantized_product(x, b, q->rows, q->k, q->data.data(), q->format);
 }
 
 Tensor CausalLM::proj_t(const Tensor& x, const Tensor& w, const Tensor& b) const {
@@ -80,7 +86,7 @@ Tensor CausalLM::proj_t(const Tensor& x, const Tensor& w, const Tensor& b) const
     return b.defined() ? y + b : y;
   }
   const QuantizedWeight* q = quantized(w, true);
-  return quantized_product(x, b, q->rows, q->k, q->data.data());
+  return quantized_product(x, b, q->rows, q->k, q->data.data(), q->format);
 }
 
 }  // namespace foundry::models
