@@ -41,8 +41,10 @@ std::vector<int64_t> parse_ids(const std::string& s) {
   return ids;
 }
 
-// tokenizer.json, else SentencePiece's tokenizer.model, else GPT-2's vocab.json + merges.txt.
+// tokenizer.json, else SentencePiece's tokenizer.model, else GPT-2's vocab.json + merges.txt; for
+// a GGUF file, the tokenizer in its metadata.
 std::unique_ptr<text::Tokenizer> folder_tokenizer(const std::string& dir) {
+  if (models::is_gguf_file(dir)) return models::load_gguf_tokenizer(dir);
   const fs::path d(dir);
   for (const char* name : {"tokenizer.json", "tokenizer.model"})
     if (fs::exists(d / name)) return std::make_unique<text::Tokenizer>(text::Tokenizer::from_file((d / name).string()));

@@ -13,7 +13,10 @@
 #include "foundry/models/gguf.h"
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
+#include "foundry/text/tokenizer.h"
 #include "models/hf/decoder.h"
+
+#include <nlohmann/json.hpp>
 
 namespace foundry::models {
 
@@ -72,7 +75,103 @@ const io::GGUFValue* find(const io::GGUFFile& f, const std::string& key) {
   return it == f.metadata().end() ? nullptr : &it->second;
 }
 
+GGUFValue string_array(std::vector<std::string> items) {
+  GGUFValue v;
+  v.type = GGUFValue::ARRAY;
+  v.array_type = GGUFValue::STRING;
+  std::vector<GGUFValue> out;
+  for (auto& s : items) out.push_back(str(s));
+  v.value = std::move(out);
+  return v;
+}
+
+// The folder's tokenizer as GGUF metadata: llama.cpp's "gpt2" keys (tokens by id, token types,
+// merges) for byte-level BPE tokenizers, plus the whole tokenizer.json under
+// tokenizer.huggingface.json, which Foundry reads back for an exact round trip. Other tokenizer
+// kinds get only the latter (false when the folder has no tokenizer).
+bool tokenizer_metadata(const std::string& dir, std::vector<std::pair<std::string, GGUFValue>>& md) {
+  namespace fs = std::filesystem;
+  std::unique_ptr<text::Tokenizer> tok;
+  const fs::path d(dir);
+  if (fs::exists(d / "tokenizer.json")) tok = std::make_unique<text::Tokenizer>(text::Tokenizer::from_file((d / "tokenizer.json").string()));
+  else if (fs::exists(d / "vocab.json") && fs::exists(d / "merges.txt"))
+    tok = std::make_unique<text::Tokenizer>(
+        text::Tokenizer::from_gpt2_files((d / "vocab.json").string(), (d / "merges.txt").string()));
+  if (!tok) return false;
+  const std::string json_text = tok->to_json();
+  md.push_back({"tokenizer.huggingface.json", str(json_text)});
+  const nlohmann::json j = nlohmann::json::parse(json_text);
+  const auto& model = j["model"];
+  const auto& pre = j["pre_tokenizer"];
+  const bool byte_level = pre.is_object() && pre.value("type", "") == "ByteLevel";
+  if (model.value("type", "") != "BPE" || !byte_level) return true;
+  std::map<int64_t, std::string> by_id;
+  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) by_id[it.value().get<int64_t>()] = it.key();
+  std::map<int64_t, int64_t> types;
+  if (j.contains("added_tokens"))
+    for (const auto& a : j["added_tokens"]) {
+      by_id[a["id"].get<int64_t>()] = a["content"].get<std::string>();
+      types[a["id"].get<int64_t>()] = a.value("special", false) ? 3 : 4;  // control / user-defined
+    }
+  if (by_id.empty() || by_id.rbegin()->first + 1 != int64_t(by_id.size())) return true;  // ids with gaps
+  std::vector<std::string> tokens, merges;
+  GGUFValue token_type;
+  token_type.type = GGUFValue::ARRAY;
+  token_type.array_type = GGUFValue::INT32;
+  std::vector<GGUFValue> tt;
+  for (const auto& [id, t] : by_id) {
+    tokens.push_back(t);
+    GGUFValue v;
+    v.type = GGUFValue::INT32;
+    v.value = int64_t(types.count(id) ? types[id] : 1);
+    tt.push_back(v);
+  }
+  token_type.value = std::move(tt);
+  for (const auto& m : model["merges"])
+    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  md.push_back({"tokenizer.ggml.model", str("gpt2")});
+  md.push_back({"tokenizer.ggml.tokens", string_array(std::move(tokens))});
+  md.push_back({"tokenizer.ggml.token_type", std::move(token_type)});
+  md.push_back({"tokenizer.ggml.merges", string_array(std::move(merges))});
+  return true;
+}
+
 }  // namespace
+
+std::unique_ptr<text::Tokenizer> load_gguf_tokenizer(const std::string& path) {
+  io::GGUFFile f = io::GGUFFile::open(path);
+  if (const GGUFValue* hf = find(f, "tokenizer.huggingface.json"))
+    return std::make_unique<text::Tokenizer>(text::Tokenizer::from_json(hf->as_string()));
+  const GGUFValue* model = find(f, "tokenizer.ggml.model");
+  if (!model) return nullptr;
+  if (model->as_string() != "gpt2")
+    raise<NotImplementedError>("{}: GGUF tokenizer model '{}' is not supported yet (gpt2 is)", path, model->as_string());
+  const GGUFValue* tokens = find(f, "tokenizer.ggml.tokens");
+  const GGUFValue* merges = find(f, "tokenizer.ggml.merges");
+  if (!tokens || !merges) raise<ValueError>("{}: gpt2 tokenizer without tokens or merges", path);
+  const GGUFValue* types = find(f, "tokenizer.ggml.token_type");
+  nlohmann::json vocab = nlohmann::json::object(), merge_list = nlohmann::json::array(),
+                 added = nlohmann::json::array();
+  const auto& tl = tokens->as_array();
+  for (size_t i = 0; i < tl.size(); ++i) {
+    const int64_t type = types && i < types->as_array().size() ? types->as_array()[i].as_int() : 1;
+    if (type == 3 || type == 4)
+      added.push_back({{"id", i}, {"content", tl[i].as_string()}, {"single_word", false}, {"lstrip", false},
+                       {"rstrip", false}, {"normalized", type == 4}, {"special", type == 3}});
+    vocab[tl[i].as_string()] = i;
+  }
+  for (const auto& m : merges->as_array()) merge_list.push_back(m.as_string());
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                                     {"use_regex", true}};
+  nlohmann::json j = {{"version", "1.0"},         {"truncation", nullptr},  {"padding", nullptr},
+                      {"added_tokens", added},    {"normalizer", nullptr},  {"pre_tokenizer", byte_level},
+                      {"post_processor", nullptr}, {"decoder", byte_level},
+                      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
+                                 {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                                 {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
+                                 {"merges", merge_list}}}};
+  return std::make_unique<text::Tokenizer>(text::Tokenizer::from_json(j.dump()));
+}
 
 void convert_to_gguf(const std::string& dir, const std::string& out, const std::string& type) {
   autograd::NoGradGuard no_grad;
@@ -108,6 +207,7 @@ void convert_to_gguf(const std::string& dir, const std::string& out, const std::
   if (c.sliding_window > 0) raise<NotImplementedError>("convert: sliding-window attention is not supported yet");
   if (!c.eos_token_ids.empty()) md.push_back({"tokenizer.ggml.eos_token_id", u32(c.eos_token_ids[0])});
   if (c.bos_token_id) md.push_back({"tokenizer.ggml.bos_token_id", u32(*c.bos_token_id)});
+  tokenizer_metadata(dir, md);
   std::vector<io::GGUFTensorData> tensors;
   for (const std::string& name : st.names()) {
     auto [gname, perm] = gguf_name(name);

@@ -264,3 +264,39 @@ def test_random_corruptions_never_crash(tmp_path):
         except (ValueError, OSError):
             outcomes["error"] += 1
     assert outcomes["error"] > 100 and outcomes["ok"] > 10, outcomes
+
+
+DATA = os.path.join(ROOT, "..", "shared", "data", "tokenizers")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "gpt2", "encoder.json")), reason="shared data missing")
+def test_converted_gguf_carries_the_tokenizer(tmp_path):
+    import torch
+    import test_pretrained as tp
+    cfg, make_weights, _ = tp.CASES["llama"]
+    cfg = dict(cfg, vocab_size=50257, hidden_size=32, num_attention_heads=2, num_key_value_heads=2,
+               intermediate_size=32, eos_token_id=50256)
+    folder = tmp_path / "hf"
+    tp.write_folder(str(folder), cfg, make_weights(cfg, torch.Generator().manual_seed(91)))
+    os.symlink(os.path.join(DATA, "gpt2", "encoder.json"), folder / "vocab.json")
+    os.symlink(os.path.join(DATA, "gpt2", "vocab.bpe"), folder / "merges.txt")
+    out = str(tmp_path / "m.gguf")
+    tp.run("convert", "--model", str(folder), "--to", out, "--type", "f32")
+    md = foundry.gguf.read(out)["metadata"]
+    assert md["tokenizer.ggml.model"] == "gpt2" and len(md["tokenizer.ggml.tokens"]) == 50257
+    assert md["tokenizer.ggml.tokens"][15496] == "Hello" and md["tokenizer.ggml.merges"][0] == "Ġ t"
+    assert len(md["tokenizer.ggml.merges"]) == 50000 and md["tokenizer.ggml.token_type"][0] == 1
+    args = ["--prompt", "Hello, world! Tokenizers in GGUF.", "--max-new-tokens", "6", "--temperature", "0",
+            "--ignore-eos", "--print-ids"]
+    want = tp.run("generate", "--model", str(folder), *args).stdout.strip().splitlines()
+    got = tp.run("generate", "--model", out, *args).stdout.strip().splitlines()
+    assert got == want
+    # Without tokenizer.huggingface.json, llama.cpp's gpt2 keys alone rebuild the same tokenizer.
+    info = foundry.gguf.read(out)
+    keep = [(k, info["types"][k], v) for k, v in info["metadata"].items() if k != "tokenizer.huggingface.json"]
+    tensors = [(t["name"], t["shape"], 0, foundry.gguf.tensor(out, t["name"]).numpy().tobytes())
+               for t in info["tensors"]]
+    slim = str(tmp_path / "slim.gguf")
+    foundry.gguf.write(slim, keep, tensors)
+    assert "tokenizer.huggingface.json" not in foundry.gguf.read(slim)["metadata"]
+    assert tp.run("generate", "--model", slim, *args).stdout.strip().splitlines() == want
