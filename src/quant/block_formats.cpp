@@ -87,16 +87,6 @@ void quantize_q4_0(const float* x, void* vy, int64_t k) {
   }
 }
 
-void dequantize_q4_0(const void* vx, float* y, int64_t k) {
-  const auto* x = static_cast<const BlockQ4_0*>(vx);
-  for (int64_t i = 0; i < k / kQK; ++i, y += kQK) {
-    const float d = from_fp16(x[i].d);
-    for (int j = 0; j < kQK / 2; ++j) {
-      y[j] = float((x[i].qs[j] & 0x0F) - 8) * d;
-      y[j + kQK / 2] = float((x[i].qs[j] >> 4) - 8) * d;
-    }
-  }
-}
 
 // ---- Q4_1: d = (max - min) / 15, m = min, q = min(15, int8((x - m) / d + 0.5)) ----------------------
 
@@ -118,16 +108,6 @@ void quantize_q4_1(const float* x, void* vy, int64_t k) {
   }
 }
 
-void dequantize_q4_1(const void* vx, float* y, int64_t k) {
-  const auto* x = static_cast<const BlockQ4_1*>(vx);
-  for (int64_t i = 0; i < k / kQK; ++i, y += kQK) {
-    const float d = from_fp16(x[i].d), m = from_fp16(x[i].m);
-    for (int j = 0; j < kQK / 2; ++j) {
-      y[j] = float(x[i].qs[j] & 0x0F) * d + m;
-      y[j + kQK / 2] = float(x[i].qs[j] >> 4) * d + m;
-    }
-  }
-}
 
 // ---- Q5_0 / Q5_1: as Q4 with a fifth bit per value in qh ------------------------------------------
 
@@ -158,18 +138,6 @@ void quantize_q5_0(const float* x, void* vy, int64_t k) {
   }
 }
 
-void dequantize_q5_0(const void* vx, float* y, int64_t k) {
-  const auto* x = static_cast<const BlockQ5_0*>(vx);
-  for (int64_t i = 0; i < k / kQK; ++i, y += kQK) {
-    const float d = from_fp16(x[i].d);
-    const uint32_t qh = load_qh(x[i].qh);
-    for (int j = 0; j < kQK / 2; ++j) {
-      const int h0 = int((qh >> j) << 4) & 0x10, h1 = int(qh >> (j + 12)) & 0x10;
-      y[j] = float(((x[i].qs[j] & 0x0F) | h0) - 16) * d;
-      y[j + kQK / 2] = float(((x[i].qs[j] >> 4) | h1) - 16) * d;
-    }
-  }
-}
 
 void quantize_q5_1(const float* x, void* vy, int64_t k) {
   auto* y = static_cast<BlockQ5_1*>(vy);
@@ -192,18 +160,6 @@ void quantize_q5_1(const float* x, void* vy, int64_t k) {
   }
 }
 
-void dequantize_q5_1(const void* vx, float* y, int64_t k) {
-  const auto* x = static_cast<const BlockQ5_1*>(vx);
-  for (int64_t i = 0; i < k / kQK; ++i, y += kQK) {
-    const float d = from_fp16(x[i].d), m = from_fp16(x[i].m);
-    const uint32_t qh = load_qh(x[i].qh);
-    for (int j = 0; j < kQK / 2; ++j) {
-      const int h0 = int((qh >> j) << 4) & 0x10, h1 = int(qh >> (j + 12)) & 0x10;
-      y[j] = float((x[i].qs[j] & 0x0F) | h0) * d + m;
-      y[j + kQK / 2] = float((x[i].qs[j] >> 4) | h1) * d + m;
-    }
-  }
-}
 
 // ---- Q8_0: d = amax / 127, q = roundf(x / d) --------------------------------------------------------
 
@@ -219,27 +175,83 @@ void quantize_q8_0(const float* x, void* vy, int64_t k) {
   }
 }
 
-void dequantize_q8_0(const void* vx, float* y, int64_t k) {
-  const auto* x = static_cast<const BlockQ8_0*>(vx);
-  for (int64_t i = 0; i < k / kQK; ++i, y += kQK) {
-    const float d = from_fp16(x[i].d);
-    for (int j = 0; j < kQK; ++j) y[j] = float(x[i].qs[j]) * d;
+
+// ---- integer levels: every format's block as q[32], d, m with value = q d + m -------------------------
+// Dequantization and the q8_0 dot product are both written once over these.
+
+void unpack_q4_0(const uint8_t* p, int8_t* q, float& d, float& m) {
+  const auto* b = reinterpret_cast<const BlockQ4_0*>(p);
+  d = from_fp16(b->d);
+  m = 0.f;
+  for (int j = 0; j < kQK / 2; ++j) {
+    q[j] = int8_t((b->qs[j] & 0x0F) - 8);
+    q[j + kQK / 2] = int8_t((b->qs[j] >> 4) - 8);
   }
 }
 
-// ---- dot products with a Q8_0 vector --------------------------------------------------------------
-// Each unpacks the block to integer levels q and offset o (value = (q + o) * d + m) and sums
-// q . y in int32, then adds the block's scaled contribution in float.
+void unpack_q4_1(const uint8_t* p, int8_t* q, float& d, float& m) {
+  const auto* b = reinterpret_cast<const BlockQ4_1*>(p);
+  d = from_fp16(b->d);
+  m = from_fp16(b->m);
+  for (int j = 0; j < kQK / 2; ++j) {
+    q[j] = int8_t(b->qs[j] & 0x0F);
+    q[j + kQK / 2] = int8_t(b->qs[j] >> 4);
+  }
+}
 
-template <typename Unpack>
-float dot_blocks(const void* vx, int64_t bytes, const void* vy, int64_t k, Unpack unpack) {
+// The fifth bits: value j's in bit j of qh, value j + 16's in bit j + 16.
+void unpack_q5(const uint8_t* qs, const uint8_t* qh_bytes, int offset, int8_t* q) {
+  const uint32_t qh = load_qh(qh_bytes);
+  for (int j = 0; j < kQK / 2; ++j) {
+    q[j] = int8_t(((qs[j] & 0x0F) | (int((qh >> j) << 4) & 0x10)) - offset);
+    q[j + kQK / 2] = int8_t(((qs[j] >> 4) | (int(qh >> (j + 12)) & 0x10)) - offset);
+  }
+}
+
+void unpack_q5_0(const uint8_t* p, int8_t* q, float& d, float& m) {
+  const auto* b = reinterpret_cast<const BlockQ5_0*>(p);
+  d = from_fp16(b->d);
+  m = 0.f;
+  unpack_q5(b->qs, b->qh, 16, q);
+}
+
+void unpack_q5_1(const uint8_t* p, int8_t* q, float& d, float& m) {
+  const auto* b = reinterpret_cast<const BlockQ5_1*>(p);
+  d = from_fp16(b->d);
+  m = from_fp16(b->m);
+  unpack_q5(b->qs, b->qh, 0, q);
+}
+
+void unpack_q8_0(const uint8_t* p, int8_t* q, float& d, float& m) {
+  const auto* b = reinterpret_cast<const BlockQ8_0*>(p);
+  d = from_fp16(b->d);
+  m = 0.f;
+  std::memcpy(q, b->qs, kQK);
+}
+
+using UnpackFn = void (*)(const uint8_t*, int8_t*, float&, float&);
+
+template <UnpackFn Unpack, int64_t kBytes>
+void dequantize(const void* vx, float* y, int64_t k) {
+  const auto* x = static_cast<const uint8_t*>(vx);
+  for (int64_t i = 0; i < k / kQK; ++i, y += kQK) {
+    int8_t q[kQK];
+    float d, m;
+    Unpack(x + i * kBytes, q, d, m);
+    for (int j = 0; j < kQK; ++j) y[j] = float(q[j]) * d + m;
+  }
+}
+
+// q . y summed in int32 per block, then the block's scaled contribution added in float.
+template <UnpackFn Unpack, int64_t kBytes>
+float dot_q8(const void* vx, const void* vy, int64_t k) {
   const auto* x = static_cast<const uint8_t*>(vx);
   const auto* y = static_cast<const BlockQ8_0*>(vy);
   float sum = 0.f;
   for (int64_t i = 0; i < k / kQK; ++i) {
     int8_t q[kQK];
-    float d = 0, m = 0;
-    unpack(x + i * bytes, q, d, m);
+    float d, m;
+    Unpack(x + i * kBytes, q, d, m);
     int32_t qy = 0, sy = 0;
     for (int j = 0; j < kQK; ++j) {
       qy += int32_t(q[j]) * int32_t(y[i].qs[j]);
@@ -251,71 +263,20 @@ float dot_blocks(const void* vx, int64_t bytes, const void* vy, int64_t k, Unpac
   return sum;
 }
 
-float dot_q4_0(const void* x, const void* y, int64_t k) {
-  return dot_blocks(x, sizeof(BlockQ4_0), y, k, [](const uint8_t* p, int8_t* q, float& d, float&) {
-    const auto* b = reinterpret_cast<const BlockQ4_0*>(p);
-    d = from_fp16(b->d);
-    for (int j = 0; j < kQK / 2; ++j) {
-      q[j] = int8_t((b->qs[j] & 0x0F) - 8);
-      q[j + kQK / 2] = int8_t((b->qs[j] >> 4) - 8);
-    }
-  });
-}
-
-float dot_q4_1(const void* x, const void* y, int64_t k) {
-  return dot_blocks(x, sizeof(BlockQ4_1), y, k, [](const uint8_t* p, int8_t* q, float& d, float& m) {
-    const auto* b = reinterpret_cast<const BlockQ4_1*>(p);
-    d = from_fp16(b->d);
-    m = from_fp16(b->m);
-    for (int j = 0; j < kQK / 2; ++j) {
-      q[j] = int8_t(b->qs[j] & 0x0F);
-      q[j + kQK / 2] = int8_t(b->qs[j] >> 4);
-    }
-  });
-}
-
-float dot_q5_0(const void* x, const void* y, int64_t k) {
-  return dot_blocks(x, sizeof(BlockQ5_0), y, k, [](const uint8_t* p, int8_t* q, float& d, float&) {
-    const auto* b = reinterpret_cast<const BlockQ5_0*>(p);
-    d = from_fp16(b->d);
-    const uint32_t qh = load_qh(b->qh);
-    for (int j = 0; j < kQK / 2; ++j) {
-      q[j] = int8_t((((b->qs[j] & 0x0F) | (int((qh >> j) << 4) & 0x10))) - 16);
-      q[j + kQK / 2] = int8_t((((b->qs[j] >> 4) | (int(qh >> (j + 12)) & 0x10))) - 16);
-    }
-  });
-}
-
-float dot_q5_1(const void* x, const void* y, int64_t k) {
-  return dot_blocks(x, sizeof(BlockQ5_1), y, k, [](const uint8_t* p, int8_t* q, float& d, float& m) {
-    const auto* b = reinterpret_cast<const BlockQ5_1*>(p);
-    d = from_fp16(b->d);
-    m = from_fp16(b->m);
-    const uint32_t qh = load_qh(b->qh);
-    for (int j = 0; j < kQK / 2; ++j) {
-      q[j] = int8_t((b->qs[j] & 0x0F) | (int((qh >> j) << 4) & 0x10));
-      q[j + kQK / 2] = int8_t((b->qs[j] >> 4) | (int(qh >> (j + 12)) & 0x10));
-    }
-  });
-}
-
-float dot_q8_0(const void* x, const void* y, int64_t k) {
-  return dot_blocks(x, sizeof(BlockQ8_0), y, k, [](const uint8_t* p, int8_t* q, float& d, float&) {
-    const auto* b = reinterpret_cast<const BlockQ8_0*>(p);
-    d = from_fp16(b->d);
-    std::memcpy(q, b->qs, kQK);
-  });
-}
-
 }  // namespace
 
 const std::vector<BlockFormatTraits>& block_formats() {
   static const std::vector<BlockFormatTraits> table = {
-      {BlockFormat::Q4_0, "q4_0", 2, kQK, int64_t(sizeof(BlockQ4_0)), quantize_q4_0, dequantize_q4_0, dot_q4_0},
-      {BlockFormat::Q4_1, "q4_1", 3, kQK, int64_t(sizeof(BlockQ4_1)), quantize_q4_1, dequantize_q4_1, dot_q4_1},
-      {BlockFormat::Q5_0, "q5_0", 6, kQK, int64_t(sizeof(BlockQ5_0)), quantize_q5_0, dequantize_q5_0, dot_q5_0},
-      {BlockFormat::Q5_1, "q5_1", 7, kQK, int64_t(sizeof(BlockQ5_1)), quantize_q5_1, dequantize_q5_1, dot_q5_1},
-      {BlockFormat::Q8_0, "q8_0", 8, kQK, int64_t(sizeof(BlockQ8_0)), quantize_q8_0, dequantize_q8_0, dot_q8_0},
+      {BlockFormat::Q4_0, "q4_0", 2, kQK, int64_t(sizeof(BlockQ4_0)), quantize_q4_0,
+       dequantize<unpack_q4_0, int64_t(sizeof(BlockQ4_0))>, dot_q8<unpack_q4_0, int64_t(sizeof(BlockQ4_0))>},
+      {BlockFormat::Q4_1, "q4_1", 3, kQK, int64_t(sizeof(BlockQ4_1)), quantize_q4_1,
+       dequantize<unpack_q4_1, int64_t(sizeof(BlockQ4_1))>, dot_q8<unpack_q4_1, int64_t(sizeof(BlockQ4_1))>},
+      {BlockFormat::Q5_0, "q5_0", 6, kQK, int64_t(sizeof(BlockQ5_0)), quantize_q5_0,
+       dequantize<unpack_q5_0, int64_t(sizeof(BlockQ5_0))>, dot_q8<unpack_q5_0, int64_t(sizeof(BlockQ5_0))>},
+      {BlockFormat::Q5_1, "q5_1", 7, kQK, int64_t(sizeof(BlockQ5_1)), quantize_q5_1,
+       dequantize<unpack_q5_1, int64_t(sizeof(BlockQ5_1))>, dot_q8<unpack_q5_1, int64_t(sizeof(BlockQ5_1))>},
+      {BlockFormat::Q8_0, "q8_0", 8, kQK, int64_t(sizeof(BlockQ8_0)), quantize_q8_0,
+       dequantize<unpack_q8_0, int64_t(sizeof(BlockQ8_0))>, dot_q8<unpack_q8_0, int64_t(sizeof(BlockQ8_0))>},
   };
   return table;
 }
