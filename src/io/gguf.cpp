@@ -201,7 +201,6 @@ GGUFFile GGUFFile::open(const std::string& path) {
     if (a <= 0 || (a & (a - 1)) != 0) raise<ValueError>("{}: general.alignment {} is not a power of two", path, a);
     f.alignment_ = uint64_t(a);
   }
-  std::set<std::string> names;
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GGUFTensorInfo t;
     t.name = c.string("a tensor name");
@@ -222,7 +221,8 @@ GGUFFile GGUFFile::open(const std::string& path) {
                         ti.name, ti.block_size);
     t.nbytes = numel / uint64_t(ti.block_size) * uint64_t(ti.block_bytes);
     t.offset = c.read<uint64_t>("a tensor offset");
-    if (!names.insert(t.name).second) raise<ValueError>("{}: duplicate tensor name '{}'", path, t.name);
+    if (!f.index_.emplace(t.name, f.tensors_.size()).second)
+      raise<ValueError>("{}: duplicate tensor name '{}'", path, t.name);
     f.tensors_.push_back(std::move(t));
   }
   f.data_offset_ = align_up(c.pos, f.alignment_);
@@ -244,9 +244,9 @@ GGUFFile GGUFFile::open(const std::string& path) {
 }
 
 const GGUFTensorInfo& GGUFFile::info(const std::string& name) const {
-  for (const auto& t : tensors_)
-    if (t.name == name) return t;
-  raise<ValueError>("{}: no tensor named '{}'", path_, name);
+  auto it = index_.find(name);
+  if (it == index_.end()) raise<ValueError>("{}: no tensor named '{}'", path_, name);
+  return tensors_[it->second];
 }
 
 const uint8_t* GGUFFile::data(const GGUFTensorInfo& t) const {

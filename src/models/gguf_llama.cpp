@@ -274,9 +274,7 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
     c.rope_factor = req("llama.rope.scaling.factor").as_double();
   }
   c.vocab_size = f.info("token_embd.weight").shape()[0];
-  c.tie_word_embeddings = true;
-  for (const auto& t : f.tensors())
-    if (t.name == "output.weight") c.tie_word_embeddings = false;
+  c.tie_word_embeddings = !f.contains("output.weight");
   if (const GGUFValue* e = find(f, "tokenizer.ggml.eos_token_id")) c.eos_token_ids = {e->as_int()};
   if (const GGUFValue* b = find(f, "tokenizer.ggml.bos_token_id")) c.bos_token_id = b->as_int();
   c.json = "{}";
@@ -290,11 +288,7 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
     if (perm) t = permute_rows(t.to(DType::Float32), perm == 1 ? c.num_heads : c.num_kv_heads, true);
     return t.dtype() == want ? t : t.to(want);
   };
-  hf::HasWeightFn has = [&](const std::string& name) {
-    for (const auto& t : f.tensors())
-      if (t.name == gguf_name(name).first) return true;
-    return false;
-  };
+  hf::HasWeightFn has = [&](const std::string& name) { return f.contains(gguf_name(name).first); };
   hf::DecoderSpec spec;
   std::unique_ptr<CausalLM> model = hf::build_decoder(c, spec, weight, has);
   model->set_weight_quantization(options.quantize);

@@ -62,6 +62,7 @@ class GGUFFile {
   const std::vector<std::string>& keys() const { return keys_; }
   const std::vector<GGUFTensorInfo>& tensors() const { return tensors_; }
   const GGUFTensorInfo& info(const std::string& name) const;
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
   /// The tensor's bytes inside the mapping.
   const uint8_t* data(const GGUFTensorInfo& t) const;
   /// F32/F16/BF16 tensors as zero-copy views; block-quantized ones dequantized to float32 when
@@ -77,6 +78,7 @@ class GGUFFile {
   std::map<std::string, GGUFValue> metadata_;
   std::vector<std::string> keys_;
   std::vector<GGUFTensorInfo> tensors_;
+  std::map<std::string, size_t> index_;  ///< tensor name -> position in tensors_
 };
 
 /// A tensor to write: raw bytes in `ggml_type` with row-major `shape` (written innermost first).
