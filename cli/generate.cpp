@@ -83,8 +83,11 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--model", o->model, "Hugging Face model folder")->required();
   cmd->add_option("--dtype", o->dtype, "compute dtype: float32 (default) or native (the checkpoint's own)")
       ->check(CLI::IsMember({"float32", "native"}));
-  cmd->add_option("--quantize", o->quantize, "decode with q8_0 or q4_0 copies of the weights (llama.cpp's formats)")
-      ->check(CLI::IsMember({"q8_0", "q4_0"}));
+  cmd->add_option("--quantize", o->quantize,
+                  "decode with quantized copies of the weights: q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, "
+                  "f16 or bf16 (llama.cpp's formats)")
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K", "f16", "bf16"},
+                            CLI::ignore_case));
   auto* prompt = cmd->add_option("--prompt", o->prompt, "prompt text (needs the folder's tokenizer)");
   auto* ids = cmd->add_option("--input-ids", o->input_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(ids);
@@ -287,8 +290,11 @@ void add_convert(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("convert", "write an HF Llama/Mistral folder as a llama.cpp GGUF file");
   cmd->add_option("--model", *dir, "Hugging Face model folder")->required();
   cmd->add_option("--to", *out, "output .gguf")->required();
-  cmd->add_option("--type", *type, "matrix type: f32, f16 (default), q8_0 or q4_0")
-      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}));
+  cmd->add_option("--type", *type,
+                  "matrix type: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K or q6_K "
+                  "(norms stay f32; K-quant rows that are not whole 256-blocks fall back as llama.cpp does)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"},
+                            CLI::ignore_case));
   cmd->callback([=] {
     models::convert_to_gguf(*dir, *out, *type);
     std::printf("wrote %s\n", out->c_str());

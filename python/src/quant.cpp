@@ -1,4 +1,4 @@
-// foundry.quant: GGML block formats (quantize / dequantize / q8_0 dot) over NumPy float32 arrays
+// foundry.quant: GGML block formats (quantize / dequantize / dot) over NumPy float32 arrays
 // and bytes, for tests and tools; the traits table is foundry/quant/block_formats.h.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -11,13 +11,13 @@ namespace py = pybind11;
 namespace foundry::python {
 
 void bind_quant(py::module_& m) {
-  py::module_ q = m.def_submodule("quant", "GGML block-quantized formats (q4_0, q4_1, q5_0, q5_1, q8_0)");
+  py::module_ q = m.def_submodule("quant", "GGML weight formats (f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K, q8_K)");
   q.def("formats", [] {
     py::list out;
     for (const auto& t : quant::block_formats())
-      out.append(py::make_tuple(t.name, t.ggml_type, t.block_size, t.block_bytes));
+      out.append(py::make_tuple(t.name, t.ggml_type, t.block_size, t.block_bytes, quant::traits(t.dot_format).name));
     return out;
-  }, "(name, ggml_type, block_size, block_bytes) of every format");
+  }, "(name, ggml_type, block_size, block_bytes, dot_format) of every format");
   q.def(
       "quantize",
       [](py::array_t<float, py::array::c_style | py::array::forcecast> x, const std::string& fmt) {
@@ -47,19 +47,21 @@ void bind_quant(py::module_& m) {
       },
       py::arg("data"), py::arg("format"), py::arg("k"), "blocks -> float32 [rows, k]");
   q.def(
-      "dot_q8_0",
+      "dot",
       [](py::bytes x, py::bytes y, const std::string& fmt, int64_t k) {
         const auto& t = quant::traits(fmt);
+        const auto& ty = quant::traits(t.dot_format);
         std::string_view xs = x, ys = y;
         FOUNDRY_CHECK_AS(ValueError, int64_t(xs.size()) == quant::quantized_bytes(t, 1, k),
-                         "dot_q8_0: x holds {} bytes, a {} row of {} needs {}", xs.size(), t.name, k,
+                         "dot: x holds {} bytes, a {} row of {} needs {}", xs.size(), t.name, k,
                          quant::quantized_bytes(t, 1, k));
-        FOUNDRY_CHECK_AS(ValueError, int64_t(ys.size()) == quant::quantized_bytes(quant::traits("q8_0"), 1, k),
-                         "dot_q8_0: y holds {} bytes, a q8_0 row of {} needs {}", ys.size(), k,
-                         quant::quantized_bytes(quant::traits("q8_0"), 1, k));
-        return t.dot_q8_0(xs.data(), ys.data(), k);
+        FOUNDRY_CHECK_AS(ValueError, int64_t(ys.size()) == quant::quantized_bytes(ty, 1, k),
+                         "dot: y holds {} bytes, a {} row of {} needs {}", ys.size(), ty.name, k,
+                         quant::quantized_bytes(ty, 1, k));
+        return t.dot(xs.data(), ys.data(), k);
       },
-      py::arg("x"), py::arg("y"), py::arg("format"), py::arg("k"), "dot of a row in `format` with a q8_0 row");
+      py::arg("x"), py::arg("y"), py::arg("format"), py::arg("k"),
+      "dot of a row in `format` with a row in its dot format (q8_0, q8_K, or its own 16-bit float)");
 }
 
 }  // namespace foundry::python

@@ -2,12 +2,14 @@
 // names and hyper-parameter keys (Q and K projection rows permuted from HF's rotate-half layout
 // back to the interleaved one, as llama.cpp's converter does), and loading such files into the
 // shared decoder (the permutation undone, quantized tensors dequantized to the compute dtype).
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/core/error.h"
+#include "foundry/core/parallel.h"
 #include "foundry/io/gguf.h"
 #include "foundry/io/safetensors.h"
 #include "foundry/models/gguf.h"
@@ -179,14 +181,23 @@ void convert_to_gguf(const std::string& dir, const std::string& out, const std::
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM")
     raise<NotImplementedError>("convert: {} is not supported yet (Llama and Mistral are)", c.architecture);
   if (c.attention_bias || c.mlp_bias) raise<NotImplementedError>("convert: Llama with biases is not supported yet");
-  const std::map<std::string, uint32_t> types = {{"f32", 0}, {"f16", 1}, {"q4_0", 2}, {"q8_0", 8}};
-  auto ty = types.find(type);
-  if (ty == types.end()) raise<ValueError>("convert: --type must be f32, f16, q4_0 or q8_0, got '{}'", type);
+  // llama.cpp's file types (llama_ftype) of the whole-model types, for general.file_type.
+  const std::map<std::string, uint32_t> file_types = {{"f32", 0},  {"f16", 1},  {"q4_0", 2},  {"q4_1", 3},
+                                                      {"q8_0", 7}, {"q5_0", 8}, {"q5_1", 9},  {"q4_k", 14},
+                                                      {"q5_k", 16}, {"q6_k", 18}, {"bf16", 32}};
+  std::string lower(type);
+  for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  auto ft = file_types.find(lower);
+  if (ft == file_types.end())
+    raise<ValueError>("convert: --type must be one of f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, "
+                      "q6_k; got '{}'",
+                      type);
+  const quant::BlockFormatTraits* matrix_format = lower == "f32" ? nullptr : &quant::traits(lower);
   io::ShardedSafetensors st = io::ShardedSafetensors::open(dir);
   std::vector<std::pair<std::string, GGUFValue>> md = {
       {"general.architecture", str("llama")},
       {"general.name", str(std::filesystem::path(dir).filename().string())},
-      {"general.file_type", u32(ty->second == 0 ? 0 : ty->second == 1 ? 1 : ty->second == 2 ? 2 : 7)},
+      {"general.file_type", u32(ft->second)},
       {"llama.vocab_size", u32(c.vocab_size)},
       {"llama.context_length", u32(c.max_positions)},
       {"llama.embedding_length", u32(c.hidden_size)},
@@ -213,20 +224,27 @@ void convert_to_gguf(const std::string& dir, const std::string& out, const std::
     auto [gname, perm] = gguf_name(name);
     Tensor w = st.get(name).to(DType::Float32).contiguous();
     if (perm) w = permute_rows(w, perm == 1 ? c.num_heads : c.num_kv_heads, false);
-    // Norms stay float32; matrices take the requested type when their rows are whole blocks.
-    uint32_t gt = w.dim() == 1 ? 0 : ty->second;
-    if ((gt == 2 || gt == 8) && w.size(-1) % 32 != 0) gt = 1;
-    io::GGUFTensorData t{gname, std::vector<int64_t>(w.sizes().begin(), w.sizes().end()), gt, {}};
-    if (gt == 0) {
+    // Norms stay float32; matrices take the requested type, or llama.cpp's fallback when their rows
+    // are not whole blocks of it (K-quants: q5_0 / q5_1 / q8_0; then f16).
+    const quant::BlockFormatTraits* f = w.dim() == 1 ? nullptr : matrix_format;
+    if (f && w.size(-1) % f->block_size != 0) {
+      const quant::BlockFormat fallback = f->format == quant::BlockFormat::Q4_K   ? quant::BlockFormat::Q5_0
+                                          : f->format == quant::BlockFormat::Q5_K ? quant::BlockFormat::Q5_1
+                                                                                  : quant::BlockFormat::Q8_0;
+      f = &quant::traits(fallback);
+      if (w.size(-1) % f->block_size != 0) f = &quant::traits(quant::BlockFormat::F16);
+    }
+    io::GGUFTensorData t{gname, std::vector<int64_t>(w.sizes().begin(), w.sizes().end()), f ? f->ggml_type : 0, {}};
+    if (!f) {
       t.bytes.assign(static_cast<const char*>(w.data_ptr()), size_t(w.nbytes()));
-    } else if (gt == 1) {
-      Tensor h = w.to(DType::Float16);
-      t.bytes.assign(static_cast<const char*>(h.data_ptr()), size_t(h.nbytes()));
     } else {
-      const auto& q = quant::traits(gt == 2 ? quant::BlockFormat::Q4_0 : quant::BlockFormat::Q8_0);
-      const int64_t K = w.size(-1), rows = w.numel() / K, row_bytes = K / 32 * q.block_bytes;
-      t.bytes.resize(size_t(quant::quantized_bytes(q, rows, K)));
-      for (int64_t r = 0; r < rows; ++r) q.quantize(w.data<float>() + r * K, t.bytes.data() + r * row_bytes, K);
+      const int64_t K = w.size(-1), rows = w.numel() / K, row_bytes = quant::quantized_bytes(*f, 1, K);
+      t.bytes.resize(size_t(quant::quantized_bytes(*f, rows, K)));
+      char* dst = t.bytes.data();
+      const float* src = w.data<float>();
+      parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) f->quantize(src + r * K, dst + r * row_bytes, K);
+      });
     }
     tensors.push_back(std::move(t));
   }

@@ -1,7 +1,7 @@
 // Reference quantizers, dequantizers and q8_0 dot products of GGML's 32-value block formats,
 // written from the format definitions in ggml (ggml-common.h block layouts, ggml-quants.c
 // reference code): same rounding, same clamping, same fp16 scale conversion (round to nearest
-// even). This file is compiled for the portable baseline, so no FMA contraction changes results.
+// even). Compiled with -ffp-contract=off (src/CMakeLists.txt), so no FMA contraction changes results.
 #include "foundry/quant/block_formats.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "foundry/core/error.h"
 #include "foundry/core/numeric.h"
+#include "quant/formats_internal.h"
 
 namespace foundry::quant {
 
@@ -266,17 +267,31 @@ float dot_q8(const void* vx, const void* vy, int64_t k) {
 }  // namespace
 
 const std::vector<BlockFormatTraits>& block_formats() {
+  using detail::kQK_K;
+  constexpr auto Q8_0 = BlockFormat::Q8_0, Q8_K = BlockFormat::Q8_K;
   static const std::vector<BlockFormatTraits> table = {
+      {BlockFormat::F16, "f16", 1, 1, 2, detail::quantize_f16, detail::dequantize_f16, BlockFormat::F16,
+       detail::dot_f16},
+      {BlockFormat::BF16, "bf16", 30, 1, 2, detail::quantize_bf16, detail::dequantize_bf16, BlockFormat::BF16,
+       detail::dot_bf16},
       {BlockFormat::Q4_0, "q4_0", 2, kQK, int64_t(sizeof(BlockQ4_0)), quantize_q4_0,
-       dequantize<unpack_q4_0, int64_t(sizeof(BlockQ4_0))>, dot_q8<unpack_q4_0, int64_t(sizeof(BlockQ4_0))>},
+       dequantize<unpack_q4_0, int64_t(sizeof(BlockQ4_0))>, Q8_0, dot_q8<unpack_q4_0, int64_t(sizeof(BlockQ4_0))>},
       {BlockFormat::Q4_1, "q4_1", 3, kQK, int64_t(sizeof(BlockQ4_1)), quantize_q4_1,
-       dequantize<unpack_q4_1, int64_t(sizeof(BlockQ4_1))>, dot_q8<unpack_q4_1, int64_t(sizeof(BlockQ4_1))>},
+       dequantize<unpack_q4_1, int64_t(sizeof(BlockQ4_1))>, Q8_0, dot_q8<unpack_q4_1, int64_t(sizeof(BlockQ4_1))>},
       {BlockFormat::Q5_0, "q5_0", 6, kQK, int64_t(sizeof(BlockQ5_0)), quantize_q5_0,
-       dequantize<unpack_q5_0, int64_t(sizeof(BlockQ5_0))>, dot_q8<unpack_q5_0, int64_t(sizeof(BlockQ5_0))>},
+       dequantize<unpack_q5_0, int64_t(sizeof(BlockQ5_0))>, Q8_0, dot_q8<unpack_q5_0, int64_t(sizeof(BlockQ5_0))>},
       {BlockFormat::Q5_1, "q5_1", 7, kQK, int64_t(sizeof(BlockQ5_1)), quantize_q5_1,
-       dequantize<unpack_q5_1, int64_t(sizeof(BlockQ5_1))>, dot_q8<unpack_q5_1, int64_t(sizeof(BlockQ5_1))>},
+       dequantize<unpack_q5_1, int64_t(sizeof(BlockQ5_1))>, Q8_0, dot_q8<unpack_q5_1, int64_t(sizeof(BlockQ5_1))>},
       {BlockFormat::Q8_0, "q8_0", 8, kQK, int64_t(sizeof(BlockQ8_0)), quantize_q8_0,
-       dequantize<unpack_q8_0, int64_t(sizeof(BlockQ8_0))>, dot_q8<unpack_q8_0, int64_t(sizeof(BlockQ8_0))>},
+       dequantize<unpack_q8_0, int64_t(sizeof(BlockQ8_0))>, Q8_0, dot_q8<unpack_q8_0, int64_t(sizeof(BlockQ8_0))>},
+      {BlockFormat::Q4_K, "q4_K", 12, kQK_K, detail::kQ4_KBytes, detail::quantize_q4_K, detail::dequantize_q4_K, Q8_K,
+       detail::dot_q4_K},
+      {BlockFormat::Q5_K, "q5_K", 13, kQK_K, detail::kQ5_KBytes, detail::quantize_q5_K, detail::dequantize_q5_K, Q8_K,
+       detail::dot_q5_K},
+      {BlockFormat::Q6_K, "q6_K", 14, kQK_K, detail::kQ6_KBytes, detail::quantize_q6_K, detail::dequantize_q6_K, Q8_K,
+       detail::dot_q6_K},
+      {BlockFormat::Q8_K, "q8_K", 15, kQK_K, detail::kQ8_KBytes, detail::quantize_q8_K, detail::dequantize_q8_K, Q8_K,
+       detail::dot_q8_K},
   };
   return table;
 }
@@ -288,11 +303,14 @@ const BlockFormatTraits& traits(BlockFormat format) {
 }
 
 const BlockFormatTraits& traits(const std::string& name) {
-  std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  auto lowered = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    return s;
+  };
+  const std::string lower = lowered(name);
   std::string known;
   for (const auto& t : block_formats()) {
-    if (lower == t.name) return t;
+    if (lower == lowered(t.name)) return t;
     known += (known.empty() ? "" : ", ") + std::string(t.name);
   }
   raise<ValueError>("unknown block format '{}' (known: {})", name, known);

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "foundry/quant/block_formats.h"
+
 namespace foundry::quant {
 
 /// sum_i x_i y_i of two q8_0 rows of k values (k a multiple of 32).
@@ -14,5 +16,8 @@ float dot_q4_0_q8_0(const void* x, const void* y, int64_t k);
 /// over threads.
 void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y);
 void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y);
+/// The same for any format of the table, xq quantized to t.dot_format: the SIMD kernels above where
+/// there is one, the table's scalar dot otherwise.
+void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y);
 
 }  // namespace foundry::quant

@@ -157,5 +157,16 @@ void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y)
   });
 }
 
+void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  if (t.format == BlockFormat::Q8_0) return gemv_q8_0(w, rows, k, xq, y);
+  if (t.format == BlockFormat::Q4_0) return gemv_q4_0(w, rows, k, xq, y);
+  const auto* base = static_cast<const uint8_t*>(w);
+  const int64_t row_bytes = quantized_bytes(t, 1, k);
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1));
+  parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) y[r] = t.dot(base + r * row_bytes, xq, k);
+  });
+}
+
 }  // namespace foundry::quant
 #endif  // HWY_ONCE

@@ -202,7 +202,7 @@ TEST_P(EachTarget, Q8DotMatchesScalarReference) {
   std::vector<float> y(static_cast<size_t>(rows));
   foundry::quant::gemv_q8_0(wq.data(), rows, k, xq.data(), y.data());
   for (int64_t r = 0; r < rows; ++r) {
-    const float want = q8.dot_q8_0(wq.data() + r * (k / 32 * 34), xq.data(), k);
+    const float want = q8.dot(wq.data() + r * (k / 32 * 34), xq.data(), k);
     float scale = 0.f;
     for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
     ASSERT_NEAR(y[size_t(r)], want, 1e-5f * scale) << "row " << r;
@@ -217,7 +217,7 @@ TEST_P(EachTarget, Q8DotMatchesScalarReference) {
   for (int64_t r = 0; r < rows; ++r) q4.quantize(w.data() + r * k, w4.data() + r * row4, k);
   foundry::quant::gemv_q4_0(w4.data(), rows, k, xq.data(), y.data());
   for (int64_t r = 0; r < rows; ++r) {
-    const float want = q4.dot_q8_0(w4.data() + r * row4, xq.data(), k);
+    const float want = q4.dot(w4.data() + r * row4, xq.data(), k);
     float scale = 0.f;
     for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
     ASSERT_NEAR(y[size_t(r)], want, 1e-5f * scale) << "q4_0 row " << r;

@@ -304,3 +304,35 @@ def test_converted_gguf_carries_the_tokenizer(tmp_path):
     foundry.gguf.write(slim, keep, tensors)
     assert "tokenizer.huggingface.json" not in foundry.gguf.read(slim)["metadata"]
     assert tp.run("generate", "--model", slim, *args).stdout.strip().splitlines() == want
+
+
+def test_convert_k_quants_with_llama_cpp_fallbacks(tmp_path):
+    import torch
+    import test_pretrained as tp
+    if not os.path.exists(tp.FOUNDRY):
+        pytest.skip("foundry CLI not built at " + tp.FOUNDRY)
+    cfg, make_weights, forward = tp.CASES["llama"]
+    # hidden 256: whole q*_K super-blocks; intermediate 96: ffn_down rows are not (llama.cpp's fallback
+    # types: q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0).
+    cfg = dict(cfg, num_key_value_heads=2, hidden_size=256, intermediate_size=96, tie_word_embeddings=False)
+    w = make_weights(cfg, torch.Generator().manual_seed(5))
+    folder = str(tmp_path / "hf")
+    tp.write_folder(folder, cfg, w)
+    ids = [[5, 17, 33, 8, 21, 2, 40]]
+    with torch.no_grad():
+        ref = forward(cfg, w, torch.tensor(ids), torch.ones(1, 7, dtype=torch.long)).numpy()
+    errors = {}
+    for typ, ggml_type, fallback, file_type in (("q4_K", 12, 6, 14), ("q5_K", 13, 7, 16), ("q6_K", 14, 8, 18)):
+        out = str(tmp_path / f"m-{typ}.gguf")
+        tp.run("convert", "--model", folder, "--to", out, "--type", typ)
+        info = foundry.gguf.read(out)
+        assert info["metadata"]["general.file_type"] == file_type
+        types = {t["name"]: t["type"] for t in info["tensors"]}
+        assert types["blk.0.ffn_up.weight"] == ggml_type and types["blk.0.ffn_down.weight"] == fallback
+        up = w["model.layers.1.mlp.up_proj.weight"].numpy()
+        assert foundry.gguf.tensor(out, "blk.1.ffn_up.weight").numpy().tobytes() == \
+            foundry.quant.dequantize(foundry.quant.quantize(up, typ), typ, up.shape[1]).tobytes()
+        got = foundry.models.from_pretrained(out)(foundry.tensor(ids)).numpy()
+        errors[typ] = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    # Random weights amplify rounding through the layers; the finer the format, the closer.
+    assert errors["q6_K"] < errors["q5_K"] < errors["q4_K"] < 1.0, errors

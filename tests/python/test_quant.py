@@ -160,7 +160,8 @@ def sample_rows(seed):
 @pytest.mark.parametrize("fmt", sorted(REF))
 def test_quantize_matches_llama_cpp_reference_bytes(fmt):
     names = {f[0]: f for f in foundry.quant.formats()}
-    _, ggml_type, block, nbytes = names[fmt]
+    _, ggml_type, block, nbytes, dot_format = names[fmt]
+    assert dot_format == "q8_0"
     assert (ggml_type, block) == ({"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8}[fmt], 32)
     for seed in range(3):
         x = sample_rows(seed)
@@ -187,7 +188,7 @@ def test_dequantize_and_dot_match_reference(fmt):
     qy, dy, _ = ref_levels(yq, "q8_0")
     exact = float(sum((q[i] @ qy[i]) * float(d[i]) * float(dy[i]) + float(m[i]) * float(dy[i]) * qy[i].sum()
                       for i in range(len(d))))
-    dot = foundry.quant.dot_q8_0(data, yq, fmt, 256)
+    dot = foundry.quant.dot(data, yq, fmt, 256)
     assert abs(dot - exact) <= 1e-5 * (1 + abs(exact))
     # ... and it approximates the float dot product.
     assert abs(dot - float(x[0] @ y[0])) <= 0.1 * float(np.abs(x[0]) @ np.abs(y[0])) + 1e-6
@@ -201,4 +202,4 @@ def test_bad_arguments_are_errors():
     with pytest.raises(ValueError, match="not whole rows"):
         foundry.quant.dequantize(b"\0" * 35, "q8_0", 32)
     with pytest.raises(ValueError, match="y holds"):
-        foundry.quant.dot_q8_0(b"\0" * 18, b"\0" * 10, "q4_0", 32)
+        foundry.quant.dot(b"\0" * 18, b"\0" * 10, "q4_0", 32)

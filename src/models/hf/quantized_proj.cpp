@@ -1,7 +1,8 @@
 // CausalLM::proj / proj_t: the weight products of every architecture. With weight quantization
-// on, products of few activation rows (decode) run on q8_0 copies of the weights (made on first
-// use, transposed for [in, out] weights) with the activations quantized per row to q8_0, as
-// llama.cpp does; the matrix-vector kernel streams 8.5 bits per weight instead of 32.
+// on, products of few activation rows (decode) run on quantized copies of the weights (any format
+// of foundry/quant/block_formats.h; made on first use, transposed for [in, out] weights) with the
+// activations quantized per row to the format's dot format (q8_0, or q8_K for the K-quants), as
+// llama.cpp does; the matrix-vector kernel streams 4.5-8.5 bits per weight instead of 32.
 #include <cstring>
 #include <memory>
 
@@ -21,10 +22,11 @@ struct CausalLM::QuantizedWeight {
 };
 
 void CausalLM::set_weight_quantization(const std::string& format) {
-  if (!format.empty() && quant::traits(format).format != quant::BlockFormat::Q8_0 &&
-      quant::traits(format).format != quant::BlockFormat::Q4_0)
-    raise<NotImplementedError>("weight quantization '{}' is not implemented for decoding yet (q8_0 and q4_0 are)",
-                               format);
+  if (!format.empty()) {
+    const quant::BlockFormat f = quant::traits(format).format;  // ValueError naming the formats if unknown
+    if (f == quant::BlockFormat::Q8_K)
+      raise<ValueError>("q8_K is the K-quants' activation format, not a weight format");
+  }
   qformat_ = format;
   quantized_.clear();
 }
@@ -50,7 +52,7 @@ const CausalLM::QuantizedWeight* CausalLM::quantized(const Tensor& w, bool trans
 namespace {
 
 bool wants_quantized(const std::string& format, const Tensor& x, int64_t k) {
-  return !format.empty() && x.dtype() == DType::Float32 && k % 32 == 0 && k > 0 &&
+  return !format.empty() && x.dtype() == DType::Float32 && k > 0 && k % quant::traits(format).block_size == 0 &&
          x.numel() / k <= CausalLM::kQuantizedMaxRows;
 }
 
@@ -62,12 +64,12 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, int64_t rows_out, int
   Shape out_shape(x.sizes());
   out_shape.back() = rows_out;
   Tensor out = empty(out_shape, DType::Float32);
-  std::vector<uint8_t> xq(static_cast<size_t>(k / 32 * 34));
-  const auto& q8 = quant::traits(quant::BlockFormat::Q8_0);
+  const auto& t = quant::traits(format);
+  const auto& act = quant::traits(t.dot_format);
+  std::vector<uint8_t> xq(static_cast<size_t>(quant::quantized_bytes(act, 1, k)));
   for (int64_t r = 0; r < m; ++r) {
-    q8.quantize(xc.data<float>() + r * k, xq.data(), k);
-    if (format == quant::BlockFormat::Q4_0) quant::gemv_q4_0(w, rows_out, k, xq.data(), out.data<float>() + r * rows_out);
-    else quant::gemv_q8_0(w, rows_out, k, xq.data(), out.data<float>() + r * rows_out);
+    act.quantize(xc.data<float>() + r * k, xq.data(), k);
+    quant::gemv(t, w, rows_out, k, xq.data(), out.data<float>() + r * rows_out);
   }
   return b.defined() ? out + b : out;
 }

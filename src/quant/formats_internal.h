@@ -1,0 +1,26 @@
+// Row functions of the formats in foundry/quant/block_formats.h that live outside
+// block_formats.cpp (the K-quants and the 16-bit floats); the traits table there points at them.
+#pragma once
+
+#include <cstdint>
+
+namespace foundry::quant::detail {
+
+#define FOUNDRY_QUANT_ROW_FUNCTIONS(fmt)                          \
+  void quantize_##fmt(const float* x, void* y, int64_t k);        \
+  void dequantize_##fmt(const void* x, float* y, int64_t k);      \
+  float dot_##fmt(const void* x, const void* y, int64_t k);
+
+FOUNDRY_QUANT_ROW_FUNCTIONS(q4_K)
+FOUNDRY_QUANT_ROW_FUNCTIONS(q5_K)
+FOUNDRY_QUANT_ROW_FUNCTIONS(q6_K)
+FOUNDRY_QUANT_ROW_FUNCTIONS(q8_K)
+FOUNDRY_QUANT_ROW_FUNCTIONS(f16)
+FOUNDRY_QUANT_ROW_FUNCTIONS(bf16)
+
+#undef FOUNDRY_QUANT_ROW_FUNCTIONS
+
+constexpr int64_t kQK_K = 256;
+constexpr int64_t kQ4_KBytes = 144, kQ5_KBytes = 176, kQ6_KBytes = 210, kQ8_KBytes = 292;
+
+}  // namespace foundry::quant::detail
