@@ -253,6 +253,15 @@ const uint8_t* GGUFFile::data(const GGUFTensorInfo& t) const {
   return static_cast<const uint8_t*>(storage_->data()) + data_offset_ + t.offset;
 }
 
+Tensor GGUFFile::raw(const std::string& name) const {
+  const GGUFTensorInfo& t = info(name);
+  int64_t rows = 1;
+  for (size_t i = 1; i < t.dims.size(); ++i) rows *= t.dims[i];
+  const int64_t row_bytes = rows == 0 ? 0 : int64_t(t.nbytes) / rows;
+  return make_tensor(storage_, {rows, row_bytes}, contiguous_strides({rows, row_bytes}),
+                     int64_t(data_offset_ + t.offset), DType::UInt8);
+}
+
 Tensor GGUFFile::tensor(const std::string& name) const {
   const GGUFTensorInfo& t = info(name);
   const std::vector<int64_t> shape = t.shape();

@@ -296,19 +296,41 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
   if (const GGUFValue* e = find(f, "tokenizer.ggml.eos_token_id")) c.eos_token_ids = {e->as_int()};
   if (const GGUFValue* b = find(f, "tokenizer.ggml.bos_token_id")) c.bos_token_id = b->as_int();
   c.json = "{}";
+  // Block-quantized matrices stay quantized: products use the file's bytes in place (rows of Q and
+  // K un-permuted, a copy), and the model gets a placeholder for the dense tensor; the token
+  // embedding is also dequantized, as its rows are looked up.
+  struct Adopted {
+    Tensor weight;
+    std::string format;
+    Tensor bytes;
+  };
+  std::vector<Adopted> adopted;
   hf::WeightFn weight = [&](const std::string& name, const Shape& shape) {
     auto [gname, perm] = gguf_name(name);
-    Tensor t = f.tensor(gname);
-    if (!(Shape(t.sizes()) == shape))
-      raise<ValueError>("{}: '{}' has shape {} but the metadata implies {}", path, gname, shape_str(t.sizes()),
+    const io::GGUFTensorInfo& info = f.info(gname);
+    if (!(Shape(info.shape()) == shape))
+      raise<ValueError>("{}: '{}' has shape {} but the metadata implies {}", path, gname, shape_str(info.shape()),
                         shape_str(shape));
+    const quant::BlockFormatTraits* q = nullptr;
+    for (const auto& t : quant::block_formats())
+      if (t.ggml_type == info.ggml_type && t.block_size > 1) q = &t;
+    const int64_t heads = perm == 1 ? c.num_heads : c.num_kv_heads;
+    if (q && shape.size() == 2) {
+      Tensor bytes = f.raw(gname);
+      if (perm) bytes = permute_rows(bytes, heads, true);
+      Tensor w = gname == "token_embd.weight" ? f.tensor(gname) : zeros({1}, DType::Float32).expand(IntList(shape));
+      adopted.push_back({w, q->name, bytes});
+      return w;
+    }
+    Tensor t = f.tensor(gname);
     const DType want = options.dtype.value_or(t.dtype());
-    if (perm) t = permute_rows(t.to(DType::Float32), perm == 1 ? c.num_heads : c.num_kv_heads, true);
+    if (perm) t = permute_rows(t.to(DType::Float32), heads, true);
     return t.dtype() == want ? t : t.to(want);
   };
   hf::HasWeightFn has = [&](const std::string& name) { return f.contains(gguf_name(name).first); };
   hf::DecoderSpec spec;
   std::unique_ptr<CausalLM> model = hf::build_decoder(c, spec, weight, has);
+  for (const Adopted& a : adopted) model->adopt_quantized(a.weight, a.format, a.bytes);
   model->set_weight_quantization(options.quantize);
   return model;
 }

@@ -336,3 +336,38 @@ def test_convert_k_quants_with_llama_cpp_fallbacks(tmp_path):
         errors[typ] = np.linalg.norm(got - ref) / np.linalg.norm(ref)
     # Random weights amplify rounding through the layers; the finer the format, the closer.
     assert errors["q6_K"] < errors["q5_K"] < errors["q4_K"] < 1.0, errors
+
+
+@pytest.mark.parametrize("typ", ["q8_0", "q4_K"])
+def test_gguf_weights_stay_quantized_and_match_the_folder_quantized_in_memory(tmp_path, typ):
+    """A quantized GGUF file computes with its own bytes; the folder quantized at load time holds
+    the same rows (quantization is per row, the Q/K permutation moves whole rows), so the logits
+    are identical, through the decode kernels (7 tokens) and the dequantize + GEMM path (40). The
+    file's token embedding is quantized too (looked up dequantized), so the folder compared gets
+    that dequantized table as its embedding."""
+    import torch
+    import test_pretrained as tp
+    if not os.path.exists(tp.FOUNDRY):
+        pytest.skip("foundry CLI not built at " + tp.FOUNDRY)
+    cfg, make_weights, _ = tp.CASES["llama"]
+    cfg = dict(cfg, num_key_value_heads=2, hidden_size=256, intermediate_size=512, tie_word_embeddings=False)
+    w = make_weights(cfg, torch.Generator().manual_seed(9))
+    folder = str(tmp_path / "hf")
+    tp.write_folder(folder, cfg, w)
+    out = str(tmp_path / "m.gguf")
+    tp.run("convert", "--model", folder, "--to", out, "--type", typ)
+    w["model.embed_tokens.weight"] = torch.from_numpy(foundry.gguf.tensor(out, "token_embd.weight").numpy().copy())
+    folder = str(tmp_path / "hf-embd")
+    tp.write_folder(folder, cfg, w)
+    from_file = foundry.models.from_pretrained(out)
+    in_memory = foundry.models.from_pretrained(folder, quantize=typ)
+    dense = foundry.models.from_pretrained(folder)
+    for n in (7, 40):
+        ids = foundry.tensor([[int(v) for v in np.random.default_rng(n).integers(0, cfg["vocab_size"], n)]])
+        a, b, d = (m(ids).numpy() for m in (from_file, in_memory, dense))
+        assert np.array_equal(a, b), (n, np.abs(a - b).max())
+        assert np.linalg.norm(a - d) / np.linalg.norm(d) < 0.6  # quantized, but the same model
+    gen = [tp.run("generate", "--model", m, "--input-ids", "5,17,33", "--max-new-tokens", "6", "--temperature", "0",
+                  "--ignore-eos", "--print-ids", *extra).stdout.strip().splitlines()[-1]
+           for m, extra in ((out, ()), (folder, ("--quantize", typ)))]
+    assert gen[0] == gen[1]

@@ -1002,18 +1002,41 @@ def test_q8_0_decoding_is_close_to_float32(tmp_path, name):
     a, b = dense(foundry.tensor(ids)).numpy(), q8(foundry.tensor(ids)).numpy()
     rel = np.linalg.norm(a - b) / np.linalg.norm(a)
     assert 0 < rel <= 0.05, rel  # the q8_0 path ran; 8-bit weights and activations: a few % here
-    # Prefill (many rows per product) keeps the dense weights: identical logits. (Mixtral's experts
-    # see only their own few tokens, so they take the q8_0 path even in prefill.)
+    # Prefill (many rows per product) computes with the dequantized q8_0 weights: close, not equal.
     many = torch.randint(3, cfg["vocab_size"], (1, 24), generator=torch.Generator().manual_seed(3)).tolist()
-    if name != "mixtral":
-        assert np.array_equal(dense(foundry.tensor(many)).numpy(), q8(foundry.tensor(many)).numpy())
+    a, b = dense(foundry.tensor(many)).numpy(), q8(foundry.tensor(many)).numpy()
+    # (Mixtral's router can pick another expert for a token once its inputs move.)
+    assert 0 < np.linalg.norm(a - b) / np.linalg.norm(a) <= (0.1 if name == "mixtral" else 0.05)
     prompt = many[0][:6]
-    g_dense = dense.generate(prompt, max_new_tokens=12, ignore_eos=True)[0]
     g_q8 = q8.generate(prompt, max_new_tokens=12, ignore_eos=True)[0]
-    assert len(g_q8) == 12 and (name == "mixtral" or g_q8[0] == g_dense[0])  # first token: dense prefill
+    assert len(g_q8) == 12
     p = run("generate", "--model", folder, "--input-ids", ",".join(map(str, prompt)), "--max-new-tokens", "12",
             "--temperature", "0", "--ignore-eos", "--print-ids", "--quantize", "q8_0")
     assert json.loads(p.stdout.strip().splitlines()[-1]) == g_q8
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_K"])
+def test_quantized_prefill_is_float_math_on_the_dequantized_weights(tmp_path, fmt):
+    """More than 16 rows: products are a float GEMM with the dequantized weight, so the quantized
+    model's prefill equals the dense model run on a folder whose projection weights were replaced by
+    dequantize(quantize(W)) (computed with foundry.quant, outside the model code)."""
+    import foundry
+    cfg, make_weights, _ = CASES["llama"]
+    cfg = dict(cfg, hidden_size=256, intermediate_size=512, tie_word_embeddings=False)
+    w = make_weights(cfg, torch.Generator().manual_seed(17))
+    folder = str(tmp_path / "m")
+    write_folder(folder, cfg, w)
+    fake = {}
+    for k, v in w.items():
+        if v.dim() == 2 and "embed_tokens" not in k:
+            x = v.numpy()
+            v = torch.from_numpy(foundry.quant.dequantize(foundry.quant.quantize(x, fmt), fmt, x.shape[1]).copy())
+        fake[k] = v
+    write_folder(str(tmp_path / "fake"), cfg, fake)
+    ids = foundry.tensor(torch.randint(3, cfg["vocab_size"], (1, 40), generator=torch.Generator().manual_seed(4)).tolist())
+    got = foundry.models.from_pretrained(folder, quantize=fmt)(ids).numpy()
+    want = foundry.models.from_pretrained(str(tmp_path / "fake"))(ids).numpy()
+    assert np.array_equal(got, want), np.abs(got - want).max()
 
 
 def test_q4_0_decoding_runs_and_is_coarser_than_q8_0(tmp_path):

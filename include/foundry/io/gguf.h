@@ -66,8 +66,11 @@ class GGUFFile {
   /// The tensor's bytes inside the mapping.
   const uint8_t* data(const GGUFTensorInfo& t) const;
   /// F32/F16/BF16 tensors as zero-copy views; block-quantized ones dequantized to float32 when
-  /// Foundry knows the format (q4_0, q4_1, q5_0, q5_1, q8_0), else NotImplementedError.
+  /// Foundry knows the format (foundry/quant/block_formats.h), else NotImplementedError.
   Tensor tensor(const std::string& name) const;
+  /// The tensor's bytes as a zero-copy uint8 view [rows, bytes per row] of the mapping (rows: the
+  /// product of every dimension but the innermost).
+  Tensor raw(const std::string& name) const;
   uint64_t data_offset() const { return data_offset_; }
 
  private:

@@ -87,9 +87,15 @@ class CausalLM {
   const std::map<std::string, Tensor>& weights() const { return weights_; }
   int64_t num_parameters() const;
   DType dtype() const { return dtype_; }
-  /// Decode-time products (up to kQuantizedMaxRows activation rows) use `format` ("q8_0")
-  /// copies of the weights, quantized on first use; prefill keeps the dense weights. "" turns it off.
+  /// Weight products use `format` ("q8_0", "q4_K", ...) copies of the weights, quantized on first
+  /// use: up to kQuantizedMaxRows activation rows (decode) with the quantized matrix-vector kernels,
+  /// more rows (prefill) through a float GEMM on the dequantized weight. "" turns it off (adopted
+  /// weights stay quantized).
   void set_weight_quantization(const std::string& format);
+  /// Makes products with `weight` ([out, in], a tensor of this model) use `bytes`: its rows already
+  /// quantized in `format`, used in place (a GGUF file's tensor). The dense tensor is then read only
+  /// by non-product uses (an embedding lookup), so a loader may pass a placeholder for it.
+  void adopt_quantized(const Tensor& weight, const std::string& format, const Tensor& bytes);
   const std::string& weight_quantization() const { return qformat_; }
   static constexpr int64_t kQuantizedMaxRows = 16;
 

@@ -1,8 +1,19 @@
-// CausalLM::proj / proj_t: the weight products of every architecture. With weight quantization
-// on, products of few activation rows (decode) run on quantized copies of the weights (any format
-// of foundry/quant/block_formats.h; made on first use, transposed for [in, out] weights) with the
-// activations quantized per row to the format's dot format (q8_0, or q8_K for the K-quants), as
-// llama.cpp does; the matrix-vector kernel streams 4.5-8.5 bits per weight instead of 32.
+// CausalLM::proj / proj_t: the weight products of every architecture. A weight is quantized when
+// weight quantization is on (a copy in any format of foundry/quant/block_formats.h, made on first
+// use, transposed for [in, out] weights) or when the loader adopted quantized bytes for it (a GGUF
+// file's tensors, used in place). Then every product uses the quantized weight, so prefill and
+// decode compute with the same numbers:
+// - few activation rows (decode): each row is quantized to the format's dot format (q8_0, or q8_K
+//   for the K-quants) and multiplied by the matrix-vector kernels, as llama.cpp does; they stream
+//   4.5-8.5 bits per weight instead of 32;
+// - more rows (prefill): the weight is dequantized into a scratch float32 matrix and the product
+//   is a float GEMM.
+// Once a memory-mapped float weight is quantized its pages are handed back to the kernel (they are
+// clean file pages: a later read faults them in again), so resident memory holds the quantized
+// copy only.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <memory>
 
@@ -16,9 +27,11 @@
 namespace foundry::models {
 
 struct CausalLM::QuantizedWeight {
-  quant::BlockFormat format;
+  const quant::BlockFormatTraits* format = nullptr;
   int64_t rows = 0, k = 0;
-  std::vector<uint8_t> data;
+  std::vector<uint8_t> owned;
+  const uint8_t* data = nullptr;
+  Tensor keepalive;  // the storage `data` points into when it is not `owned`
 };
 
 void CausalLM::set_weight_quantization(const std::string& format) {
@@ -28,67 +41,112 @@ void CausalLM::set_weight_quantization(const std::string& format) {
       raise<ValueError>("q8_K is the K-quants' activation format, not a weight format");
   }
   qformat_ = format;
-  quantized_.clear();
+  for (auto it = quantized_.begin(); it != quantized_.end();)
+    it = it->second->keepalive.defined() ? std::next(it) : quantized_.erase(it);
 }
+
+void CausalLM::adopt_quantized(const Tensor& weight, const std::string& format, const Tensor& bytes) {
+  const quant::BlockFormatTraits& t = quant::traits(format);
+  FOUNDRY_CHECK_AS(ValueError, weight.dim() == 2, "adopt_quantized: weight must be 2-D, got {} dims", weight.dim());
+  const int64_t rows = weight.size(0), k = weight.size(1);
+  FOUNDRY_CHECK_AS(ValueError, bytes.is_contiguous() && bytes.nbytes() == quant::quantized_bytes(t, rows, k),
+                   "adopt_quantized: {} bytes for a [{}, {}] {} matrix that needs {}", bytes.nbytes(), rows, k, t.name,
+                   quant::quantized_bytes(t, rows, k));
+  auto q = std::make_shared<QuantizedWeight>();
+  q->format = &t;
+  q->rows = rows;
+  q->k = k;
+  q->keepalive = bytes;
+  q->data = static_cast<const uint8_t*>(bytes.data_ptr());
+  quantized_[weight.impl()] = std::move(q);
+}
+
+namespace {
+
+// Drops the resident pages wholly inside a memory-mapped weight (clean file pages: reading them
+// again faults them back in from the file, so this frees memory without changing any value).
+void release_mapped_pages(const Tensor& w) {
+  if (!w.defined() || w.storage()->kind() != StorageImpl::Kind::Mapped || !w.is_contiguous()) return;
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const auto begin = uintptr_t(w.data_ptr());
+  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + uintptr_t(w.nbytes())) / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+}  // namespace
 
 const CausalLM::QuantizedWeight* CausalLM::quantized(const Tensor& w, bool transposed) const {
   auto it = quantized_.find(w.impl());
   if (it != quantized_.end()) return it->second.get();
+  if (qformat_.empty()) return nullptr;
   const quant::BlockFormatTraits& t = quant::traits(qformat_);
+  const int64_t k = transposed ? w.size(0) : w.size(1);
+  if (k % t.block_size != 0) return nullptr;  // rows that are not whole blocks stay dense
+  autograd::NoGradGuard no_grad;
   Tensor rows = (transposed ? w.t() : w).to(DType::Float32).contiguous();  // [out, in]
   auto q = std::make_shared<QuantizedWeight>();
-  q->format = t.format;
+  q->format = &t;
   q->rows = rows.size(0);
-  q->k = rows.size(1);
-  q->data.resize(size_t(quant::quantized_bytes(t, q->rows, q->k)));
-  const int64_t row_bytes = q->k / t.block_size * t.block_bytes;
+  q->k = k;
+  q->owned.resize(size_t(quant::quantized_bytes(t, q->rows, q->k)));
+  q->data = q->owned.data();
+  const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
   const float* src = rows.data<float>();
-  parallel_for(0, q->rows, 64, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) t.quantize(src + r * q->k, q->data.data() + r * row_bytes, q->k);
+  uint8_t* dst = q->owned.data();
+  parallel_for(0, q->rows, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) t.quantize(src + r * k, dst + r * row_bytes, k);
   });
+  rows = Tensor();
+  release_mapped_pages(w);
   return quantized_.emplace(w.impl(), std::move(q)).first->second.get();
 }
 
 namespace {
 
-bool wants_quantized(const std::string& format, const Tensor& x, int64_t k) {
-  return !format.empty() && x.dtype() == DType::Float32 && k > 0 && k % quant::traits(format).block_size == 0 &&
-         x.numel() / k <= CausalLM::kQuantizedMaxRows;
-}
-
-Tensor quantized_product(const Tensor& x, const Tensor& b, int64_t rows_out, int64_t k, const uint8_t* w,
-                         quant::BlockFormat format) {
-  autograd::NoGradGuard no_grad;
-  Tensor xc = x.contiguous();
-  const int64_t m = xc.numel() / k;
-  Shape out_shape(x.sizes());
-  out_shape.back() = rows_out;
-  Tensor out = empty(out_shape, DType::Float32);
-  const auto& t = quant::traits(format);
-  const auto& act = quant::traits(t.dot_format);
-  std::vector<uint8_t> xq(static_cast<size_t>(quant::quantized_bytes(act, 1, k)));
-  for (int64_t r = 0; r < m; ++r) {
-    act.quantize(xc.data<float>() + r * k, xq.data(), k);
-    quant::gemv(t, w, rows_out, k, xq.data(), out.data<float>() + r * rows_out);
-  }
-  return b.defined() ? out + b : out;
+Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFormatTraits& t, int64_t rows_out,
+                         int64_t k, const uint8_t* w) {
+    autograd::NoGradGuard no_grad;
+    Tensor xc = x.to(DType::Float32).contiguous();
+    const int64_t m = xc.numel() / k;
+    const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
+    Tensor out;
+    if (m > CausalLM::kQuantizedMaxRows) {
+      Tensor dense = empty({rows_out, k}, DType::Float32);
+      float* d = dense.data<float>();
+      parallel_for(0, rows_out, 16, [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) t.dequantize(w + r * row_bytes, d + r * k, k);
+      });
+      out = linear(xc, dense, b.defined() ? b.to(DType::Float32) : b);
+    } else {
+      Shape out_shape(x.sizes());
+      out_shape.back() = rows_out;
+      out = empty(out_shape, DType::Float32);
+      const auto& act = quant::traits(t.dot_format);
+      std::vector<uint8_t> xq(static_cast<size_t>(quant::quantized_bytes(act, 1, k)));
+      for (int64_t r = 0; r < m; ++r) {
+        act.quantize(xc.data<float>() + r * k, xq.data(), k);
+        quant::gemv(t, w, rows_out, k, xq.data(), out.data<float>() + r * rows_out);
+      }
+      if (b.defined()) out = out + b.to(DType::Float32);
+    }
+    return out.dtype() == x.dtype() ? out : out.to(x.dtype());
 }
 
 }  // namespace
 
 Tensor CausalLM::proj(const Tensor& x, const Tensor& w, const Tensor& b) const {
-  if (!wants_quantized(qformat_, x, w.size(1))) return linear(x, w, b);
-  const QuantizedWeight* q = quantized(w, false);
-  return quantized_product(x, b, q->rows, q->k, q->data.data(), q->format);
+  const QuantizedWeight* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, false) : nullptr;
+  if (!q) return linear(x, w, b);
+  return quantized_product(x, b, *q->format, q->rows, q->k, q->data);
 }
 
 Tensor CausalLM::proj_t(const Tensor& x, const Tensor& w, const Tensor& b) const {
-  if (!wants_quantized(qformat_, x, w.size(0))) {
+  const QuantizedWeight* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, true) : nullptr;
+  if (!q) {
     Tensor y = matmul(x, w);
     return b.defined() ? y + b : y;
   }
-  const QuantizedWeight* q = quantized(w, true);
-  return quantized_product(x, b, q->rows, q->k, q->data.data(), q->format);
+  return quantized_product(x, b, *q->format, q->rows, q->k, q->data);
 }
 
 }  // namespace foundry::models
