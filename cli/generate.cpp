@@ -84,9 +84,9 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "compute dtype: float32 (default) or native (the checkpoint's own)")
       ->check(CLI::IsMember({"float32", "native"}));
   cmd->add_option("--quantize", o->quantize,
-                  "decode with quantized copies of the weights: q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, "
+                  "compute with quantized copies of the weights: q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, nf4, "
                   "f16 or bf16 (llama.cpp's formats)")
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K", "f16", "bf16"},
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K", "nf4", "f16", "bf16"},
                             CLI::ignore_case));
   auto* prompt = cmd->add_option("--prompt", o->prompt, "prompt text (needs the folder's tokenizer)");
   auto* ids = cmd->add_option("--input-ids", o->input_ids, "prompt token ids, e.g. 1,2,3");

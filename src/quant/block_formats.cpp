@@ -292,6 +292,8 @@ const std::vector<BlockFormatTraits>& block_formats() {
        detail::dot_q6_K},
       {BlockFormat::Q8_K, "q8_K", 15, kQK_K, detail::kQ8_KBytes, detail::quantize_q8_K, detail::dequantize_q8_K, Q8_K,
        detail::dot_q8_K},
+      {BlockFormat::NF4, "nf4", kNoGGMLType, 64, 36, detail::quantize_nf4, detail::dequantize_nf4, Q8_0,
+       detail::dot_nf4},
   };
   return table;
 }

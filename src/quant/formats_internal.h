@@ -1,5 +1,5 @@
 // Row functions of the formats in foundry/quant/block_formats.h that live outside
-// block_formats.cpp (the K-quants and the 16-bit floats); the traits table there points at them.
+// block_formats.cpp (the K-quants and 16-bit floats in k_formats.cpp, nf4 in weight_only.cpp); the traits table there points at them.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@ FOUNDRY_QUANT_ROW_FUNCTIONS(q6_K)
 FOUNDRY_QUANT_ROW_FUNCTIONS(q8_K)
 FOUNDRY_QUANT_ROW_FUNCTIONS(f16)
 FOUNDRY_QUANT_ROW_FUNCTIONS(bf16)
+FOUNDRY_QUANT_ROW_FUNCTIONS(nf4)
 
 #undef FOUNDRY_QUANT_ROW_FUNCTIONS
 

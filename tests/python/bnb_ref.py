@@ -275,24 +275,36 @@ NF4_CODE = np.array([
     1.0,
 ], dtype=np.float32)
 
-# float literals of dQuantizeNF4, sorted ascending; NF4_THRESHOLDS[k] separates code k and k+1.
-NF4_THRESHOLDS = np.array([
-    -0.8480964004993439,    # 000  : 0b0001 vs 0b0000
-    -0.6106329262256622,    # 00
-    -0.4599952697753906,    # 001
-    -0.33967943489551544,   # 0
-    -0.23460740596055984,   # 010
-    -0.13791173323988914,   # 01
-    -0.045525018125772476,  # 011
-    0.03979014977812767,    # root
-    0.1202552504837513,     # 100
-    0.2035212516784668,     # 10
-    0.2920137718319893,     # 101
-    0.3893125355243683,     # 1
-    0.5016634166240692,     # 110
-    0.6427869200706482,     # 11
-    0.8614784181118011,     # 111
-], dtype=np.float32)
+def _f32_literal(text):
+    """A C float literal ("0.1f"): the decimal rounded once, directly to the nearest float32 (ties to
+    even). np.float32(float(text)) would round twice (decimal -> double -> float) and differs for
+    4 of the thresholds below, whose double value is exactly halfway between two floats."""
+    from fractions import Fraction
+    exact = Fraction(text)
+    c = np.float32(float(text))
+    cands = [np.nextafter(c, np.float32(-2)), c, np.nextafter(c, np.float32(2))]
+    return min(cands, key=lambda v: (abs(Fraction(float(v)) - exact), int(np.array(v).view(np.uint32)) & 1))
+
+
+# float literals of dQuantizeNF4 (written with an f suffix in the kernel), sorted ascending;
+# NF4_THRESHOLDS[k] separates code k and k+1.
+NF4_THRESHOLDS = np.array([_f32_literal(t) for t in (
+    "-0.8480964004993439",
+    "-0.6106329262256622",
+    "-0.4599952697753906",
+    "-0.33967943489551544",
+    "-0.23460740596055984",
+    "-0.13791173323988914",
+    "-0.045525018125772476",
+    "0.03979014977812767",
+    "0.1202552504837513",
+    "0.2035212516784668",
+    "0.2920137718319893",
+    "0.3893125355243683",
+    "0.5016634166240692",
+    "0.6427869200706482",
+    "0.8614784181118011",
+)], dtype=np.float32)
 
 
 def dquantize_nf4_tree(y):

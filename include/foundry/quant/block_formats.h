@@ -14,12 +14,14 @@
 
 namespace foundry::quant {
 
-enum class BlockFormat { F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K };
+enum class BlockFormat { F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K, NF4 };
+
+constexpr uint32_t kNoGGMLType = 0xFFFFFFFFu;
 
 struct BlockFormatTraits {
   BlockFormat format;
   const char* name;        ///< as ggml names it ("q4_0", "q4_K", ...)
-  uint32_t ggml_type;      ///< GGML_TYPE_* id
+  uint32_t ggml_type;      ///< GGML_TYPE_* id (kNoGGMLType for nf4)
   int64_t block_size;      ///< values per block
   int64_t block_bytes;     ///< bytes per block
   /// x[k] -> k / block_size blocks at y (k a multiple of block_size).
