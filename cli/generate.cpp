@@ -13,6 +13,7 @@
 #include "foundry/io/npy.h"
 #include "foundry/models/generate.h"
 #include "foundry/models/gguf.h"
+#include "foundry/models/quantized_folder.h"
 #include "foundry/models/pretrained.h"
 #include "foundry/ops/ops.h"
 #include "foundry/text/tokenizer.h"
@@ -301,6 +302,28 @@ void add_convert(CLI::App& app) {
   });
 }
 
+void add_quantize(CLI::App& app) {
+  auto dir = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  auto o = std::make_shared<models::QuantizeFolderOptions>();
+  auto asymmetric = std::make_shared<bool>(false), single_quant = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "quantize", "write an HF folder with its linear weights quantized (nf4 / int8: bitsandbytes' layout; int4)");
+  cmd->add_option("--model", *dir, "Hugging Face model folder")->required();
+  cmd->add_option("--out", *out, "output folder")->required();
+  cmd->add_option("--type", o->type, "nf4, int8 or int4")->required()->check(CLI::IsMember({"nf4", "int8", "int4"}));
+  cmd->add_option("--group-size", o->group_size, "int4 group size (32, 64 or 128; default 128)")
+      ->check(CLI::IsMember({32, 64, 128}));
+  cmd->add_flag("--asymmetric", *asymmetric, "int4 with a zero point per group (levels 0..15)");
+  cmd->add_flag("--no-double-quant", *single_quant, "nf4: keep the block maxima in float32");
+  cmd->callback([=] {
+    models::QuantizeFolderOptions opts = *o;
+    opts.symmetric = !*asymmetric;
+    opts.double_quant = !*single_quant;
+    const int64_t n = models::quantize_folder(*dir, *out, opts);
+    std::printf("quantized %lld weights to %s in %s\n", static_cast<long long>(n), opts.type.c_str(), out->c_str());
+  });
+}
+
 }  // namespace
 
 void add_generate_commands(CLI::App& app) {
@@ -308,6 +331,7 @@ void add_generate_commands(CLI::App& app) {
   add_forward(app);
   add_info(app);
   add_convert(app);
+  add_quantize(app);
 }
 
 }  // namespace foundry::cli

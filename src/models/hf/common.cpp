@@ -12,6 +12,7 @@
 #include "foundry/io/safetensors.h"
 #include "foundry/models/gguf.h"
 #include "foundry/ops/ops.h"
+#include "models/hf/quantized_checkpoint.h"
 
 namespace foundry::models {
 
@@ -410,7 +411,24 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
     raise<IOError>("{}: no loadable weights (model.safetensors or model.safetensors.index.json): {}", dir, e.what());
   }
   autograd::NoGradGuard no_grad;
+  // A `foundry quantize` folder: quantized weights are dequantized, or, for NF4 computed in float32
+  // without another --quantize, kept as in-memory nf4 rows (the model gets a placeholder; GPT-2's
+  // [in, out] Conv1D weights are not rows of outputs, so they are dequantized).
+  const hf::QuantizedCheckpoint qc(dir, config.json, st);
+  const bool keep_nf4 = options.quantize.empty() && options.dtype == DType::Float32 &&
+                        config.architecture != "GPT2LMHeadModel";
+  std::vector<std::pair<Tensor, Tensor>> nf4_weights;
   hf::WeightFn weight = [&](const std::string& name, const Shape& shape) {
+    if (qc.quantized(name)) {
+      if (keep_nf4)
+        if (std::optional<Tensor> rows = qc.nf4_rows(name, shape)) {
+          Tensor placeholder = zeros({1}, DType::Float32).expand(IntList(shape));
+          nf4_weights.emplace_back(placeholder, *rows);
+          return placeholder;
+        }
+      Tensor t = qc.dequantize(name, shape);
+      return t.to(options.dtype.value_or(DType::Float32));
+    }
     if (!st.contains(name)) raise<ValueError>("{}: the checkpoint has no tensor '{}'", dir, name);
     Tensor t = st.get(name);
     if (!(Shape(t.sizes()) == shape))
@@ -421,8 +439,9 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
     const DType want = options.dtype.value_or(t.dtype());  // nullopt: the checkpoint's own
     return t.dtype() == want ? t : t.to(want);              // same dtype: a view over the mapping, no copy
   };
-  hf::HasWeightFn has = [&](const std::string& name) { return st.contains(name); };
+  hf::HasWeightFn has = [&](const std::string& name) { return st.contains(name) || qc.quantized(name); };
   std::unique_ptr<CausalLM> model = arch->build(config, weight, has);
+  for (const auto& [placeholder, rows] : nf4_weights) model->adopt_quantized(placeholder, "nf4", rows);
   model->set_weight_quantization(options.quantize);
   return model;
 }
