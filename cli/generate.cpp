@@ -10,9 +10,11 @@
 
 #include "commands.h"
 #include "foundry/core/error.h"
+#include "foundry/core/parallel.h"
 #include "foundry/io/npy.h"
 #include "foundry/models/generate.h"
 #include "foundry/models/gguf.h"
+#include "foundry/models/perplexity.h"
 #include "foundry/models/quantized_folder.h"
 #include "foundry/models/pretrained.h"
 #include "foundry/ops/ops.h"
@@ -55,10 +57,12 @@ std::unique_ptr<text::Tokenizer> folder_tokenizer(const std::string& dir) {
   return nullptr;
 }
 
-models::LoadOptions load_options(const std::string& dtype, const std::string& quantize = "") {
+models::LoadOptions load_options(const std::string& dtype, const std::string& quantize = "",
+                                 const std::string& kv_cache = "") {
   models::LoadOptions o;
   if (dtype == "native") o.dtype = std::nullopt;
   o.quantize = quantize;
+  o.kv_cache = kv_cache;
   return o;
 }
 
@@ -70,7 +74,7 @@ std::string id_list_json(const std::vector<int64_t>& ids) {
 
 void add_generate(CLI::App& app) {
   struct Opts {
-    std::string model, prompt, input_ids, draft_model, early_stopping = "false", dtype = "float32", quantize;
+    std::string model, prompt, input_ids, draft_model, early_stopping = "false", dtype = "float32", quantize, kv_cache;
     int64_t max_new_tokens = 32, top_k = 0, num_beams = 1, num_return_sequences = 1, no_repeat_ngram_size = 0,
             lookahead = 4;
     double temperature = 1.0, top_p = 1.0, min_p = 0.0, typical_p = 1.0, repetition_penalty = 1.0,
@@ -89,6 +93,8 @@ void add_generate(CLI::App& app) {
                   "f16 or bf16 (llama.cpp's formats)")
       ->check(CLI::IsMember({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K", "nf4", "f16", "bf16"},
                             CLI::ignore_case));
+  cmd->add_option("--kv-cache", o->kv_cache, "store the KV cache as f16, bf16 or q8_0 (default: the compute dtype)")
+      ->check(CLI::IsMember({"f16", "bf16", "q8_0"}));
   auto* prompt = cmd->add_option("--prompt", o->prompt, "prompt text (needs the folder's tokenizer)");
   auto* ids = cmd->add_option("--input-ids", o->input_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(ids);
@@ -117,7 +123,7 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--stream", o->stream, "print tokens as they are generated");
   cmd->callback([o, cmd, seed] {
     if (o->prompt.empty() && o->input_ids.empty()) raise<ValueError>("generate: give --prompt or --input-ids");
-    auto model = models::load_pretrained(o->model, load_options(o->dtype, o->quantize));
+    auto model = models::load_pretrained(o->model, load_options(o->dtype, o->quantize, o->kv_cache));
     auto tok = folder_tokenizer(o->model);
     std::vector<int64_t> prompt_ids;
     if (!o->prompt.empty()) {
@@ -169,7 +175,7 @@ void add_generate(CLI::App& app) {
     }
     models::GenerationResult r;
     if (!o->draft_model.empty()) {
-      auto draft = models::load_pretrained(o->draft_model, load_options(o->dtype, o->quantize));
+      auto draft = models::load_pretrained(o->draft_model, load_options(o->dtype, o->quantize, o->kv_cache));
       r = models::generate_speculative(*model, *draft, prompt_ids, g, o->lookahead);
     } else {
       r = models::generate(*model, {prompt_ids}, g);
@@ -302,6 +308,42 @@ void add_convert(CLI::App& app) {
   });
 }
 
+void add_perplexity(CLI::App& app) {
+  struct Options {
+    std::string model, data, tokenizer, quantize;
+    int64_t context = 128, max_tokens = 0;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("perplexity", "perplexity of a model on a text file (windows of --context tokens)");
+  cmd->add_option("--model", o->model, "HF model folder, GGUF file or quantized folder")->required();
+  cmd->add_option("--data", o->data, "text file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", o->tokenizer, "\"byte\" (ids = UTF-8 bytes) or a tokenizer file (default: the model's)");
+  cmd->add_option("--quantize", o->quantize, "compute with weights quantized to this format (as generate --quantize)");
+  cmd->add_option("--context", o->context, "tokens per window (default 128)");
+  cmd->add_option("--max-tokens", o->max_tokens, "score only the first N tokens of the file");
+  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->callback([o] {
+    if (o->threads > 0) set_num_threads(o->threads);
+    auto model = models::load_pretrained(o->model, load_options("float32", o->quantize));
+    const std::string text = io::read_file(o->data);
+    std::vector<int64_t> ids;
+    if (o->tokenizer == "byte") {
+      for (unsigned char ch : text) ids.push_back(ch);
+    } else {
+      std::unique_ptr<text::Tokenizer> tok = o->tokenizer.empty()
+                                                 ? folder_tokenizer(o->model)
+                                                 : std::make_unique<text::Tokenizer>(text::Tokenizer::from_file(o->tokenizer));
+      if (!tok) raise<ValueError>("perplexity: {} has no tokenizer; pass --tokenizer", o->model);
+      for (uint32_t id : tok->encode_ids(text, false)) ids.push_back(id);
+    }
+    const models::PerplexityResult r = models::perplexity(*model, ids, o->context, o->max_tokens);
+    std::printf("perplexity %.4f (mean NLL %.5f) over %lld tokens in %lld windows of %lld; %.1f s\n", r.perplexity,
+                r.mean_nll, static_cast<long long>(r.tokens_scored), static_cast<long long>(r.windows),
+                static_cast<long long>(o->context), r.seconds);
+  });
+}
+
 void add_quantize(CLI::App& app) {
   auto dir = std::make_shared<std::string>(), out = std::make_shared<std::string>();
   auto o = std::make_shared<models::QuantizeFolderOptions>();
@@ -332,6 +374,7 @@ void add_generate_commands(CLI::App& app) {
   add_info(app);
   add_convert(app);
   add_quantize(app);
+  add_perplexity(app);
 }
 
 }  // namespace foundry::cli

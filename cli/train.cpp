@@ -23,6 +23,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--threads", *threads, "threads (default: all cores)");
   cmd->add_option("--precision", *precision, "float32 or bfloat16 (autocast)");
   cmd->add_flag("--fresh", *fresh, "ignore existing checkpoints in out_dir");
+  auto export_dir = std::make_shared<std::string>();
+  cmd->add_option("--export", *export_dir, "after training, write the model as a Hugging Face GPT-2 folder here");
   cmd->callback([=] {
     train::TrainConfig c = train::load_train_config(*config);
     if (!data->empty()) c.data_path = *data;
@@ -31,6 +33,7 @@ void add_train_command(CLI::App& app) {
     if (*threads > 0) c.threads = *threads;
     if (!precision->empty()) c.precision = *precision;
     if (*fresh) c.resume = false;
+    if (!export_dir->empty()) c.export_dir = *export_dir;
     train::Trainer trainer(c);
     if (c.early_stopping_patience > 0) trainer.add_callback(std::make_shared<train::EarlyStopping>(c.early_stopping_patience));
     std::printf("model: %s\n%lld parameters, vocabulary %lld (%s), block %lld\n", trainer.model().type_name().c_str(),

@@ -1,5 +1,7 @@
-// Foundry side of bench/infer_vs_torch: load an HF folder, prefill `prefill` tokens, then decode
-// `decode` tokens greedily after a `prompt`-token prompt. Prints one JSON line.
+// Foundry side of bench/infer_vs_torch and bench/quant_decode: load an HF folder (or GGUF file),
+// prefill `prefill` tokens, then decode `decode` tokens greedily after a `prompt`-token prompt.
+// Prints one JSON line. `--stream-mb N` instead measures the read bandwidth of summing an N MB
+// float32 array (STREAM-style; the best of 10 passes).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -15,7 +17,8 @@
 using namespace foundry;
 
 int main(int argc, char** argv) {
-  std::string dir, quantize;
+  std::string dir, quantize, dtype = "float32";
+  int64_t stream_mb = 0;
   int threads = 1;
   int64_t prefill = 128, prompt = 32, decode = 128;
   for (int i = 1; i < argc; ++i) {
@@ -27,11 +30,27 @@ int main(int argc, char** argv) {
     else if (a == "--prompt") prompt = std::stoll(next());
     else if (a == "--decode") decode = std::stoll(next());
     else if (a == "--quantize") quantize = next();
+    else if (a == "--dtype") dtype = next();
+    else if (a == "--stream-mb") stream_mb = std::stoll(next());
   }
   set_num_threads(threads);
   using clock = std::chrono::steady_clock;
+  if (stream_mb > 0) {
+    Tensor big = ones({stream_mb * 1024 * 1024 / 4});
+    double best = 1e9;
+    for (int rep = 0; rep < 10; ++rep) {
+      auto t = clock::now();
+      sum(big).item<float>();
+      best = std::min(best, std::chrono::duration<double>(clock::now() - t).count());
+    }
+    std::printf("{\"read_gb_s\": %.2f}\n", double(big.nbytes()) / best / 1e9);
+    return 0;
+  }
   auto t0 = clock::now();
-  auto model = models::load_pretrained(dir, {.quantize = quantize});
+  models::LoadOptions options;
+  options.quantize = quantize;
+  if (dtype == "native") options.dtype = std::nullopt;
+  auto model = models::load_pretrained(dir, options);
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
   const int64_t V = model->config().vocab_size;
   manual_seed(0);

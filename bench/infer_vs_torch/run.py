@@ -3,8 +3,9 @@
 SwiGLU 2048, vocab 32000) with random weights, written once as HF folders under /tmp, run by
 Foundry (`bench_infer`, memory-mapped safetensors) and by an eager PyTorch 1.13 implementation with
 the same threads (1 and 2): weight load time, prefill of 128 tokens, greedy decode of 128 tokens
-after a 32-token prompt, peak RSS. Each run is its own process. The "q8_0 decode" rows run Foundry's
-decode products on q8_0 copies of the weights (prefill stays float32) against PyTorch float32.
+after a 32-token prompt, peak RSS. Each run is its own process. The "q8_0" rows run Foundry's
+products on q8_0 weights (decode: q8_0 x q8_0 kernels; prefill: float GEMM on the dequantized
+weights) against PyTorch float32; bench/quant_decode compares every format.
 Usage: /usr/bin/python3 bench/infer_vs_torch/run.py [build/bin/bench_infer]
 """
 import json
@@ -16,7 +17,8 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-binary = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "build", "bin", "bench_infer")
+binary = sys.argv[1] if len(sys.argv) > 1 and __name__ == "__main__" else \
+    os.path.join(HERE, "..", "..", "build", "bin", "bench_infer")
 
 GPT2 = dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", vocab_size=50257, n_embd=768, n_layer=12, n_head=12,
             n_positions=1024, layer_norm_epsilon=1e-5, activation_function="gelu_new", eos_token_id=50256)
@@ -80,22 +82,27 @@ def run(cmd, threads):
     return json.loads(out.strip().splitlines()[-1])
 
 
-rows = []
-for name, cfg in (("GPT-2 124M", GPT2), ("Llama-110M", LLAMA)):
-    folder = f"/tmp/foundry_bench_{cfg['model_type']}"
-    write_folder(folder, cfg)
-    for threads in (1, 2):
-        t = run(["/usr/bin/python3", os.path.join(HERE, "torch_infer.py"), folder, str(threads)], threads)
-        f = run([binary, "--model", folder, "--threads", str(threads)], threads)
-        rows.append((name, threads, f, t))
-        q = run([binary, "--model", folder, "--threads", str(threads), "--quantize", "q8_0"], threads)
-        rows.append((name + ", Foundry q8_0 decode", threads, q, t))
+def main():
+    rows = []
+    for name, cfg in (("GPT-2 124M", GPT2), ("Llama-110M", LLAMA)):
+        folder = f"/tmp/foundry_bench_{cfg['model_type']}"
+        write_folder(folder, cfg)
+        for threads in (1, 2):
+            t = run(["/usr/bin/python3", os.path.join(HERE, "torch_infer.py"), folder, str(threads)], threads)
+            f = run([binary, "--model", folder, "--threads", str(threads)], threads)
+            rows.append((name, threads, f, t))
+            q = run([binary, "--model", folder, "--threads", str(threads), "--quantize", "q8_0"], threads)
+            rows.append((name + ", Foundry q8_0", threads, q, t))
 
-print("| model | threads | prefill tok/s (Foundry / PyTorch) | decode tok/s (Foundry / PyTorch) | peak RSS MB "
-      "(Foundry / PyTorch) | load s (Foundry / PyTorch) |")
-print("|---|---|---|---|---|---|")
-for name, threads, f, t in rows:
-    print("| %s | %d | %.0f / %.0f = %.2fx | %.1f / %.1f = %.2fx | %.0f / %.0f = %.2fx | %.3f / %.3f |" % (
-        name, threads, f["prefill_tps"], t["prefill_tps"], f["prefill_tps"] / t["prefill_tps"], f["decode_tps"],
-        t["decode_tps"], f["decode_tps"] / t["decode_tps"], f["peak_rss_mb"], t["peak_rss_mb"],
-        f["peak_rss_mb"] / t["peak_rss_mb"], f["load_s"], t["load_s"]))
+    print("| model | threads | prefill tok/s (Foundry / PyTorch) | decode tok/s (Foundry / PyTorch) | peak RSS MB "
+          "(Foundry / PyTorch) | load s (Foundry / PyTorch) |")
+    print("|---|---|---|---|---|---|")
+    for name, threads, f, t in rows:
+        print("| %s | %d | %.0f / %.0f = %.2fx | %.1f / %.1f = %.2fx | %.0f / %.0f = %.2fx | %.3f / %.3f |" % (
+            name, threads, f["prefill_tps"], t["prefill_tps"], f["prefill_tps"] / t["prefill_tps"], f["decode_tps"],
+            t["decode_tps"], f["decode_tps"] / t["decode_tps"], f["peak_rss_mb"], t["peak_rss_mb"],
+            f["peak_rss_mb"] / t["peak_rss_mb"], f["load_s"], t["load_s"]))
+
+
+if __name__ == "__main__":
+    main()

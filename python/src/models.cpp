@@ -112,15 +112,19 @@ void bind_models(py::module_& m) {
       });
   mm.def(
       "from_pretrained",
-      [](const std::string& path, py::object dtype, const std::string& quantize) -> std::shared_ptr<CausalLM> {
+      [](const std::string& path, py::object dtype, const std::string& quantize,
+         const std::string& kv_cache) -> std::shared_ptr<CausalLM> {
         models::LoadOptions o;
         if (!dtype.is_none()) o.dtype = dtype_from(dtype);
         o.quantize = quantize;
+        o.kv_cache = kv_cache;
         py::gil_scoped_release nogil;
         return models::load_pretrained(path, o);
       },
-      py::arg("path"), py::arg("dtype") = py::none(), py::arg("quantize") = "",
-      "loads a Hugging Face model folder; quantize='q8_0' decodes with q8_0 weight copies");
+      py::arg("path"), py::arg("dtype") = py::none(), py::arg("quantize") = "", py::arg("kv_cache") = "",
+      "loads a Hugging Face model folder, GGUF file or `foundry quantize` folder; quantize='q8_0' (any format of "
+      "foundry.quant.formats()) computes with quantized weights; kv_cache='f16' / 'bf16' / 'q8_0' stores the "
+      "KV cache in that format");
   mm.def("supported_architectures", &models::supported_architectures);
 }
 

@@ -332,6 +332,7 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
   std::unique_ptr<CausalLM> model = hf::build_decoder(c, spec, weight, has);
   for (const Adopted& a : adopted) model->adopt_quantized(a.weight, a.format, a.bytes);
   model->set_weight_quantization(options.quantize);
+  model->set_kv_cache_format(options.kv_cache);
   return model;
 }
 

@@ -1,9 +1,15 @@
 #include "foundry/models/gpt.h"
 
 #include <cmath>
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
 
 #include "foundry/autograd/checkpoint.h"
 #include "foundry/autograd/grad_mode.h"
+#include "foundry/io/atomic_file.h"
+#include "foundry/io/safetensors.h"
 #include "foundry/nn/containers.h"
 #include "foundry/nn/init.h"
 #include "foundry/ops/ops.h"
@@ -158,6 +164,31 @@ Tensor GPT::generate(const Tensor& idx_in, int64_t max_new_tokens, double temper
   }
   train(was_training);
   return idx;
+}
+
+void save_gpt_pretrained(const GPT& model, const std::string& dir, const std::string& tokenizer_file) {
+  namespace fs = std::filesystem;
+  const GPTConfig& c = model.config();
+  fs::create_directories(dir);
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [name, t] : model.state_dict()) tensors[name] = t.detach().to(DType::Float32).contiguous();
+  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  const nlohmann::json config = {{"architectures", {"GPT2LMHeadModel"}},
+                                 {"model_type", "gpt2"},
+                                 {"vocab_size", c.vocab_size},
+                                 {"n_positions", c.block_size},
+                                 {"n_ctx", c.block_size},
+                                 {"n_embd", c.n_embd},
+                                 {"n_layer", c.n_layer},
+                                 {"n_head", c.n_head},
+                                 {"n_inner", nullptr},
+                                 {"activation_function", "gelu_new"},
+                                 {"layer_norm_epsilon", c.layer_norm_eps},
+                                 {"tie_word_embeddings", true},
+                                 {"torch_dtype", "float32"}};
+  if (!tokenizer_file.empty())
+    io::write_file_atomic((fs::path(dir) / "tokenizer.json").string(), io::read_file(tokenizer_file));
+  io::write_file_atomic((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
 }
 
 }  // namespace foundry::models

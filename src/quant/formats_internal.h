@@ -21,6 +21,10 @@ FOUNDRY_QUANT_ROW_FUNCTIONS(nf4)
 
 #undef FOUNDRY_QUANT_ROW_FUNCTIONS
 
+/// One in-memory nf4 block (absmax + codes, q4_0's nibble order) from bitsandbytes' 32 packed
+/// bytes (values 2i and 2i + 1 in the high and low nibble of byte i).
+void nf4_block_from_bnb(float absmax, const uint8_t* bnb_packed, uint8_t* block);
+
 constexpr int64_t kQK_K = 256;
 constexpr int64_t kQ4_KBytes = 144, kQ5_KBytes = 176, kQ6_KBytes = 210, kQ8_KBytes = 292;
 

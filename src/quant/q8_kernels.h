@@ -12,6 +12,9 @@ namespace foundry::quant {
 float dot_q8_0_q8_0(const void* x, const void* y, int64_t k);
 /// sum_i x_i y_i of a q4_0 row and a q8_0 row.
 float dot_q4_0_q8_0(const void* x, const void* y, int64_t k);
+/// q4_K row x q8_K row; nf4 row x q8_0 row.
+float dot_q4_K_q8_K(const void* x, const void* y, int64_t k);
+float dot_nf4_q8_0(const void* x, const void* y, int64_t k);
 /// y[r] = dot(row r of w, xq) for a [rows, k] q8_0 (or q4_0) matrix and a q8_0 vector; rows split
 /// over threads.
 void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y);

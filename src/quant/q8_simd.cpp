@@ -14,6 +14,8 @@
 
 #include "foundry/core/numeric.h"
 #include "foundry/core/parallel.h"
+#include "foundry/quant/weight_only.h"
+#include "quant/formats_internal.h"
 #include "quant/q8_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -82,6 +84,109 @@ float DotQ4Q8Scaled(const uint8_t* x, const uint8_t* y, const float* y_scales, c
   return hn::GetLane(hn::SumOfLanes(df, acc));
 }
 
+// q4_K super-blocks (fp16 d / dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles:
+// chunk c of 64 values holds sub-block 2c in the low and 2c + 1 in the high nibbles of 32 bytes)
+// against a q8_K activation row. Each 32-value sub-block's int32 lanes are scaled by its integer
+// scale and summed into one int32 vector; one horizontal sum per super-block; the minimum uses
+// the activation's 16-value sums (bsums).
+float DotQ4KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int64_t k) {
+  const hn::CappedTag<int16_t, 32> d16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const int64_t N16 = int64_t(hn::Lanes(d16));
+  const auto low_mask = hn::Set(d16, int16_t(0x0F));
+  float sum = 0.f;
+  for (int64_t b = 0; b < k / 256; ++b, x += 144, y += 292) {
+    uint16_t hd, hm;
+    std::memcpy(&hd, x, 2);
+    std::memcpy(&hm, x + 2, 2);
+    const uint8_t* sc = x + 4;
+    uint8_t scales[8], mins[8];
+    for (int j = 0; j < 8; ++j) {
+      if (j < 4) {
+        scales[j] = sc[j] & 63;
+        mins[j] = sc[j + 4] & 63;
+      } else {
+        scales[j] = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+        mins[j] = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+      }
+    }
+    float dy;
+    std::memcpy(&dy, y, 4);
+    const auto* qy = reinterpret_cast<const int8_t*>(y + 4);
+    int16_t bsums[16];
+    std::memcpy(bsums, y + 260, 32);
+    int32_t msum = 0;
+    for (int j = 0; j < 8; ++j) msum += int32_t(mins[j]) * (bsums[2 * j] + bsums[2 * j + 1]);
+    auto acc = hn::Zero(d32);
+    const uint8_t* qs = x + 16;
+    for (int c = 0; c < 4; ++c, qs += 32, qy += 64) {
+      auto lo0 = hn::Zero(d32), lo1 = hn::Zero(d32), hi0 = hn::Zero(d32), hi1 = hn::Zero(d32);
+      for (int64_t o = 0; o < 32; o += N16) {
+        const auto packed = hn::PromoteTo(d16, hn::LoadU(du8, qs + o));
+        lo0 = hn::ReorderWidenMulAccumulate(d32, hn::And(packed, low_mask), hn::PromoteTo(d16, hn::LoadU(d8, qy + o)),
+                                            lo0, lo1);
+        hi0 = hn::ReorderWidenMulAccumulate(d32, hn::ShiftRight<4>(packed),
+                                            hn::PromoteTo(d16, hn::LoadU(d8, qy + 32 + o)), hi0, hi1);
+      }
+      acc = hn::Add(acc, hn::Mul(hn::RearrangeToOddPlusEven(lo0, lo1), hn::Set(d32, int32_t(scales[2 * c]))));
+      acc = hn::Add(acc, hn::Mul(hn::RearrangeToOddPlusEven(hi0, hi1), hn::Set(d32, int32_t(scales[2 * c + 1]))));
+    }
+    const int32_t isum = hn::GetLane(hn::SumOfLanes(d32, acc));
+    sum += fp16_table[hd] * dy * float(isum) - fp16_table[hm] * dy * float(msum);
+  }
+  return sum;
+}
+
+// nf4 blocks (float absmax, 32 bytes: value j in the low nibble of byte j, j + 32 in the high)
+// against a q8_0 activation row (two blocks per nf4 block). Codes become floats through a
+// 16-entry table lookup (one permute of 16 lanes, or two of 8 and a select); targets with fewer
+// float lanes use the scalar reference.
+float DotNF4Q8(const uint8_t* x, const uint8_t* y, const float* y_scales, const float* codebook, int64_t k) {
+  const hn::ScalableTag<float> df;
+  constexpr size_t N = hn::MaxLanes(df);
+  if constexpr (N < 8 || N > 16) {
+    (void)y_scales;
+    (void)codebook;
+    return detail::dot_nf4(x, y, k);
+  } else {
+    const hn::Rebind<int32_t, decltype(df)> di;
+    const hn::Rebind<uint8_t, decltype(df)> du8;
+    const hn::Rebind<int8_t, decltype(df)> d8;
+    const auto table_lo = hn::LoadU(df, codebook);
+    const auto table_hi = hn::LoadU(df, codebook + (N == 16 ? 0 : 8));
+    const auto fifteen = hn::Set(di, 15), seven = hn::Set(di, 7);
+    auto lookup = [&](hn::Vec<decltype(di)> idx) {
+      if constexpr (N == 16) {
+        return hn::TableLookupLanes(table_lo, hn::IndicesFromVec(df, idx));
+      } else {
+        const auto lo = hn::TableLookupLanes(table_lo, hn::IndicesFromVec(df, hn::And(idx, seven)));
+        const auto hi = hn::TableLookupLanes(table_hi, hn::IndicesFromVec(df, hn::And(idx, seven)));
+        return hn::IfThenElse(hn::RebindMask(df, hn::Gt(idx, seven)), hi, lo);
+      }
+    };
+    auto acc = hn::Zero(df);
+    for (int64_t b = 0; b < k / 64; ++b, x += 36, y += 2 * kBlockBytes) {
+      float amax;
+      std::memcpy(&amax, x, 4);
+      const uint8_t* qs = x + 4;
+      const auto* y0 = reinterpret_cast<const int8_t*>(y + 2);
+      const auto* y1 = reinterpret_cast<const int8_t*>(y + kBlockBytes + 2);
+      auto s0 = hn::Zero(df), s1 = hn::Zero(df);
+      for (size_t o = 0; o < 32; o += N) {
+        const auto packed = hn::PromoteTo(di, hn::LoadU(du8, qs + o));
+        s0 = hn::MulAdd(lookup(hn::And(packed, fifteen)), hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, y0 + o))), s0);
+        s1 = hn::MulAdd(lookup(hn::ShiftRight<4>(packed)), hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, y1 + o))),
+                        s1);
+      }
+      acc = hn::MulAdd(s0, hn::Set(df, amax * y_scales[2 * b]), acc);
+      acc = hn::MulAdd(s1, hn::Set(df, amax * y_scales[2 * b + 1]), acc);
+    }
+    return hn::GetLane(hn::SumOfLanes(df, acc));
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace foundry::quant
 HWY_AFTER_NAMESPACE();
@@ -91,6 +196,8 @@ namespace foundry::quant {
 
 HWY_EXPORT(DotQ8Q8Scaled);
 HWY_EXPORT(DotQ4Q8Scaled);
+HWY_EXPORT(DotQ4KQ8K);
+HWY_EXPORT(DotNF4Q8);
 
 namespace {
 
@@ -129,13 +236,16 @@ float dot_q4_0_q8_0(const void* x, const void* y, int64_t k) {
 
 namespace {
 
+// bytes_per_32: the weight format's bytes per 32 values; q8_0_activation: xq is a q8_0 row whose
+// block scales are converted once here (the K-quants' q8_K rows carry float scales).
 template <typename Dot>
-void gemv_rows(const void* w, int64_t rows, int64_t k, int64_t block_bytes, const void* xq, float* y, Dot dot) {
+void gemv_rows(const void* w, int64_t rows, int64_t k, int64_t bytes_per_32, const void* xq, float* y, Dot dot,
+               bool q8_0_activation = true) {
   const auto* base = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const uint8_t*>(xq);
-  const std::vector<float> xs = block_scales(xb, k);
+  const std::vector<float> xs = q8_0_activation ? block_scales(xb, k) : std::vector<float>();
   const float* table = fp16_table();
-  const int64_t row_bytes = k / 32 * block_bytes;
+  const int64_t row_bytes = k / 32 * bytes_per_32;
   // ~64K weight bytes per chunk, so small products stay on one thread.
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1));
   parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
@@ -157,9 +267,31 @@ void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y)
   });
 }
 
+float dot_q4_K_q8_K(const void* x, const void* y, int64_t k) {
+  return HWY_DYNAMIC_DISPATCH(DotQ4KQ8K)(static_cast<const uint8_t*>(x), static_cast<const uint8_t*>(y), fp16_table(), k);
+}
+
+float dot_nf4_q8_0(const void* x, const void* y, int64_t k) {
+  const auto* yb = static_cast<const uint8_t*>(y);
+  const std::vector<float> ys = block_scales(yb, k);
+  return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(static_cast<const uint8_t*>(x), yb, ys.data(), nf4_codebook(), k);
+}
+
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
   if (t.format == BlockFormat::Q8_0) return gemv_q8_0(w, rows, k, xq, y);
   if (t.format == BlockFormat::Q4_0) return gemv_q4_0(w, rows, k, xq, y);
+  if (t.format == BlockFormat::Q4_K)
+    return gemv_rows(
+        w, rows, k, 144 * 32 / 256, xq, y,
+        [](const uint8_t* a, const uint8_t* b, const float*, const float* t16, int64_t n) {
+          return HWY_DYNAMIC_DISPATCH(DotQ4KQ8K)(a, b, t16, n);
+        },
+        false);
+  if (t.format == BlockFormat::NF4)
+    return gemv_rows(w, rows, k, 36 / 2, xq, y,
+                     [](const uint8_t* a, const uint8_t* b, const float* s, const float*, int64_t n) {
+                       return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(a, b, s, nf4_codebook(), n);
+                     });
   const auto* base = static_cast<const uint8_t*>(w);
   const int64_t row_bytes = quantized_bytes(t, 1, k);
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1));

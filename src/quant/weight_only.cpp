@@ -258,7 +258,10 @@ void dequantize_int4_groups(const Int4GroupWeight& w, float* out) {
   }
 }
 
-// ---- "nf4" in the format table: rows of 64-value blocks {float absmax; 32 bytes of codes} -------------
+// ---- "nf4" in the format table: rows of 64-value blocks {float absmax; 32 bytes of codes} ---------
+// Codes as q4_0 packs them (value j in the low nibble of byte j, value j + 32 in its high nibble),
+// so each half of a block lines up with one q8_0 activation block; bitsandbytes' files pair
+// neighbouring values instead and are repacked on load (nf4_block_from_bnb).
 
 namespace detail {
 
@@ -273,12 +276,21 @@ struct BlockQ8_0View {  // ggml's block_q8_0
 
 }  // namespace
 
+void nf4_block_from_bnb(float absmax, const uint8_t* bnb_packed, uint8_t* block) {
+  std::memcpy(block, &absmax, 4);
+  uint8_t codes[kNF4BlockSize];
+  for (int i = 0; i < kNF4BlockSize / 2; ++i) {
+    codes[2 * i] = bnb_packed[i] >> 4;
+    codes[2 * i + 1] = bnb_packed[i] & 0x0F;
+  }
+  for (int j = 0; j < kNF4BlockSize / 2; ++j) block[4 + j] = uint8_t(codes[j] | (codes[j + kNF4BlockSize / 2] << 4));
+}
+
 void quantize_nf4(const float* x, void* vy, int64_t k) {
   auto* y = static_cast<uint8_t*>(vy);
   for (int64_t b = 0; b < k / kNF4BlockSize; ++b) {
     const NF4Weight w = quant::quantize_nf4(x + b * kNF4BlockSize, kNF4BlockSize, false);
-    std::memcpy(y + b * kNF4RowBlockBytes, &w.absmax[0], 4);
-    std::memcpy(y + b * kNF4RowBlockBytes + 4, w.packed.data(), kNF4BlockSize / 2);
+    nf4_block_from_bnb(w.absmax[0], w.packed.data(), y + b * kNF4RowBlockBytes);
   }
 }
 
@@ -287,9 +299,9 @@ void dequantize_nf4(const void* vx, float* y, int64_t k) {
   for (int64_t b = 0; b < k / kNF4BlockSize; ++b, x += kNF4RowBlockBytes, y += kNF4BlockSize) {
     float amax;
     std::memcpy(&amax, x, 4);
-    for (int i = 0; i < kNF4BlockSize / 2; ++i) {
-      y[2 * i] = kNF4[x[4 + i] >> 4] * amax;
-      y[2 * i + 1] = kNF4[x[4 + i] & 0x0F] * amax;
+    for (int j = 0; j < kNF4BlockSize / 2; ++j) {
+      y[j] = kNF4[x[4 + j] & 0x0F] * amax;
+      y[j + kNF4BlockSize / 2] = kNF4[x[4 + j] >> 4] * amax;
     }
   }
 }
@@ -305,10 +317,7 @@ float dot_nf4(const void* vx, const void* vy, int64_t k) {
     for (int h = 0; h < 2; ++h) {
       const BlockQ8_0View& yb = y[2 * b + h];
       float s = 0.f;
-      for (int i = 0; i < 16; ++i) {
-        const uint8_t byte = x[4 + 16 * h + i];
-        s += kNF4[byte >> 4] * float(yb.qs[2 * i]) + kNF4[byte & 0x0F] * float(yb.qs[2 * i + 1]);
-      }
+      for (int j = 0; j < 32; ++j) s += kNF4[h == 0 ? x[4 + j] & 0x0F : x[4 + j] >> 4] * float(yb.qs[j]);
       block += Half::to_float(yb.d) * s;
     }
     sum += amax * block;

@@ -92,6 +92,7 @@ TrainConfig load_train_config(const std::string& path) {
   r.get("train", "seed", c.seed);
   r.get("train", "threads", c.threads);
   r.get("train", "out_dir", c.out_dir);
+  r.get("train", "export_dir", c.export_dir);
   r.get("train", "resume", c.resume);
   r.get("train", "log_every", c.log_every);
   r.get("train", "progress", c.progress);

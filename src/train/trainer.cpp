@@ -246,6 +246,10 @@ TrainResult Trainer::run(int64_t stop_after) {
   if (finished) {
     if (cfg_.checkpoint_every > 0 && st_->step % cfg_.checkpoint_every != 0) save();
     result.final_val_loss = evaluate();
+    if (!cfg_.export_dir.empty()) {
+      const bool file_tokenizer = cfg_.tokenizer != "char" && cfg_.tokenizer != "byte";
+      models::save_gpt_pretrained(*model_, cfg_.export_dir, file_tokenizer ? cfg_.tokenizer : "");
+    }
     st_->metrics << json{{"step", st_->step}, {"val_loss", result.final_val_loss},
                          {"val_perplexity", std::exp(result.final_val_loss)},
                          {"unigram_val_loss", st_->unigram}}

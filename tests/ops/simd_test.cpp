@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "foundry/core/numeric.h"
@@ -222,6 +223,37 @@ TEST_P(EachTarget, Q8DotMatchesScalarReference) {
     for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
     ASSERT_NEAR(y[size_t(r)], want, 1e-5f * scale) << "q4_0 row " << r;
     ASSERT_EQ(foundry::quant::dot_q4_0_q8_0(w4.data() + r * row4, xq.data(), k), y[size_t(r)]);
+  }
+}
+
+// q4_K x q8_K and nf4 x q8_0 kernels against the table's scalar dots (integer sums exact for q4_K;
+// nf4 sums float products, in another order).
+TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t rows = 19, k = 256 * 3;
+  std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
+  for (float& v : w) v = nd(rng) * 2.f + 0.3f;
+  for (float& v : x) v = nd(rng);
+  for (int64_t i = 0; i < 64; ++i) w[size_t(5 * k + i)] = 0.f;  // a zero sub-block and nf4 block
+  for (const char* name : {"q4_K", "nf4"}) {
+    const auto& t = foundry::quant::traits(name);
+    const auto& act = foundry::quant::traits(t.dot_format);
+    const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
+    std::vector<uint8_t> wq(static_cast<size_t>(rows * row_bytes)), xq(static_cast<size_t>(foundry::quant::quantized_bytes(act, 1, k)));
+    for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * row_bytes, k);
+    act.quantize(x.data(), xq.data(), k);
+    std::vector<float> y(static_cast<size_t>(rows));
+    foundry::quant::gemv(t, wq.data(), rows, k, xq.data(), y.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float want = t.dot(wq.data() + r * row_bytes, xq.data(), k);
+      float scale = 0.f;
+      for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
+      ASSERT_NEAR(y[size_t(r)], want, 1e-5f * scale) << name << " row " << r;
+      const float single = std::string(name) == "q4_K" ? foundry::quant::dot_q4_K_q8_K(wq.data() + r * row_bytes, xq.data(), k)
+                                                        : foundry::quant::dot_nf4_q8_0(wq.data() + r * row_bytes, xq.data(), k);
+      ASSERT_EQ(single, y[size_t(r)]) << name << " row " << r;
+    }
   }
 }
 

@@ -102,7 +102,8 @@ def test_nf4_table_row_is_blocks_of_absmax_and_codes():
     ref = bnb_ref.quantize_nf4(w, False, method="cuda")
     blocks = np.frombuffer(data, np.uint8).reshape(-1, 36)
     assert np.array_equal(blocks[:, :4].copy().view(np.float32).reshape(-1), ref["absmax"])
-    assert np.array_equal(blocks[:, 4:].reshape(-1), ref["packed"])
+    codes = np.stack([ref["packed"] >> 4, ref["packed"] & 0x0F], 1).reshape(-1, 64)  # bitsandbytes' order
+    assert np.array_equal(blocks[:, 4:] & 0x0F, codes[:, :32]) and np.array_equal(blocks[:, 4:] >> 4, codes[:, 32:])
     assert np.array_equal(foundry.quant.dequantize(data, "nf4", 256).reshape(-1), bnb_ref.dequantize_nf4(ref).reshape(-1))
     y = np.random.default_rng(3).standard_normal(256).astype(np.float32)
     yq = foundry.quant.quantize(y, "q8_0")

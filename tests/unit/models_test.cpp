@@ -3,12 +3,14 @@
 // architecture lives in tests/python/test_pretrained.py.)
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "foundry/io/safetensors.h"
 #include "foundry/models/generate.h"
 #include "foundry/ops/ops.h"
+#include "foundry/quant/block_formats.h"
 
 using namespace foundry;
 namespace fs = std::filesystem;
@@ -65,6 +67,49 @@ TEST(Models, CachedDecodingEqualsRecomputation) {
   // Overflowing the preallocated capacity is an error, not a reallocation.
   models::KVCache small = model->make_cache(1, 4);
   EXPECT_THROW(model->forward(tensor<int64_t>(seq, {1, int64_t(seq.size())}), {}, &small), ValueError);
+}
+
+// A KV cache stored in a block format returns exactly the rows' dequantized values, through
+// appends, reserve() and reorder().
+TEST(Models, QuantizedKVCacheHoldsTheFormatsValues) {
+  for (const char* format : {"f16", "bf16", "q8_0"}) {
+    const auto& t = quant::traits(format);
+    models::KVCache cache(1, 2, 3, 4, 64, DType::Float32, format);
+    manual_seed(3);
+    Tensor k1 = randn({2, 3, 3, 64}), v1 = randn({2, 3, 3, 64}), k2 = randn({2, 3, 1, 64}), v2 = randn({2, 3, 1, 64});
+    cache.append(0, k1, v1);
+    cache.advance(3);
+    cache.reserve(8);
+    auto [k, v] = cache.append(0, k2, v2);
+    cache.advance(1);
+    Tensor want = cat({k1, k2}, 2).contiguous();
+    std::vector<uint8_t> row(static_cast<size_t>(quant::quantized_bytes(t, 1, 64)));
+    std::vector<float> back(64);
+    for (int64_t r = 0; r < want.numel() / 64; ++r) {
+      t.quantize(want.data<float>() + r * 64, row.data(), 64);
+      t.dequantize(row.data(), back.data(), 64);
+      ASSERT_EQ(0, std::memcmp(back.data(), k.contiguous().data<float>() + r * 64, 64 * sizeof(float))) << format << r;
+    }
+    EXPECT_EQ(cache.nbytes(), 2 * 2 * 3 * 8 * quant::quantized_bytes(t, 1, 64));
+    cache.reorder({1, 0});
+    cache.truncate(4);
+    auto [k3, v3] = cache.append(0, k2.narrow(2, 0, 1), v2.narrow(2, 0, 1));
+    EXPECT_TRUE(equal(k3.narrow(0, 0, 1).narrow(2, 0, 4), k.narrow(0, 1, 1))) << format;
+  }
+  EXPECT_THROW(models::KVCache(1, 1, 1, 4, 48, DType::Float32, "q8_0"), ValueError);  // 48: not whole blocks
+}
+
+TEST(Models, DecodingWithAnF16CacheStaysClose) {
+  auto model = models::load_pretrained(tiny_llama_folder(), {.kv_cache = "f16"});
+  std::vector<int64_t> seq = {3, 14, 15, 9, 2, 6};
+  models::KVCache cache = model->make_cache(1, 32);
+  Tensor step = model->forward(tensor<int64_t>(seq, {1, 6}), {}, &cache, 1);
+  for (int i = 0; i < 4; ++i) {
+    seq.push_back(argmax(step.reshape({-1})).item<int64_t>());
+    step = model->forward(tensor<int64_t>({seq.back()}, {1, 1}), {}, &cache, 1);
+    Tensor full_logits = model->forward(tensor<int64_t>(seq, {1, int64_t(seq.size())}));
+    EXPECT_TRUE(allclose(step.select(1, 0), full_logits.select(1, int64_t(seq.size()) - 1), 1e-2, 1e-2)) << i;
+  }
 }
 
 TEST(Models, PromptCacheRunsOnlyTheNewSuffix) {

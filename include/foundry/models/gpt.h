@@ -119,4 +119,9 @@ class GPT : public nn::Module {
   GPTConfig cfg_;
 };
 
+/// Writes `model` as a Hugging Face GPT-2 folder (config.json + model.safetensors, float32, atomic
+/// files) that load_pretrained / transformers' GPT2LMHeadModel read; with `tokenizer_file`, a copy
+/// of it as tokenizer.json.
+void save_gpt_pretrained(const GPT& model, const std::string& dir, const std::string& tokenizer_file = "");
+
 }  // namespace foundry::models

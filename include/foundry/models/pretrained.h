@@ -48,7 +48,11 @@ struct ModelConfig {
 class KVCache {
  public:
   KVCache() = default;
-  KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim, DType dtype);
+  /// `format`: "" keeps keys and values in `dtype`; a format of foundry/quant/block_formats.h
+  /// ("f16", "bf16", "q8_0", ...; head_dim must be whole blocks of it) stores each head's row in it,
+  /// and append() returns them dequantized to `dtype`.
+  KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim, DType dtype,
+          const std::string& format = "");
   int64_t length() const { return length_; }
   int64_t capacity() const { return capacity_; }
   int64_t batch() const { return batch_; }
@@ -63,10 +67,15 @@ class KVCache {
   void reserve(int64_t capacity);
   /// Row i of the cache becomes old row rows[i] (beam search keeps its surviving beams).
   void reorder(const std::vector<int64_t>& rows);
+  /// Bytes the cache holds.
+  int64_t nbytes() const;
 
  private:
-  std::vector<Tensor> k_, v_;
-  int64_t length_ = 0, capacity_ = 0, batch_ = 0;
+  Tensor read(const Tensor& stored, int64_t length) const;
+  std::vector<Tensor> k_, v_;  // [B, Hkv, capacity, head_dim] in dtype_, or [.., row bytes] uint8 in format_
+  int64_t length_ = 0, capacity_ = 0, batch_ = 0, head_dim_ = 0;
+  DType dtype_ = DType::Float32;
+  std::string format_;
 };
 
 class CausalLM {
@@ -98,6 +107,9 @@ class CausalLM {
   void adopt_quantized(const Tensor& weight, const std::string& format, const Tensor& bytes);
   const std::string& weight_quantization() const { return qformat_; }
   static constexpr int64_t kQuantizedMaxRows = 16;
+  /// Format of the KV caches make_cache() creates ("" = the compute dtype; "f16", "bf16", "q8_0").
+  void set_kv_cache_format(const std::string& format);
+  const std::string& kv_cache_format() const { return kv_format_; }
 
  protected:
   /// x @ w^T + b (w [out, in], as nn.Linear), through the quantized copy of w when enabled.
@@ -112,15 +124,17 @@ class CausalLM {
  private:
   struct QuantizedWeight;
   const QuantizedWeight* quantized(const Tensor& w, bool transposed) const;
-  std::string qformat_;
+  std::string qformat_, kv_format_;
   mutable std::map<const void*, std::shared_ptr<QuantizedWeight>> quantized_;
 };
 
 struct LoadOptions {
   /// Compute dtype: float32 (default; f16/bf16 checkpoints are converted) or the checkpoint's own.
   std::optional<DType> dtype = DType::Float32;
-  /// Weight format of decode-time products ("" dense, "q8_0"); see CausalLM::set_weight_quantization.
+  /// Weight format of the products ("" dense, "q8_0", ...); see CausalLM::set_weight_quantization.
   std::string quantize;
+  /// KV cache format ("" the compute dtype, "f16", "bf16", "q8_0"); see CausalLM::set_kv_cache_format.
+  std::string kv_cache;
 };
 
 /// Loads an HF model folder. Throws with a message naming the problem for a missing or malformed

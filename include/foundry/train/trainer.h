@@ -46,6 +46,7 @@ struct TrainConfig {
   int keep_checkpoints = 2;
   int64_t log_every = 10;
   std::string out_dir = "runs/gpt";
+  std::string export_dir;           ///< after training: the model as an HF GPT-2 folder ("" = none)
   bool resume = true;               ///< continue from the latest checkpoint in out_dir
   uint64_t seed = 1337;
   int threads = 0;                  ///< 0 keeps the current setting

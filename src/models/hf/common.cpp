@@ -12,6 +12,7 @@
 #include "foundry/io/safetensors.h"
 #include "foundry/models/gguf.h"
 #include "foundry/ops/ops.h"
+#include "foundry/quant/block_formats.h"
 #include "models/hf/quantized_checkpoint.h"
 
 namespace foundry::models {
@@ -21,15 +22,52 @@ using hf::json;
 
 // ---- KV cache ---------------------------------------------------------------------------------
 
-KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim, DType dtype)
-    : capacity_(capacity), batch_(batch) {
+KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim, DType dtype,
+                 const std::string& format)
+    : capacity_(capacity), batch_(batch), head_dim_(head_dim), dtype_(dtype), format_(format) {
   FOUNDRY_CHECK_AS(ValueError, layers > 0 && batch > 0 && kv_heads > 0 && capacity > 0 && head_dim > 0,
                    "KVCache: sizes must be positive (layers {}, batch {}, kv_heads {}, capacity {}, head_dim {})",
                    layers, batch, kv_heads, capacity, head_dim);
-  for (int64_t l = 0; l < layers; ++l) {
-    k_.push_back(empty({batch, kv_heads, capacity, head_dim}, dtype));
-    v_.push_back(empty({batch, kv_heads, capacity, head_dim}, dtype));
+  int64_t row = head_dim;
+  DType stored = dtype;
+  if (!format.empty()) {
+    const quant::BlockFormatTraits& t = quant::traits(format);
+    FOUNDRY_CHECK_AS(ValueError, head_dim % t.block_size == 0 && t.format != quant::BlockFormat::Q8_K,
+                     "KVCache: head_dim {} is not whole {} blocks ({} values)", head_dim, t.name, t.block_size);
+    row = quant::quantized_bytes(t, 1, head_dim);
+    stored = DType::UInt8;
   }
+  for (int64_t l = 0; l < layers; ++l) {
+    k_.push_back(empty({batch, kv_heads, capacity, row}, stored));
+    v_.push_back(empty({batch, kv_heads, capacity, row}, stored));
+  }
+}
+
+namespace {
+
+// Rows of `x` [B, H, T, D] quantized into dst [B, H, capacity, row bytes] at positions from..from+T.
+void store_rows(const quant::BlockFormatTraits& t, const Tensor& x, Tensor& dst, int64_t from) {
+  Tensor xc = x.to(DType::Float32).contiguous();
+  const int64_t B = xc.size(0), H = xc.size(1), T = xc.size(2), D = xc.size(3), row = dst.size(3);
+  const float* src = xc.data<float>();
+  auto* out = static_cast<uint8_t*>(dst.data_ptr());
+  const int64_t cap = dst.size(2);
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t i = 0; i < T; ++i) t.quantize(src + (bh * T + i) * D, out + (bh * cap + from + i) * row, D);
+}
+
+}  // namespace
+
+Tensor KVCache::read(const Tensor& stored, int64_t length) const {
+  if (format_.empty()) return stored.narrow(2, 0, length);
+  const quant::BlockFormatTraits& t = quant::traits(format_);
+  const int64_t B = stored.size(0), H = stored.size(1), cap = stored.size(2), row = stored.size(3);
+  Tensor out = empty({B, H, length, head_dim_}, DType::Float32);
+  const auto* src = static_cast<const uint8_t*>(stored.data_ptr());
+  float* dst = out.data<float>();
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t i = 0; i < length; ++i) t.dequantize(src + (bh * cap + i) * row, dst + (bh * length + i) * head_dim_, head_dim_);
+  return dtype_ == DType::Float32 ? out : out.to(dtype_);
 }
 
 std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {
@@ -38,10 +76,23 @@ std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const 
   if (length_ + T > capacity_)
     raise<ValueError>("KVCache: {} cached + {} new positions exceed the capacity of {}", length_, T, capacity_);
   FOUNDRY_CHECK_AS(ValueError, k.size(0) == batch_, "KVCache: batch {} given to a cache for batch {}", k.size(0), batch_);
-  Tensor kd = k_[size_t(layer)].narrow(2, length_, T), vd = v_[size_t(layer)].narrow(2, length_, T);
-  kd.copy_(k);
-  vd.copy_(v);
-  return {k_[size_t(layer)].narrow(2, 0, length_ + T), v_[size_t(layer)].narrow(2, 0, length_ + T)};
+  Tensor& ks = k_[size_t(layer)];
+  Tensor& vs = v_[size_t(layer)];
+  if (format_.empty()) {
+    ks.narrow(2, length_, T).copy_(k);
+    vs.narrow(2, length_, T).copy_(v);
+  } else {
+    const quant::BlockFormatTraits& t = quant::traits(format_);
+    store_rows(t, k, ks, length_);
+    store_rows(t, v, vs, length_);
+  }
+  return {read(ks, length_ + T), read(vs, length_ + T)};
+}
+
+int64_t KVCache::nbytes() const {
+  int64_t n = 0;
+  for (size_t l = 0; l < k_.size(); ++l) n += k_[l].nbytes() + v_[l].nbytes();
+  return n;
 }
 
 void KVCache::advance(int64_t T) {
@@ -81,7 +132,17 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
 }
 
 KVCache CausalLM::make_cache(int64_t batch, int64_t capacity) const {
-  return KVCache(config_.num_layers, batch, config_.num_kv_heads, capacity, config_.head_dim, dtype_);
+  return KVCache(config_.num_layers, batch, config_.num_kv_heads, capacity, config_.head_dim, dtype_, kv_format_);
+}
+
+void CausalLM::set_kv_cache_format(const std::string& format) {
+  if (!format.empty()) {
+    const quant::BlockFormatTraits& t = quant::traits(format);  // ValueError naming the formats if unknown
+    FOUNDRY_CHECK_AS(ValueError, config_.head_dim % t.block_size == 0 && t.format != quant::BlockFormat::Q8_K,
+                     "KV cache format {}: head_dim {} is not whole blocks of {} values", t.name, config_.head_dim,
+                     t.block_size);
+  }
+  kv_format_ = format;
 }
 
 int64_t CausalLM::num_parameters() const {
@@ -443,6 +504,7 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
   std::unique_ptr<CausalLM> model = arch->build(config, weight, has);
   for (const auto& [placeholder, rows] : nf4_weights) model->adopt_quantized(placeholder, "nf4", rows);
   model->set_weight_quantization(options.quantize);
+  model->set_kv_cache_format(options.kv_cache);
   return model;
 }
 

@@ -16,6 +16,7 @@
 #include "foundry/models/quantized_folder.h"
 #include "foundry/ops/ops.h"
 #include "foundry/quant/weight_only.h"
+#include "quant/formats_internal.h"
 
 namespace foundry::models {
 
@@ -286,10 +287,8 @@ std::optional<Tensor> QuantizedCheckpoint::nf4_rows(const std::string& name, con
   const int64_t blocks = p.numel / quant::kNF4BlockSize, half = quant::kNF4BlockSize / 2;
   Tensor rows = empty({shape[0], shape[1] / quant::kNF4BlockSize * (4 + half)}, DType::UInt8);
   auto* dst = static_cast<uint8_t*>(rows.data_ptr());
-  for (int64_t b = 0; b < blocks; ++b) {
-    std::memcpy(dst + b * (4 + half), &p.absmax[size_t(b)], 4);
-    std::memcpy(dst + b * (4 + half) + 4, p.packed.data() + b * half, size_t(half));
-  }
+  for (int64_t b = 0; b < blocks; ++b)
+    quant::detail::nf4_block_from_bnb(p.absmax[size_t(b)], p.packed.data() + b * half, dst + b * (4 + half));
   return rows;
 }
 

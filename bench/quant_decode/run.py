@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+"""bench/quant_decode: quantized CPU inference, every weight format side by side.
+
+The Llama-style ~110M shape (dim 768, 12 layers, 12 heads, SwiGLU 2048, vocab 32000, tied output,
+as the llama.cpp reference figures below) and GPT-2 124M, random weights, run by `bench_infer`
+(one process per row) with 1 and 2 threads: prefill of 128 tokens, greedy decode of 128 tokens
+after a 32-token prompt, peak RSS. "Weight GB/s" is decode tokens/s times the bytes of weight
+matrices one token reads (every projection and the output matrix in the row's format; embedding
+rows and norms are negligible) and is printed next to this machine's read bandwidth, measured in the
+same run (`bench_infer --stream-mb`, summing a 1 GiB float array), as a fraction of it.
+
+The llama.cpp columns are the issue's figures (llama-bench pp128 / tg128 on 2 vCPUs of a Sapphire
+Rapids Xeon with AMX, same Llama shape, random weights); llama.cpp is not installable here, and
+this machine's CPU may differ (printed), so compare the bandwidth fractions too.
+Usage: /usr/bin/python3 bench/quant_decode/run.py [build/bin/bench_infer]
+"""
+import json
+import os
+import platform
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "infer_vs_torch"))
+import run as infer  # noqa: E402  (its folder writer and model shapes; importing runs nothing heavy)
+
+binary = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "build", "bin", "bench_infer")
+
+LLAMA_TIED = dict(infer.LLAMA, tie_word_embeddings=True)
+# Bytes per weight of each format (block bytes / block values).
+BYTES_PER_WEIGHT = {"f32": 4.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_K": 144 / 256, "nf4": 36 / 64}
+# llama.cpp (issue 6): tokens/s (pp128 1t, pp128 2t, tg128 1t, tg128 2t) for the Llama shape.
+LLAMA_CPP = {"f32": (533, 966, 31.9, 59.3), "bf16": (478, 916, 38.1, 75.6), "q8_0": (1267, 2062, 133, 263),
+             "q4_0": (1122, 1901, 293, 501)}  # bf16 row: llama.cpp's F16; q4_0: "Q4_0 pure"
+
+
+def matrix_weights(cfg):
+    """Weights of the matrices one decode token reads: every 2-D weight but the embeddings' rows
+    (the tied output matrix counts once, as the LM head)."""
+    total = 0
+    for name, shape in infer.shapes(cfg).items():
+        if len(shape) != 2 or "wpe" in name:
+            continue
+        if ("embed_tokens" in name or "wte" in name) and not (cfg.get("tie_word_embeddings", True)):
+            continue
+        total += shape[0] * shape[1]
+    return total
+
+
+def write_bf16_copy(src, dst):
+    """The folder with its weights rounded to bfloat16 (stored as BF16), for the `--dtype native` rows."""
+    import numpy as np
+    import struct
+    if os.path.exists(os.path.join(dst, "config.json")):
+        return
+    os.makedirs(dst, exist_ok=True)
+    with open(os.path.join(src, "model.safetensors"), "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        base = 8 + n
+        out_header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+        for name in sorted(k for k in header if k != "__metadata__"):
+            info = header[name]
+            f.seek(base + info["data_offsets"][0])
+            a = np.frombuffer(f.read(info["data_offsets"][1] - info["data_offsets"][0]), "<f4")
+            u = a.view(np.uint32).astype(np.uint64)
+            b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
+            out_header[name] = {"dtype": "BF16", "shape": info["shape"], "data_offsets": [offset, offset + len(b)]}
+            blobs.append(b)
+            offset += len(b)
+    hb = json.dumps(out_header, separators=(",", ":")).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    with open(os.path.join(dst, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb)
+        for b in blobs:
+            f.write(b)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    json.dump(dict(cfg, torch_dtype="bfloat16"), open(os.path.join(dst, "config.json"), "w"))
+
+
+def cpu_name():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def main():
+    stream = {t: infer.run([binary, "--stream-mb", "1024", "--threads", str(t)], t)["read_gb_s"] for t in (1, 2)}
+    print(f"CPU: {cpu_name()}; read bandwidth (sum of a 1 GiB array): {stream[1]:.1f} GB/s (1 thread), "
+          f"{stream[2]:.1f} GB/s (2 threads)\n")
+    formats = ["f32", "bf16", "q8_0", "q4_0", "q4_K", "nf4"]
+    print("| model | format | threads | prefill tok/s | decode tok/s | weight GB/s (of read bandwidth) | peak RSS MB "
+          "| llama.cpp pp / tg | prefill vs llama.cpp | decode vs llama.cpp |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, cfg in (("Llama-110M (tied)", LLAMA_TIED), ("GPT-2 124M", infer.GPT2)):
+        folder = f"/tmp/foundry_bench_{cfg['model_type']}_tied" if cfg is LLAMA_TIED else \
+            f"/tmp/foundry_bench_{cfg['model_type']}"
+        infer.write_folder(folder, cfg)
+        weights = matrix_weights(cfg)
+        for fmt in formats:
+            for threads in (1, 2):
+                if fmt == "f32":
+                    args = ["--model", folder]
+                elif fmt == "bf16":
+                    write_bf16_copy(folder, folder + "_bf16")
+                    args = ["--model", folder + "_bf16", "--dtype", "native"]
+                else:
+                    args = ["--model", folder, "--quantize", fmt]
+                r = infer.run([binary, *args, "--threads", str(threads)], threads)
+                gbs = r["decode_tps"] * weights * BYTES_PER_WEIGHT[fmt] / 1e9
+                ref = LLAMA_CPP.get(fmt) if cfg is LLAMA_TIED else None
+                ref_text = f"{ref[threads - 1]:.0f} / {ref[threads + 1]:.1f}" if ref else "-"
+                pp = f"{r['prefill_tps'] / ref[threads - 1]:.2f}x" if ref else "-"
+                tg = f"{r['decode_tps'] / ref[threads + 1]:.2f}x" if ref else "-"
+                print(f"| {name} | {fmt} | {threads} | {r['prefill_tps']:.0f} | {r['decode_tps']:.1f} | "
+                      f"{gbs:.1f} ({gbs / stream[threads]:.0%}) | {r['peak_rss_mb']:.0f} | {ref_text} | {pp} | {tg} |",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
