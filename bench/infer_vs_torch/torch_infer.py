@@ -5,7 +5,6 @@ Usage: torch_infer.py DIR THREADS [prefill prompt decode]"""
 import json
 import math
 import os
-import resource
 import struct
 import sys
 import time
@@ -126,7 +125,8 @@ def main():
         for _ in range(decode - 1):
             nxt = model.forward(nxt, cache)[0, -1].argmax().view(1, 1)
         decode_tps = (decode - 1) / (time.perf_counter() - t)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM (this process's peak), not ru_maxrss, which Linux carries over from the parent across exec.
+    rss = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM")) / 1024
     print(json.dumps({"load_s": round(load_s, 4), "prefill_tps": round(prefill_tps, 1),
                       "decode_tps": round(decode_tps, 2), "peak_rss_mb": round(rss, 1)}))
 

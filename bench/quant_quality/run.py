@@ -40,7 +40,7 @@ def main():
     ctx = 128
     windows = ids[: len(ids) // ctx * ctx].reshape(-1, ctx)
     starts = np.linspace(0, len(text) - 200, 24).astype(int)
-    prompts = [list(np.frombuffer(text[s:s + 64], np.uint8).astype(int)) for s in starts]
+    prompts = [[int(b) for b in text[s:s + 64]] for s in starts]
 
     def evaluate(model):
         nll, top1 = [], []

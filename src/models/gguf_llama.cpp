@@ -91,10 +91,46 @@ GGUFValue string_array(std::vector<std::string> items) {
 // merges) for byte-level BPE tokenizers, plus the whole tokenizer.json under
 // tokenizer.huggingface.json, which Foundry reads back for an exact round trip. Other tokenizer
 // kinds get only the latter (false when the folder has no tokenizer).
+// A SentencePiece tokenizer.model: llama.cpp's "llama" keys (pieces, scores, token types), as its
+// converter writes them for Llama-family models.
+void sentencepiece_metadata(const std::string& model_path, std::vector<std::pair<std::string, GGUFValue>>& md) {
+  const text::Tokenizer::SentencePieceVocab v = text::Tokenizer::read_sentencepiece_vocab(model_path);
+  if (v.model_type != 2) raise<NotImplementedError>("convert: SentencePiece model type {} (only BPE, as Llama's)", v.model_type);
+  GGUFValue scores, types;
+  scores.type = types.type = GGUFValue::ARRAY;
+  scores.array_type = GGUFValue::FLOAT32;
+  types.array_type = GGUFValue::INT32;
+  std::vector<GGUFValue> sv, tv;
+  for (size_t i = 0; i < v.pieces.size(); ++i) {
+    sv.push_back(f32(v.scores[i]));
+    GGUFValue t;
+    t.type = GGUFValue::INT32;
+    t.value = int64_t(v.types[i]);
+    tv.push_back(t);
+  }
+  scores.value = std::move(sv);
+  types.value = std::move(tv);
+  GGUFValue prefix;
+  prefix.type = GGUFValue::BOOL;
+  prefix.value = v.add_dummy_prefix;
+  md.push_back({"tokenizer.ggml.model", str("llama")});
+  md.push_back({"tokenizer.ggml.tokens", string_array(std::vector<std::string>(v.pieces))});
+  md.push_back({"tokenizer.ggml.scores", std::move(scores)});
+  md.push_back({"tokenizer.ggml.token_type", std::move(types)});
+  md.push_back({"tokenizer.ggml.add_space_prefix", std::move(prefix)});
+}
+
 bool tokenizer_metadata(const std::string& dir, std::vector<std::pair<std::string, GGUFValue>>& md) {
   namespace fs = std::filesystem;
   std::unique_ptr<text::Tokenizer> tok;
   const fs::path d(dir);
+  if (fs::exists(d / "tokenizer.model")) {
+    sentencepiece_metadata((d / "tokenizer.model").string(), md);
+    if (fs::exists(d / "tokenizer.json"))
+      md.push_back({"tokenizer.huggingface.json",
+                    str(text::Tokenizer::from_file((d / "tokenizer.json").string()).to_json())});
+    return true;
+  }
   if (fs::exists(d / "tokenizer.json")) tok = std::make_unique<text::Tokenizer>(text::Tokenizer::from_file((d / "tokenizer.json").string()));
   else if (fs::exists(d / "vocab.json") && fs::exists(d / "merges.txt"))
     tok = std::make_unique<text::Tokenizer>(
@@ -146,8 +182,22 @@ std::unique_ptr<text::Tokenizer> load_gguf_tokenizer(const std::string& path) {
     return std::make_unique<text::Tokenizer>(text::Tokenizer::from_json(hf->as_string()));
   const GGUFValue* model = find(f, "tokenizer.ggml.model");
   if (!model) return nullptr;
+  if (model->as_string() == "llama") {
+    const GGUFValue* tokens = find(f, "tokenizer.ggml.tokens");
+    const GGUFValue* scores = find(f, "tokenizer.ggml.scores");
+    const GGUFValue* types = find(f, "tokenizer.ggml.token_type");
+    if (!tokens || !scores || !types) raise<ValueError>("{}: llama tokenizer without tokens, scores or token types", path);
+    text::Tokenizer::SentencePieceVocab v;
+    for (const auto& t : tokens->as_array()) v.pieces.push_back(t.as_string());
+    for (const auto& s : scores->as_array()) v.scores.push_back(float(s.as_double()));
+    for (const auto& t : types->as_array()) v.types.push_back(int(t.as_int()));
+    if (const GGUFValue* p = find(f, "tokenizer.ggml.add_space_prefix"); p && p->type == GGUFValue::BOOL)
+      v.add_dummy_prefix = std::get<bool>(p->value);
+    return std::make_unique<text::Tokenizer>(text::Tokenizer::from_sentencepiece_vocab(v));
+  }
   if (model->as_string() != "gpt2")
-    raise<NotImplementedError>("{}: GGUF tokenizer model '{}' is not supported yet (gpt2 is)", path, model->as_string());
+    raise<NotImplementedError>("{}: GGUF tokenizer model '{}' is not supported (gpt2 and llama are)", path,
+                               model->as_string());
   const GGUFValue* tokens = find(f, "tokenizer.ggml.tokens");
   const GGUFValue* merges = find(f, "tokenizer.ggml.merges");
   if (!tokens || !merges) raise<ValueError>("{}: gpt2 tokenizer without tokens or merges", path);

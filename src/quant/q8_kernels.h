@@ -8,6 +8,9 @@
 
 namespace foundry::quant {
 
+/// A float row to q8_0 as llama.cpp quantizes activations (SIMD; levels rounded to nearest even,
+/// so ties may differ from the reference quantizer's half-away-from-zero).
+void quantize_row_q8_0_fast(const float* x, void* y, int64_t k);
 /// sum_i x_i y_i of two q8_0 rows of k values (k a multiple of 32).
 float dot_q8_0_q8_0(const void* x, const void* y, int64_t k);
 /// sum_i x_i y_i of a q4_0 row and a q8_0 row.
@@ -19,8 +22,9 @@ float dot_nf4_q8_0(const void* x, const void* y, int64_t k);
 /// over threads.
 void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y);
 void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y);
-/// The same for any format of the table, xq quantized to t.dot_format: the SIMD kernels above where
-/// there is one, the table's scalar dot otherwise.
+/// The same for any format of the table, xq quantized to t.dot_format: the AVX-512 VNNI kernels
+/// (vnni_gemv.h) or the Highway kernels above where there is one (FOUNDRY_DISABLE_VNNI=1 in the
+/// environment skips VNNI), the table's scalar dot otherwise.
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y);
 
 }  // namespace foundry::quant

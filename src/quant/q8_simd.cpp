@@ -9,6 +9,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "foundry/quant/weight_only.h"
 #include "quant/formats_internal.h"
 #include "quant/q8_kernels.h"
+#include "quant/vnni_gemv.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace foundry::quant {
@@ -187,6 +189,31 @@ float DotNF4Q8(const uint8_t* x, const uint8_t* y, const float* y_scales, const 
   }
 }
 
+// An activation row to q8_0 as llama.cpp's SIMD quantize_row_q8_0 does: d = amax / 127 per block,
+// levels rounded to nearest even (the reference rounds ties away from zero; activations are not
+// compared byte for byte, and this runs for every product of every decode step).
+void QuantizeRowQ8_0(const float* x, uint8_t* y, int64_t k) {
+  const hn::CappedTag<float, 16> df;
+  const hn::Rebind<int32_t, decltype(df)> di;
+  const hn::Rebind<int16_t, decltype(df)> d16;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const int64_t N = int64_t(hn::Lanes(df));
+  for (int64_t b = 0; b < k / kBlock; ++b, x += kBlock, y += kBlockBytes) {
+    auto amax = hn::Zero(df);
+    for (int64_t o = 0; o < kBlock; o += N) amax = hn::Max(amax, hn::Abs(hn::LoadU(df, x + o)));
+    const float m = hn::GetLane(hn::MaxOfLanes(df, amax));
+    const float d = m / 127.f;
+    const uint16_t h = Half::from_float(d);
+    std::memcpy(y, &h, 2);
+    const auto id = hn::Set(df, d != 0.f ? 1.0f / d : 0.0f);
+    auto* q = reinterpret_cast<int8_t*>(y + 2);
+    for (int64_t o = 0; o < kBlock; o += N) {
+      const auto v = hn::NearestInt(hn::Mul(hn::LoadU(df, x + o), id));
+      hn::StoreU(hn::DemoteTo(d8, hn::DemoteTo(d16, v)), d8, q + o);
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace foundry::quant
 HWY_AFTER_NAMESPACE();
@@ -198,6 +225,11 @@ HWY_EXPORT(DotQ8Q8Scaled);
 HWY_EXPORT(DotQ4Q8Scaled);
 HWY_EXPORT(DotQ4KQ8K);
 HWY_EXPORT(DotNF4Q8);
+HWY_EXPORT(QuantizeRowQ8_0);
+
+void quantize_row_q8_0_fast(const float* x, void* y, int64_t k) {
+  HWY_DYNAMIC_DISPATCH(QuantizeRowQ8_0)(x, static_cast<uint8_t*>(y), k);
+}
 
 namespace {
 
@@ -278,8 +310,9 @@ float dot_nf4_q8_0(const void* x, const void* y, int64_t k) {
 }
 
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  if (t.format == BlockFormat::Q8_0) return gemv_q8_0(w, rows, k, xq, y);
-  if (t.format == BlockFormat::Q4_0) return gemv_q4_0(w, rows, k, xq, y);
+  static const bool vnni = vnni_available() && std::getenv("FOUNDRY_DISABLE_VNNI") == nullptr;
+  if (t.format == BlockFormat::Q8_0) return vnni ? gemv_q8_0_vnni(w, rows, k, xq, y) : gemv_q8_0(w, rows, k, xq, y);
+  if (t.format == BlockFormat::Q4_0) return vnni ? gemv_q4_0_vnni(w, rows, k, xq, y) : gemv_q4_0(w, rows, k, xq, y);
   if (t.format == BlockFormat::Q4_K)
     return gemv_rows(
         w, rows, k, 144 * 32 / 256, xq, y,

@@ -237,6 +237,8 @@ std::shared_ptr<TokenizerImpl> tiktoken_impl(const std::vector<std::pair<std::st
   return impl;
 }
 
+Tokenizer from_spm_model(SpmModel m);
+
 }  // namespace
 
 // Defined in tokenizer.cpp via the public API; these use the private constructor through a
@@ -245,8 +247,45 @@ Tokenizer tokenizer_from_impl(std::shared_ptr<TokenizerImpl> impl);
 
 Tokenizer Tokenizer::from_sentencepiece(const std::string& path) { return from_sentencepiece_bytes(slurp(path)); }
 
-Tokenizer Tokenizer::from_sentencepiece_bytes(std::string_view bytes) {
-  SpmModel m = parse_spm(bytes);
+Tokenizer::SentencePieceVocab Tokenizer::read_sentencepiece_vocab(const std::string& path) {
+  const SpmModel m = parse_spm(slurp(path));
+  SentencePieceVocab v;
+  for (const SpmPiece& p : m.pieces) {
+    v.pieces.push_back(p.piece);
+    v.scores.push_back(p.score);
+    v.types.push_back(p.type);
+  }
+  v.model_type = m.model_type;
+  v.add_dummy_prefix = m.add_dummy_prefix;
+  return v;
+}
+
+Tokenizer Tokenizer::from_sentencepiece_vocab(const SentencePieceVocab& v) {
+  if (v.pieces.empty() || v.scores.size() != v.pieces.size() || v.types.size() != v.pieces.size())
+    raise<ValueError>("sentencepiece vocabulary: {} pieces, {} scores and {} types (all must be equal and non-zero)",
+                      v.pieces.size(), v.scores.size(), v.types.size());
+  if (v.model_type != 1 && v.model_type != 2)
+    raise<NotImplementedError>("sentencepiece vocabulary: model type {} is not supported (1 unigram, 2 BPE)", v.model_type);
+  SpmModel m;
+  m.model_type = v.model_type;
+  m.add_dummy_prefix = v.add_dummy_prefix;
+  m.remove_extra = false;
+  m.escape_ws = true;
+  for (size_t i = 0; i < v.pieces.size(); ++i) {
+    if (v.types[i] < 1 || v.types[i] > 6)
+      raise<ValueError>("sentencepiece vocabulary: piece {} has type {} (1..6 expected)", i, v.types[i]);
+    if (!uni::is_valid_utf8(v.pieces[i])) raise<ValueError>("sentencepiece vocabulary: piece {} is not valid UTF-8", i);
+    m.pieces.push_back({v.pieces[i], v.scores[i], v.types[i]});
+    if (v.types[i] == 6) m.byte_fallback = true;
+  }
+  return from_spm_model(std::move(m));
+}
+
+Tokenizer Tokenizer::from_sentencepiece_bytes(std::string_view bytes) { return from_spm_model(parse_spm(bytes)); }
+
+namespace {
+
+Tokenizer from_spm_model(SpmModel m) {
   auto impl = std::make_shared<TokenizerImpl>();
   std::optional<size_t> unk_id;
   for (size_t i = 0; i < m.pieces.size(); ++i)
@@ -338,6 +377,8 @@ Tokenizer Tokenizer::from_sentencepiece_bytes(std::string_view bytes) {
                                                    {*bos});
   return tokenizer_from_impl(std::move(impl));
 }
+
+}  // namespace
 
 Tokenizer Tokenizer::from_tiktoken(const std::string& path, TiktokenEncoding encoding) {
   std::string text = slurp(path);

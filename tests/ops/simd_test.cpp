@@ -16,6 +16,7 @@
 #include "kernels/cpu/unary.h"
 #include "foundry/quant/block_formats.h"
 #include "quant/q8_kernels.h"
+#include "quant/vnni_gemv.h"
 
 using namespace foundry;
 using namespace foundry::kernels;
@@ -223,6 +224,63 @@ TEST_P(EachTarget, Q8DotMatchesScalarReference) {
     for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
     ASSERT_NEAR(y[size_t(r)], want, 1e-5f * scale) << "q4_0 row " << r;
     ASSERT_EQ(foundry::quant::dot_q4_0_q8_0(w4.data() + r * row4, xq.data(), k), y[size_t(r)]);
+  }
+}
+
+// The AVX-512 VNNI kernels (where the CPU has them) against the scalar references, with an odd
+// number of blocks (the last one outside the two-block steps).
+TEST(QuantKernels, VnniGemvMatchesScalarReference) {
+  if (!foundry::quant::vnni_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t k : {int64_t(32 * 24), int64_t(32 * 7)}) {
+    const int64_t rows = 23;
+    std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
+    for (float& v : w) v = nd(rng);
+    for (float& v : x) v = nd(rng) * 4.f;
+    const auto& q8 = foundry::quant::traits("q8_0");
+    std::vector<uint8_t> xq(static_cast<size_t>(k / 32 * 34));
+    q8.quantize(x.data(), xq.data(), k);
+    for (const char* name : {"q8_0", "q4_0"}) {
+      const auto& t = foundry::quant::traits(name);
+      const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
+      std::vector<uint8_t> wq(static_cast<size_t>(rows * row_bytes));
+      for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * row_bytes, k);
+      std::vector<float> y(static_cast<size_t>(rows));
+      if (std::string(name) == "q8_0") foundry::quant::gemv_q8_0_vnni(wq.data(), rows, k, xq.data(), y.data());
+      else foundry::quant::gemv_q4_0_vnni(wq.data(), rows, k, xq.data(), y.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float scale = 0.f;
+        for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
+        ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * row_bytes, xq.data(), k), 1e-5f * scale) << name << " k " << k;
+      }
+    }
+  }
+}
+
+// The activation quantizer: the reference's bytes except where a level is an exact .5 tie (nearest
+// even instead of away from zero).
+TEST_P(EachTarget, FastQ8ActivationQuantizer) {
+  std::mt19937 rng(14);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t k = 32 * 40;
+  std::vector<float> x(static_cast<size_t>(k));
+  for (float& v : x) v = nd(rng) * 3.f;
+  for (int64_t i = 0; i < 32; ++i) x[size_t(32 + i)] = float(i - 16) + 0.5f;  // d = 1 after 127 below
+  x[32 + 31] = 127.f;
+  for (int64_t i = 0; i < 32; ++i) x[size_t(64 + i)] = 0.f;  // a zero block
+  const auto& q8 = foundry::quant::traits("q8_0");
+  std::vector<uint8_t> want(static_cast<size_t>(k / 32 * 34)), got(want.size());
+  q8.quantize(x.data(), want.data(), k);
+  foundry::quant::quantize_row_q8_0_fast(x.data(), got.data(), k);
+  for (int64_t b = 0; b < k / 32; ++b) {
+    ASSERT_EQ(0, std::memcmp(want.data() + b * 34, got.data() + b * 34, 2)) << "scale of block " << b;
+    for (int j = 0; j < 32; ++j) {
+      const int w = int8_t(want[size_t(b * 34 + 2 + j)]), g = int8_t(got[size_t(b * 34 + 2 + j)]);
+      const int n = j - 16;  // block 1 holds n + 0.5: a tie, rounded to the even neighbour
+      if (b == 1 && j < 31) ASSERT_EQ(g, n % 2 == 0 ? n : n + 1) << j;
+      else ASSERT_EQ(g, w) << "block " << b << " value " << j;
+    }
   }
 }
 

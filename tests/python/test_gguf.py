@@ -6,6 +6,7 @@ types, misaligned or out-of-file offsets, overlaps, nested arrays) raise clear e
 import json
 import os
 import shutil
+import re
 import struct
 import subprocess
 
@@ -371,3 +372,32 @@ def test_gguf_weights_stay_quantized_and_match_the_folder_quantized_in_memory(tm
                   "--ignore-eos", "--print-ids", *extra).stdout.strip().splitlines()[-1]
            for m, extra in ((out, ()), (folder, ("--quantize", typ)))]
     assert gen[0] == gen[1]
+
+
+def test_sentencepiece_tokenizer_goes_into_llama_keys(tmp_path):
+    """A folder with a SentencePiece tokenizer.model (Llama 2's) converts to llama.cpp's "llama"
+    tokenizer keys (pieces, scores, token types); the tokenizer rebuilt from those keys alone
+    encodes prompts like the folder's (unicode through byte fallback, runs of spaces, tabs)."""
+    import torch
+    import test_pretrained as tp
+    if not os.path.exists(tp.FOUNDRY):
+        pytest.skip("foundry CLI not built at " + tp.FOUNDRY)
+    cfg, make_weights, _ = tp.CASES["llama"]
+    cfg = dict(cfg, vocab_size=32000, hidden_size=32, num_attention_heads=2, num_key_value_heads=2,
+               intermediate_size=32, bos_token_id=1, eos_token_id=2)
+    folder = tmp_path / "hf"
+    tp.write_folder(str(folder), cfg, make_weights(cfg, torch.Generator().manual_seed(93)))
+    os.symlink(os.path.join(DATA, "sentencepiece", "llama2.tokenizer.model"), folder / "tokenizer.model")
+    out = str(tmp_path / "m.gguf")
+    tp.run("convert", "--model", str(folder), "--to", out, "--type", "f32")
+    md = foundry.gguf.read(out)["metadata"]
+    assert md["tokenizer.ggml.model"] == "llama" and len(md["tokenizer.ggml.tokens"]) == 32000
+    assert md["tokenizer.ggml.tokens"][1] == "<s>" and md["tokenizer.ggml.token_type"][1] == 3
+    assert md["tokenizer.ggml.tokens"][259] == "▁▁" and md["tokenizer.ggml.token_type"][3] == 6  # <0x00>
+    assert len(md["tokenizer.ggml.scores"]) == 32000 and md["tokenizer.ggml.add_space_prefix"] is True
+    assert "tokenizer.huggingface.json" not in md
+    for prompt in ("Hello, world! Tokenizers in GGUF.", "Ünïcödé 😀 and\ttabs,  two  spaces\nnew line"):
+        args = ["--prompt", prompt, "--max-new-tokens", "4", "--temperature", "0", "--ignore-eos", "--print-ids"]
+        runs = [tp.run("generate", "--model", m, *args) for m in (str(folder), out)]
+        counts = [re.search(r"prefill: (\d+) tokens", r.stdout + r.stderr).group(1) for r in runs]
+        assert counts[0] == counts[1] and runs[0].stdout == runs[1].stdout  # prompt length, then the ids

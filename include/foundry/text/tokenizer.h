@@ -113,6 +113,22 @@ class Tokenizer {
   /// Loads a SentencePiece ModelProto (.model); BPE and Unigram models with their normalizer.
   static Tokenizer from_sentencepiece(const std::string& path);
   static Tokenizer from_sentencepiece_bytes(std::string_view bytes);
+  /// A SentencePiece model's vocabulary: pieces by id, scores, and piece types in SentencePiece's
+  /// numbering (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte; GGUF's
+  /// tokenizer.ggml.token_type uses the same), the model type (1 unigram, 2 BPE) and whether a
+  /// space is prepended ("add_dummy_prefix").
+  struct SentencePieceVocab {
+    std::vector<std::string> pieces;
+    std::vector<float> scores;
+    std::vector<int> types;
+    int model_type = 2;
+    bool add_dummy_prefix = true;
+  };
+  static SentencePieceVocab read_sentencepiece_vocab(const std::string& path);
+  /// A SentencePiece tokenizer from its vocabulary alone (identity normalization, spaces to U+2581,
+  /// byte fallback when there are byte pieces), as llama.cpp rebuilds one from GGUF's "llama"
+  /// tokenizer keys.
+  static Tokenizer from_sentencepiece_vocab(const SentencePieceVocab& vocab);
   /// Loads a tiktoken rank file with the split pattern and special tokens of `encoding`.
   static Tokenizer from_tiktoken(const std::string& path, TiktokenEncoding encoding);
   /// Loads GPT-2's encoder.json + vocab.bpe (byte-level BPE, <|endoftext|> special).

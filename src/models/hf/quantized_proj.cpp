@@ -123,8 +123,10 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
       out = empty(out_shape, DType::Float32);
       const auto& act = quant::traits(t.dot_format);
       std::vector<uint8_t> xq(static_cast<size_t>(quant::quantized_bytes(act, 1, k)));
+      const bool q8_0 = act.format == quant::BlockFormat::Q8_0;
       for (int64_t r = 0; r < m; ++r) {
-        act.quantize(xc.data<float>() + r * k, xq.data(), k);
+        if (q8_0) quant::quantize_row_q8_0_fast(xc.data<float>() + r * k, xq.data(), k);
+        else act.quantize(xc.data<float>() + r * k, xq.data(), k);
         quant::gemv(t, w, rows_out, k, xq.data(), out.data<float>() + r * rows_out);
       }
       if (b.defined()) out = out + b.to(DType::Float32);
