@@ -58,8 +58,9 @@ std::unique_ptr<text::Tokenizer> folder_tokenizer(const std::string& dir) {
 }
 
 models::LoadOptions load_options(const std::string& dtype, const std::string& quantize = "",
-                                 const std::string& kv_cache = "") {
+                                 const std::string& kv_cache = "", const std::string& prefill = "auto") {
   models::LoadOptions o;
+  o.quantized_prefill = prefill;
   if (dtype == "native") o.dtype = std::nullopt;
   o.quantize = quantize;
   o.kv_cache = kv_cache;
@@ -74,7 +75,8 @@ std::string id_list_json(const std::vector<int64_t>& ids) {
 
 void add_generate(CLI::App& app) {
   struct Opts {
-    std::string model, prompt, input_ids, draft_model, early_stopping = "false", dtype = "float32", quantize, kv_cache;
+    std::string model, prompt, input_ids, draft_model, early_stopping = "false", dtype = "float32", quantize, kv_cache,
+        quantized_prefill = "auto";
     int64_t max_new_tokens = 32, top_k = 0, num_beams = 1, num_return_sequences = 1, no_repeat_ngram_size = 0,
             lookahead = 4;
     double temperature = 1.0, top_p = 1.0, min_p = 0.0, typical_p = 1.0, repetition_penalty = 1.0,
@@ -95,6 +97,10 @@ void add_generate(CLI::App& app) {
                             CLI::ignore_case));
   cmd->add_option("--kv-cache", o->kv_cache, "store the KV cache as f16, bf16 or q8_0 (default: the compute dtype)")
       ->check(CLI::IsMember({"f16", "bf16", "q8_0"}));
+  cmd->add_option("--quantized-prefill", o->quantized_prefill,
+                  "prefill GEMM precision with quantized weights: auto (bfloat16 where the CPU has native bf16), "
+                  "float32 or bfloat16")
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   auto* prompt = cmd->add_option("--prompt", o->prompt, "prompt text (needs the folder's tokenizer)");
   auto* ids = cmd->add_option("--input-ids", o->input_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(ids);
@@ -123,7 +129,7 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--stream", o->stream, "print tokens as they are generated");
   cmd->callback([o, cmd, seed] {
     if (o->prompt.empty() && o->input_ids.empty()) raise<ValueError>("generate: give --prompt or --input-ids");
-    auto model = models::load_pretrained(o->model, load_options(o->dtype, o->quantize, o->kv_cache));
+    auto model = models::load_pretrained(o->model, load_options(o->dtype, o->quantize, o->kv_cache, o->quantized_prefill));
     auto tok = folder_tokenizer(o->model);
     std::vector<int64_t> prompt_ids;
     if (!o->prompt.empty()) {
@@ -175,7 +181,7 @@ void add_generate(CLI::App& app) {
     }
     models::GenerationResult r;
     if (!o->draft_model.empty()) {
-      auto draft = models::load_pretrained(o->draft_model, load_options(o->dtype, o->quantize, o->kv_cache));
+      auto draft = models::load_pretrained(o->draft_model, load_options(o->dtype, o->quantize, o->kv_cache, o->quantized_prefill));
       r = models::generate_speculative(*model, *draft, prompt_ids, g, o->lookahead);
     } else {
       r = models::generate(*model, {prompt_ids}, g);
@@ -310,7 +316,7 @@ void add_convert(CLI::App& app) {
 
 void add_perplexity(CLI::App& app) {
   struct Options {
-    std::string model, data, tokenizer, quantize;
+    std::string model, data, tokenizer, quantize, quantized_prefill = "auto";
     int64_t context = 128, max_tokens = 0;
     int threads = 0;
   };
@@ -320,12 +326,14 @@ void add_perplexity(CLI::App& app) {
   cmd->add_option("--data", o->data, "text file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--tokenizer", o->tokenizer, "\"byte\" (ids = UTF-8 bytes) or a tokenizer file (default: the model's)");
   cmd->add_option("--quantize", o->quantize, "compute with weights quantized to this format (as generate --quantize)");
+  cmd->add_option("--quantized-prefill", o->quantized_prefill, "auto, float32 or bfloat16 (as generate)")
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   cmd->add_option("--context", o->context, "tokens per window (default 128)");
   cmd->add_option("--max-tokens", o->max_tokens, "score only the first N tokens of the file");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->callback([o] {
     if (o->threads > 0) set_num_threads(o->threads);
-    auto model = models::load_pretrained(o->model, load_options("float32", o->quantize));
+    auto model = models::load_pretrained(o->model, load_options("float32", o->quantize, "", o->quantized_prefill));
     const std::string text = io::read_file(o->data);
     std::vector<int64_t> ids;
     if (o->tokenizer == "byte") {

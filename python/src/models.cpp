@@ -112,19 +112,22 @@ void bind_models(py::module_& m) {
       });
   mm.def(
       "from_pretrained",
-      [](const std::string& path, py::object dtype, const std::string& quantize,
-         const std::string& kv_cache) -> std::shared_ptr<CausalLM> {
+      [](const std::string& path, py::object dtype, const std::string& quantize, const std::string& kv_cache,
+         const std::string& quantized_prefill) -> std::shared_ptr<CausalLM> {
         models::LoadOptions o;
         if (!dtype.is_none()) o.dtype = dtype_from(dtype);
         o.quantize = quantize;
         o.kv_cache = kv_cache;
+        o.quantized_prefill = quantized_prefill;
         py::gil_scoped_release nogil;
         return models::load_pretrained(path, o);
       },
       py::arg("path"), py::arg("dtype") = py::none(), py::arg("quantize") = "", py::arg("kv_cache") = "",
+      py::arg("quantized_prefill") = "auto",
       "loads a Hugging Face model folder, GGUF file or `foundry quantize` folder; quantize='q8_0' (any format of "
       "foundry.quant.formats()) computes with quantized weights; kv_cache='f16' / 'bf16' / 'q8_0' stores the "
-      "KV cache in that format");
+      "KV cache in that format; quantized_prefill='float32' / 'bfloat16' / 'auto' picks the prefill GEMM's "
+      "precision with quantized weights");
   mm.def("supported_architectures", &models::supported_architectures);
 }
 

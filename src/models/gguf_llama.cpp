@@ -383,6 +383,7 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
   for (const Adopted& a : adopted) model->adopt_quantized(a.weight, a.format, a.bytes);
   model->set_weight_quantization(options.quantize);
   model->set_kv_cache_format(options.kv_cache);
+  model->set_quantized_prefill(options.quantized_prefill);
   return model;
 }
 

@@ -1017,7 +1017,7 @@ def test_q8_0_decoding_is_close_to_float32(tmp_path, name):
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_K"])
 def test_quantized_prefill_is_float_math_on_the_dequantized_weights(tmp_path, fmt):
-    """More than 16 rows: products are a float GEMM with the dequantized weight, so the quantized
+    """More than 16 rows: products are a GEMM with the dequantized weight; in float32 the quantized
     model's prefill equals the dense model run on a folder whose projection weights were replaced by
     dequantize(quantize(W)) (computed with foundry.quant, outside the model code)."""
     import foundry
@@ -1034,9 +1034,15 @@ def test_quantized_prefill_is_float_math_on_the_dequantized_weights(tmp_path, fm
         fake[k] = v
     write_folder(str(tmp_path / "fake"), cfg, fake)
     ids = foundry.tensor(torch.randint(3, cfg["vocab_size"], (1, 40), generator=torch.Generator().manual_seed(4)).tolist())
-    got = foundry.models.from_pretrained(folder, quantize=fmt)(ids).numpy()
+    got = foundry.models.from_pretrained(folder, quantize=fmt, quantized_prefill="float32")(ids).numpy()
     want = foundry.models.from_pretrained(str(tmp_path / "fake"))(ids).numpy()
     assert np.array_equal(got, want), np.abs(got - want).max()
+    # The bf16 GEMM (the default where the CPU has native bf16) rounds activations and dequantized
+    # weights to bf16: a small change next to what the quantization itself changes.
+    bf16 = foundry.models.from_pretrained(folder, quantize=fmt, quantized_prefill="bfloat16")(ids).numpy()
+    dense = foundry.models.from_pretrained(folder)(ids).numpy()
+    # (Equal on CPUs where oneDNN has no bf16 kernel: the product falls back to float32.)
+    assert np.linalg.norm(bf16 - want) < 0.5 * np.linalg.norm(want - dense)  # random weights amplify both
 
 
 def test_q4_0_decoding_runs_and_is_coarser_than_q8_0(tmp_path):

@@ -107,6 +107,9 @@ class CausalLM {
   void adopt_quantized(const Tensor& weight, const std::string& format, const Tensor& bytes);
   const std::string& weight_quantization() const { return qformat_; }
   static constexpr int64_t kQuantizedMaxRows = 16;
+  /// Prefill products with quantized weights: "bfloat16" (a bf16 GEMM on the dequantized weights),
+  /// "float32", or "auto" (the default: bfloat16 where the CPU has native bf16 dot products).
+  void set_quantized_prefill(const std::string& mode);
   /// Format of the KV caches make_cache() creates ("" = the compute dtype; "f16", "bf16", "q8_0").
   void set_kv_cache_format(const std::string& format);
   const std::string& kv_cache_format() const { return kv_format_; }
@@ -125,6 +128,7 @@ class CausalLM {
   struct QuantizedWeight;
   const QuantizedWeight* quantized(const Tensor& w, bool transposed) const;
   std::string qformat_, kv_format_;
+  bool prefill_bf16_ = false;
   mutable std::map<const void*, std::shared_ptr<QuantizedWeight>> quantized_;
 };
 
@@ -135,6 +139,8 @@ struct LoadOptions {
   std::string quantize;
   /// KV cache format ("" the compute dtype, "f16", "bf16", "q8_0"); see CausalLM::set_kv_cache_format.
   std::string kv_cache;
+  /// Prefill with quantized weights: "auto", "float32", "bfloat16"; see CausalLM::set_quantized_prefill.
+  std::string quantized_prefill = "auto";
 };
 
 /// Loads an HF model folder. Throws with a message naming the problem for a missing or malformed

@@ -289,9 +289,9 @@ int current_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 // shape, strides, threads and attributes.
 std::shared_ptr<DnnlEntry> dnnl_primitive(const Mat& A, const Mat& B, int64_t batch, int64_t M, int64_t N,
                                           int64_t K, int64_t ldc, int64_t c_bs, double alpha, double beta, bool bias,
-                                          DType dtype, int threads) {
+                                          DType dtype, int threads, DType out_dtype) {
   DnnlKey key{};
-  key.dt = int(dtype);
+  key.dt = int(dtype) | (int(out_dtype) << 8);
   int64_t dims[11] = {A.batch > 1 ? batch : 1, B.batch > 1 ? batch : 1, batch, M, N, K, threads,
                       bias, A.row_major, B.row_major, ldc};
   std::memcpy(key.dims, dims, sizeof(dims));
@@ -304,10 +304,11 @@ std::shared_ptr<DnnlEntry> dnnl_primitive(const Mat& A, const Mat& B, int64_t ba
   auto e = std::make_shared<DnnlEntry>();
   using dt = dnnl::memory::data_type;
   const dt t = dtype == DType::BFloat16 ? dt::bf16 : dt::f32;
+  const dt out = out_dtype == DType::BFloat16 ? dt::bf16 : dt::f32;
   try {
     e->a = dnnl_desc(A, batch, t);
     e->b = dnnl_desc(B, batch, t);
-    e->c = dnnl::memory::desc({batch, M, N}, t, {c_bs, ldc, 1});
+    e->c = dnnl::memory::desc({batch, M, N}, out, {c_bs, ldc, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (alpha != 1.0) attr.set_output_scales(0, {float(alpha)});
@@ -318,7 +319,7 @@ std::shared_ptr<DnnlEntry> dnnl_primitive(const Mat& A, const Mat& B, int64_t ba
     }
     std::unique_ptr<dnnl::matmul::desc> md;
     if (bias) {
-      e->bias = dnnl::memory::desc({1, 1, N}, t, dnnl::memory::format_tag::abc);
+      e->bias = dnnl::memory::desc({1, 1, N}, out, dnnl::memory::format_tag::abc);
       md = std::make_unique<dnnl::matmul::desc>(e->a, e->b, e->bias, e->c);
     } else {
       md = std::make_unique<dnnl::matmul::desc>(e->a, e->b, e->c);
@@ -385,8 +386,8 @@ std::vector<std::pair<int64_t, int64_t>> split_range(int64_t n, int64_t parts, i
 // thread that loses its time slice from stalling the other at every internal barrier; on an idle
 // one it matches oneDNN's own split (measured, docs/decisions.md).
 bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
-               double beta, const void* bias, DType dtype) {
-  const int64_t esize = itemsize(dtype);
+               double beta, const void* bias, DType dtype, DType out_dtype) {
+  const int64_t esize = itemsize(dtype), out_size = itemsize(out_dtype);
   const int nt = current_threads();
   std::vector<std::pair<int64_t, int64_t>> mparts = {{0, M}}, nparts = {{0, N}};
   bool per_thread = false;
@@ -420,7 +421,8 @@ bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, in
       Mat At = A, Bt = B;
       At.rows = t.mc;
       Bt.cols = t.nc;
-      t.e = dnnl_primitive(At, Bt, batch, t.mc, t.nc, K, N, M * N, alpha, beta, bias != nullptr, dtype, prim_threads);
+      t.e = dnnl_primitive(At, Bt, batch, t.mc, t.nc, K, N, M * N, alpha, beta, bias != nullptr, dtype, prim_threads,
+                           out_dtype);
       if (!t.e->ok) return false;
       last = t.e;
     }
@@ -432,11 +434,11 @@ bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, in
       const DnnlEntry& e = *t.e;
       dnnl::memory am(e.a, eng, const_cast<char*>(A.ptr) + t.m0 * A.rs * esize);
       dnnl::memory bm(e.b, eng, const_cast<char*>(B.ptr) + t.n0 * B.cs * esize);
-      dnnl::memory cm(e.c, eng, static_cast<char*>(C) + (t.m0 * N + t.n0) * esize);
+      dnnl::memory cm(e.c, eng, static_cast<char*>(C) + (t.m0 * N + t.n0) * out_size);
       std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
       if (bias)
         args.emplace(DNNL_ARG_BIAS,
-                     dnnl::memory(e.bias, eng, const_cast<char*>(static_cast<const char*>(bias)) + t.n0 * esize));
+                     dnnl::memory(e.bias, eng, const_cast<char*>(static_cast<const char*>(bias)) + t.n0 * out_size));
       if (e.scratch) {
         dnnl::memory::desc sd({int64_t(e.scratch)}, dnnl::memory::data_type::u8, dnnl::memory::format_tag::a);
         args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(sd, eng, scratch.get(e.scratch)));
@@ -556,6 +558,18 @@ std::string gemm_backend(const Tensor& a, const Tensor& b) {
   return backend_name(choose(a.dtype(), a.size(1), b.size(2), a.size(2)));
 }
 
+bool gemm_bf16_f32out(const Tensor& a, const Tensor& b, Tensor& c) {
+  FOUNDRY_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2 && c.is_contiguous() && a.dtype() == DType::BFloat16 &&
+                    b.dtype() == DType::BFloat16 && c.dtype() == DType::Float32 && a.size(1) == b.size(0) &&
+                    c.size(0) == a.size(0) && c.size(1) == b.size(1),
+                "gemm_bf16_f32out: expected bf16 [M, K] @ bf16 [K, N] -> float32 [M, N]");
+  const int64_t M = c.size(0), N = c.size(1), K = a.size(1);
+  if (M == 0 || N == 0 || K == 0) return false;
+  Tensor ha, hb;
+  Mat A = describe(a.unsqueeze(0), ha), B = describe(b.unsqueeze(0), hb);
+  return gemm_dnnl(A, B, c.data_ptr(), 1, M, N, K, 1.0, 0.0, nullptr, DType::BFloat16, DType::Float32);
+}
+
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta, const Tensor& bias) {
   const DType dt = c.dtype();
   FOUNDRY_CHECK(a.dim() == 3 && b.dim() == 3 && c.dim() == 3 && c.is_contiguous(), "gemm: expected 3-d operands");
@@ -600,7 +614,7 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta
                     static_cast<const float*>(bias_ptr));
       return;
     }
-    if (gemm_dnnl(A, B, c.data_ptr(), batch, M, N, K, alpha, beta, bias_ptr, dt)) return;
+    if (gemm_dnnl(A, B, c.data_ptr(), batch, M, N, K, alpha, beta, bias_ptr, dt, dt)) return;
     if (dt == DType::BFloat16) {
       autograd::NoGradGuard ng;
       Tensor c32 = c.to(DType::Float32).contiguous();

@@ -24,6 +24,11 @@ namespace foundry::kernels {
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha = 1.0, double beta = 0.0,
           const Tensor& bias = Tensor());
 
+/// c = a @ b with bfloat16 a [M, K] and b [K, N] (b may be a transposed view) and a float32 c
+/// [M, N] (contiguous): oneDNN's bf16 kernels with float32 accumulation and output. False (c
+/// untouched) when oneDNN has no fast kernel for it on this CPU.
+bool gemm_bf16_f32out(const Tensor& a, const Tensor& b, Tensor& c);
+
 /// The backend gemm() would use: "onednn", "openblas", "gemv", "small" or "loop" (tests, docs).
 std::string gemm_backend(const Tensor& a, const Tensor& b);
 

@@ -505,6 +505,7 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
   for (const auto& [placeholder, rows] : nf4_weights) model->adopt_quantized(placeholder, "nf4", rows);
   model->set_weight_quantization(options.quantize);
   model->set_kv_cache_format(options.kv_cache);
+  model->set_quantized_prefill(options.quantized_prefill);
   return model;
 }
 

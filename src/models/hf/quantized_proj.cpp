@@ -6,8 +6,10 @@
 // - few activation rows (decode): each row is quantized to the format's dot format (q8_0, or q8_K
 //   for the K-quants) and multiplied by the matrix-vector kernels, as llama.cpp does; they stream
 //   4.5-8.5 bits per weight instead of 32;
-// - more rows (prefill): the weight is dequantized into a scratch float32 matrix and the product
-//   is a float GEMM.
+// - more rows (prefill): the weight is dequantized into a scratch matrix and the product is a GEMM:
+//   in bfloat16 (activations rounded to bf16, float32 accumulation: oneDNN's AVX512-BF16 / AMX
+//   kernels, ~1.5x float32 here) when the CPU has native bf16 dot products, else float32; see
+//   set_quantized_prefill.
 // Once a memory-mapped float weight is quantized its pages are handed back to the kernel (they are
 // clean file pages: a later read faults them in again), so resident memory holds the quantized
 // copy only.
@@ -17,10 +19,13 @@
 #include <cstring>
 #include <memory>
 
+#include <oneapi/dnnl/dnnl.h>
+
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
+#include "kernels/cpu/gemm.h"
 #include "models/hf/common.h"
 #include "quant/q8_kernels.h"
 
@@ -103,8 +108,25 @@ const CausalLM::QuantizedWeight* CausalLM::quantized(const Tensor& w, bool trans
 
 namespace {
 
+// AVX512-BF16 (vdpbf16ps) or AMX-BF16: bf16 GEMMs run natively (oneDNN's ISA bit sets nest).
+bool native_bf16_gemm() {
+  static const bool ok = (unsigned(dnnl_get_effective_cpu_isa()) & unsigned(dnnl_cpu_isa_avx512_core_bf16)) ==
+                         unsigned(dnnl_cpu_isa_avx512_core_bf16);
+  return ok;
+}
+
+}  // namespace
+
+void CausalLM::set_quantized_prefill(const std::string& mode) {
+  FOUNDRY_CHECK_AS(ValueError, mode == "auto" || mode == "float32" || mode == "bfloat16",
+                   "quantized prefill must be auto, float32 or bfloat16, got '{}'", mode);
+  prefill_bf16_ = mode == "bfloat16" || (mode == "auto" && native_bf16_gemm());
+}
+
+namespace {
+
 Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFormatTraits& t, int64_t rows_out,
-                         int64_t k, const uint8_t* w) {
+                         int64_t k, const uint8_t* w, bool bf16_gemm) {
     autograd::NoGradGuard no_grad;
     Tensor xc = x.to(DType::Float32).contiguous();
     const int64_t m = xc.numel() / k;
@@ -116,7 +138,15 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
       parallel_for(0, rows_out, 16, [&](int64_t lo, int64_t hi) {
         for (int64_t r = lo; r < hi; ++r) t.dequantize(w + r * row_bytes, d + r * k, k);
       });
-      out = linear(xc, dense, b.defined() ? b.to(DType::Float32) : b);
+      Shape out_shape(x.sizes());
+      out_shape.back() = rows_out;
+      out = empty({m, rows_out}, DType::Float32);
+      if (bf16_gemm && kernels::gemm_bf16_f32out(xc.reshape({m, k}).to(DType::BFloat16), dense.to(DType::BFloat16).t(), out)) {
+        out = out.reshape(out_shape);
+        if (b.defined()) out = out + b.to(DType::Float32);
+      } else {
+        out = linear(xc, dense, b.defined() ? b.to(DType::Float32) : b);
+      }
     } else {
       Shape out_shape(x.sizes());
       out_shape.back() = rows_out;
@@ -139,7 +169,7 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
 Tensor CausalLM::proj(const Tensor& x, const Tensor& w, const Tensor& b) const {
   const QuantizedWeight* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, false) : nullptr;
   if (!q) return linear(x, w, b);
-  return quantized_product(x, b, *q->format, q->rows, q->k, q->data);
+  return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_bf16_);
 }
 
 Tensor CausalLM::proj_t(const Tensor& x, const Tensor& w, const Tensor& b) const {
@@ -148,7 +178,7 @@ Tensor CausalLM::proj_t(const Tensor& x, const Tensor& w, const Tensor& b) const
     Tensor y = matmul(x, w);
     return b.defined() ? y + b : y;
   }
-  return quantized_product(x, b, *q->format, q->rows, q->k, q->data);
+  return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_bf16_);
 }
 
 }  // namespace foundry::models
