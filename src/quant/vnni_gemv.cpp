@@ -10,6 +10,7 @@
 #include "quant/vnni_gemv.h"
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "foundry/core/parallel.h"
@@ -79,7 +80,7 @@ FOUNDRY_VNNI_TARGET inline __m512 pair_scales(const uint8_t* w, int64_t block_by
 
 FOUNDRY_VNNI_TARGET float dot_q8_0_row(const uint8_t* w, const PreparedActivation& a, const uint8_t* xq, int64_t k) {
   const int64_t pairs = k / 64;
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps();  // two chains: FMA latency
   for (int64_t c = 0; c < pairs; ++c, w += 2 * kQ8Bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + 64, _MM_HINT_T0);
@@ -91,8 +92,9 @@ FOUNDRY_VNNI_TARGET float dot_q8_0_row(const uint8_t* w, const PreparedActivatio
     const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(wv), signed_y);
     const __m512 s = _mm512_mul_ps(pair_scales(w, kQ8Bytes), _mm512_loadu_ps(a.scales.data() + c * 16));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc);
+    std::swap(acc, acc2);
   }
-  float sum = _mm512_reduce_add_ps(acc);
+  float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc, acc2));
   if ((k / 32) % 2) {  // the odd last block, in scalar
     const uint8_t* yb = xq + (k / 32 - 1) * kQ8Bytes;
     uint16_t hw, hy;
@@ -108,7 +110,7 @@ FOUNDRY_VNNI_TARGET float dot_q8_0_row(const uint8_t* w, const PreparedActivatio
 FOUNDRY_VNNI_TARGET float dot_q4_0_row(const uint8_t* w, const PreparedActivation& a, const uint8_t* xq, int64_t k) {
   const int64_t pairs = k / 64;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps();
   for (int64_t c = 0; c < pairs; ++c, w += 2 * kQ4Bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
     // [a(16 bytes) b(16 bytes)] -> low nibbles [a_lo b_lo], high [a_hi b_hi] -> [a_lo a_hi b_lo b_hi].
@@ -124,8 +126,9 @@ FOUNDRY_VNNI_TARGET float dot_q4_0_row(const uint8_t* w, const PreparedActivatio
                                          _mm512_loadu_si512(a.eight_y.data() + c * 16));
     const __m512 s = _mm512_mul_ps(pair_scales(w, kQ4Bytes), _mm512_loadu_ps(a.scales.data() + c * 16));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc);
+    std::swap(acc, acc2);
   }
-  float sum = _mm512_reduce_add_ps(acc);
+  float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc, acc2));
   if ((k / 32) % 2) {
     const uint8_t* yb = xq + (k / 32 - 1) * kQ8Bytes;
     uint16_t hw, hy;
