@@ -297,6 +297,13 @@ def _quantize_block_qk_minmax(x, nmax, rmin, rdelta, nstep):
     return d_bits, dmin_bits, sb, L
 
 
+def _quantize_blocks(x, quantize_block):
+    """Every 256-value block of the row through `quantize_block`, concatenated."""
+    x = _as_f32_rows(x)
+    with np.errstate(all="ignore"):
+        return b"".join(quantize_block(x[i * QK_K:(i + 1) * QK_K]) for i in range(x.size // QK_K))
+
+
 def _quantize_block_q4_K(x):
     d_bits, dmin_bits, sb, L = _quantize_block_qk_minmax(x, 15, -1.0, 0.1, 20)
     qs = np.empty(QK_K // 2, dtype=np.uint8)
@@ -328,22 +335,12 @@ def _quantize_block_q5_K(x):
 
 def quantize_q4_K(x):
     """quantize_row_q4_K_ref: float32[k] (k % 256 == 0) -> bytes (144 per block)."""
-    x = _as_f32_rows(x)
-    out = []
-    with np.errstate(all="ignore"):
-        for i in range(x.size // QK_K):
-            out.append(_quantize_block_q4_K(x[i * QK_K:(i + 1) * QK_K]))
-    return b"".join(out)
+    return _quantize_blocks(x, _quantize_block_q4_K)
 
 
 def quantize_q5_K(x):
     """quantize_row_q5_K_ref: float32[k] (k % 256 == 0) -> bytes (176 per block)."""
-    x = _as_f32_rows(x)
-    out = []
-    with np.errstate(all="ignore"):
-        for i in range(x.size // QK_K):
-            out.append(_quantize_block_q5_K(x[i * QK_K:(i + 1) * QK_K]))
-    return b"".join(out)
+    return _quantize_blocks(x, _quantize_block_q5_K)
 
 
 def _check_data(data, n, fmt):
@@ -465,12 +462,7 @@ def _quantize_block_q6_K(x):
 
 def quantize_q6_K(x):
     """quantize_row_q6_K_ref: float32[k] (k % 256 == 0) -> bytes (210 per block)."""
-    x = _as_f32_rows(x)
-    out = []
-    with np.errstate(all="ignore"):
-        for i in range(x.size // QK_K):
-            out.append(_quantize_block_q6_K(x[i * QK_K:(i + 1) * QK_K]))
-    return b"".join(out)
+    return _quantize_blocks(x, _quantize_block_q6_K)
 
 
 def dequantize_q6_K(data, n):
@@ -521,12 +513,7 @@ def _quantize_block_q8_K(x):
 
 def quantize_q8_K(x):
     """quantize_row_q8_K_ref: float32[k] (k % 256 == 0) -> bytes (292 per block)."""
-    x = _as_f32_rows(x)
-    out = []
-    with np.errstate(all="ignore"):
-        for i in range(x.size // QK_K):
-            out.append(_quantize_block_q8_K(x[i * QK_K:(i + 1) * QK_K]))
-    return b"".join(out)
+    return _quantize_blocks(x, _quantize_block_q8_K)
 
 
 def dequantize_q8_K(data, n):
