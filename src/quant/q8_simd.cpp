@@ -86,6 +86,19 @@ float DotQ4Q8Scaled(const uint8_t* x, const uint8_t* y, const float* y_scales, c
   return hn::GetLane(hn::SumOfLanes(df, acc));
 }
 
+// The 8 six-bit scales and mins of a q4_K / q5_K super-block (ggml's get_scale_min_k4).
+inline void unpack_k_scales(const uint8_t* sc, uint8_t* scales, uint8_t* mins) {
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      scales[j] = sc[j] & 63;
+      mins[j] = sc[j + 4] & 63;
+    } else {
+      scales[j] = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+      mins[j] = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+    }
+  }
+}
+
 // q4_K super-blocks (fp16 d / dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles:
 // chunk c of 64 values holds sub-block 2c in the low and 2c + 1 in the high nibbles of 32 bytes)
 // against a q8_K activation row. Each 32-value sub-block's int32 lanes are scaled by its integer
@@ -103,17 +116,8 @@ float DotQ4KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int
     uint16_t hd, hm;
     std::memcpy(&hd, x, 2);
     std::memcpy(&hm, x + 2, 2);
-    const uint8_t* sc = x + 4;
     uint8_t scales[8], mins[8];
-    for (int j = 0; j < 8; ++j) {
-      if (j < 4) {
-        scales[j] = sc[j] & 63;
-        mins[j] = sc[j + 4] & 63;
-      } else {
-        scales[j] = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-        mins[j] = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-      }
-    }
+    unpack_k_scales(x + 4, scales, mins);
     float dy;
     std::memcpy(&dy, y, 4);
     const auto* qy = reinterpret_cast<const int8_t*>(y + 4);
@@ -137,6 +141,99 @@ float DotQ4KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int
     }
     const int32_t isum = hn::GetLane(hn::SumOfLanes(d32, acc));
     sum += fp16_table[hd] * dy * float(isum) - fp16_table[hm] * dy * float(msum);
+  }
+  return sum;
+}
+
+// q5_K: q4_K's layout plus 32 bytes of fifth bits (bit 2c of byte l: value l of chunk c's low
+// nibbles, bit 2c + 1: of its high nibbles).
+float DotQ5KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int64_t k) {
+  const hn::CappedTag<int16_t, 32> d16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const int64_t N16 = int64_t(hn::Lanes(d16));
+  const auto low_mask = hn::Set(d16, int16_t(0x0F)), one = hn::Set(d16, int16_t(1));
+  float sum = 0.f;
+  for (int64_t b = 0; b < k / 256; ++b, x += 176, y += 292) {
+    uint16_t hd, hm;
+    std::memcpy(&hd, x, 2);
+    std::memcpy(&hm, x + 2, 2);
+    uint8_t scales[8], mins[8];
+    unpack_k_scales(x + 4, scales, mins);
+    float dy;
+    std::memcpy(&dy, y, 4);
+    const auto* qy = reinterpret_cast<const int8_t*>(y + 4);
+    int16_t bsums[16];
+    std::memcpy(bsums, y + 260, 32);
+    int32_t msum = 0;
+    for (int j = 0; j < 8; ++j) msum += int32_t(mins[j]) * (bsums[2 * j] + bsums[2 * j + 1]);
+    auto acc = hn::Zero(d32);
+    const uint8_t* qh = x + 16;
+    const uint8_t* qs = x + 48;
+    for (int c = 0; c < 4; ++c, qs += 32, qy += 64) {
+      auto lo0 = hn::Zero(d32), lo1 = hn::Zero(d32), hi0 = hn::Zero(d32), hi1 = hn::Zero(d32);
+      for (int64_t o = 0; o < 32; o += N16) {
+        const auto packed = hn::PromoteTo(d16, hn::LoadU(du8, qs + o));
+        const auto h = hn::PromoteTo(d16, hn::LoadU(du8, qh + o));
+        const auto lo = hn::Or(hn::And(packed, low_mask), hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c), one)));
+        const auto hi =
+            hn::Or(hn::ShiftRight<4>(packed), hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c + 1), one)));
+        lo0 = hn::ReorderWidenMulAccumulate(d32, lo, hn::PromoteTo(d16, hn::LoadU(d8, qy + o)), lo0, lo1);
+        hi0 = hn::ReorderWidenMulAccumulate(d32, hi, hn::PromoteTo(d16, hn::LoadU(d8, qy + 32 + o)), hi0, hi1);
+      }
+      acc = hn::Add(acc, hn::Mul(hn::RearrangeToOddPlusEven(lo0, lo1), hn::Set(d32, int32_t(scales[2 * c]))));
+      acc = hn::Add(acc, hn::Mul(hn::RearrangeToOddPlusEven(hi0, hi1), hn::Set(d32, int32_t(scales[2 * c + 1]))));
+    }
+    const int32_t isum = hn::GetLane(hn::SumOfLanes(d32, acc));
+    sum += fp16_table[hd] * dy * float(isum) - fp16_table[hm] * dy * float(msum);
+  }
+  return sum;
+}
+
+// q6_K super-blocks (ql[128], qh[64], int8 scales[16], fp16 d) against q8_K. Vectors of at most
+// 16 int16 lanes stay inside one 16-value sub-block, so its int8 scale multiplies the activation
+// levels in int16 (|y s| <= 16129) before the multiply-add with the 6-bit levels (-32..31); int32
+// sums; one horizontal sum and one float multiply per super-block.
+float DotQ6KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int64_t k) {
+  const hn::CappedTag<int16_t, 16> d16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const int64_t N16 = int64_t(hn::Lanes(d16));
+  const auto m4 = hn::Set(d16, int16_t(0x0F)), m3 = hn::Set(d16, int16_t(3)), offset = hn::Set(d16, int16_t(32));
+  float sum = 0.f;
+  for (int64_t b = 0; b < k / 256; ++b, x += 210, y += 292) {
+    const uint8_t* ql = x;
+    const uint8_t* qh = x + 128;
+    const auto* sc = reinterpret_cast<const int8_t*>(x + 192);
+    uint16_t hd;
+    std::memcpy(&hd, x + 208, 2);
+    float dy;
+    std::memcpy(&dy, y, 4);
+    const auto* qy = reinterpret_cast<const int8_t*>(y + 4);
+    auto acc0 = hn::Zero(d32), acc1 = hn::Zero(d32);
+    for (int n = 0; n < 2; ++n, ql += 64, qh += 32, sc += 8, qy += 128) {
+      for (int64_t o = 0; o < 32; o += N16) {
+        const auto a = hn::PromoteTo(d16, hn::LoadU(du8, ql + o));
+        const auto c = hn::PromoteTo(d16, hn::LoadU(du8, ql + 32 + o));
+        const auto h = hn::PromoteTo(d16, hn::LoadU(du8, qh + o));
+        const int is = int(o / 16);
+        auto scaled_y = [&](int64_t at, int s) {
+          return hn::Mul(hn::PromoteTo(d16, hn::LoadU(d8, qy + at + o)), hn::Set(d16, int16_t(sc[is + s])));
+        };
+        const auto q1 = hn::Sub(hn::Or(hn::And(a, m4), hn::ShiftLeft<4>(hn::And(h, m3))), offset);
+        const auto q2 = hn::Sub(hn::Or(hn::And(c, m4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(h), m3))), offset);
+        const auto q3 = hn::Sub(hn::Or(hn::ShiftRight<4>(a), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(h), m3))), offset);
+        const auto q4 = hn::Sub(hn::Or(hn::ShiftRight<4>(c), hn::ShiftLeft<4>(hn::ShiftRight<6>(h))), offset);
+        acc0 = hn::ReorderWidenMulAccumulate(d32, q1, scaled_y(0, 0), acc0, acc1);
+        acc0 = hn::ReorderWidenMulAccumulate(d32, q2, scaled_y(32, 2), acc0, acc1);
+        acc0 = hn::ReorderWidenMulAccumulate(d32, q3, scaled_y(64, 4), acc0, acc1);
+        acc0 = hn::ReorderWidenMulAccumulate(d32, q4, scaled_y(96, 6), acc0, acc1);
+      }
+    }
+    const int32_t isum = hn::GetLane(hn::SumOfLanes(d32, hn::RearrangeToOddPlusEven(acc0, acc1)));
+    sum += fp16_table[hd] * dy * float(isum);
   }
   return sum;
 }
@@ -194,7 +291,6 @@ float DotNF4Q8(const uint8_t* x, const uint8_t* y, const float* y_scales, const 
 // compared byte for byte, and this runs for every product of every decode step).
 void QuantizeRowQ8_0(const float* x, uint8_t* y, int64_t k) {
   const hn::CappedTag<float, 16> df;
-  const hn::Rebind<int32_t, decltype(df)> di;
   const hn::Rebind<int16_t, decltype(df)> d16;
   const hn::Rebind<int8_t, decltype(df)> d8;
   const int64_t N = int64_t(hn::Lanes(df));
@@ -224,6 +320,8 @@ namespace foundry::quant {
 HWY_EXPORT(DotQ8Q8Scaled);
 HWY_EXPORT(DotQ4Q8Scaled);
 HWY_EXPORT(DotQ4KQ8K);
+HWY_EXPORT(DotQ5KQ8K);
+HWY_EXPORT(DotQ6KQ8K);
 HWY_EXPORT(DotNF4Q8);
 HWY_EXPORT(QuantizeRowQ8_0);
 
@@ -268,16 +366,15 @@ float dot_q4_0_q8_0(const void* x, const void* y, int64_t k) {
 
 namespace {
 
-// bytes_per_32: the weight format's bytes per 32 values; q8_0_activation: xq is a q8_0 row whose
-// block scales are converted once here (the K-quants' q8_K rows carry float scales).
+// row_bytes: one weight row's bytes; q8_0_activation: xq is a q8_0 row whose block scales are
+// converted once here (the K-quants' q8_K rows carry float scales).
 template <typename Dot>
-void gemv_rows(const void* w, int64_t rows, int64_t k, int64_t bytes_per_32, const void* xq, float* y, Dot dot,
+void gemv_rows(const void* w, int64_t rows, int64_t k, int64_t row_bytes, const void* xq, float* y, Dot dot,
                bool q8_0_activation = true) {
   const auto* base = static_cast<const uint8_t*>(w);
   const auto* xb = static_cast<const uint8_t*>(xq);
   const std::vector<float> xs = q8_0_activation ? block_scales(xb, k) : std::vector<float>();
   const float* table = fp16_table();
-  const int64_t row_bytes = k / 32 * bytes_per_32;
   // ~64K weight bytes per chunk, so small products stay on one thread.
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1));
   parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
@@ -288,13 +385,13 @@ void gemv_rows(const void* w, int64_t rows, int64_t k, int64_t bytes_per_32, con
 }  // namespace
 
 void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  gemv_rows(w, rows, k, 34, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
+  gemv_rows(w, rows, k, k / 32 * 34, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
     return HWY_DYNAMIC_DISPATCH(DotQ8Q8Scaled)(a, b, s, t, n);
   });
 }
 
 void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  gemv_rows(w, rows, k, 18, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
+  gemv_rows(w, rows, k, k / 32 * 18, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
     return HWY_DYNAMIC_DISPATCH(DotQ4Q8Scaled)(a, b, s, t, n);
   });
 }
@@ -315,13 +412,27 @@ void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, co
   if (t.format == BlockFormat::Q4_0) return vnni ? gemv_q4_0_vnni(w, rows, k, xq, y) : gemv_q4_0(w, rows, k, xq, y);
   if (t.format == BlockFormat::Q4_K)
     return gemv_rows(
-        w, rows, k, 144 * 32 / 256, xq, y,
+        w, rows, k, k / 256 * 144, xq, y,
         [](const uint8_t* a, const uint8_t* b, const float*, const float* t16, int64_t n) {
           return HWY_DYNAMIC_DISPATCH(DotQ4KQ8K)(a, b, t16, n);
         },
         false);
+  if (t.format == BlockFormat::Q5_K)
+    return gemv_rows(
+        w, rows, k, k / 256 * 176, xq, y,
+        [](const uint8_t* a, const uint8_t* b, const float*, const float* t16, int64_t n) {
+          return HWY_DYNAMIC_DISPATCH(DotQ5KQ8K)(a, b, t16, n);
+        },
+        false);
+  if (t.format == BlockFormat::Q6_K)
+    return gemv_rows(
+        w, rows, k, k / 256 * 210, xq, y,
+        [](const uint8_t* a, const uint8_t* b, const float*, const float* t16, int64_t n) {
+          return HWY_DYNAMIC_DISPATCH(DotQ6KQ8K)(a, b, t16, n);
+        },
+        false);
   if (t.format == BlockFormat::NF4)
-    return gemv_rows(w, rows, k, 36 / 2, xq, y,
+    return gemv_rows(w, rows, k, k / 64 * 36, xq, y,
                      [](const uint8_t* a, const uint8_t* b, const float* s, const float*, int64_t n) {
                        return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(a, b, s, nf4_codebook(), n);
                      });

@@ -284,7 +284,7 @@ TEST_P(EachTarget, FastQ8ActivationQuantizer) {
   }
 }
 
-// q4_K x q8_K and nf4 x q8_0 kernels against the table's scalar dots (integer sums exact for q4_K;
+// q4_K / q5_K / q6_K x q8_K and nf4 x q8_0 kernels against the table's scalar dots (integer sums exact for q4_K;
 // nf4 sums float products, in another order).
 TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
   std::mt19937 rng(12);
@@ -294,7 +294,7 @@ TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
   for (float& v : w) v = nd(rng) * 2.f + 0.3f;
   for (float& v : x) v = nd(rng);
   for (int64_t i = 0; i < 64; ++i) w[size_t(5 * k + i)] = 0.f;  // a zero sub-block and nf4 block
-  for (const char* name : {"q4_K", "nf4"}) {
+  for (const char* name : {"q4_K", "q5_K", "q6_K", "nf4"}) {
     const auto& t = foundry::quant::traits(name);
     const auto& act = foundry::quant::traits(t.dot_format);
     const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
@@ -308,9 +308,11 @@ TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
       float scale = 0.f;
       for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
       ASSERT_NEAR(y[size_t(r)], want, 1e-5f * scale) << name << " row " << r;
-      const float single = std::string(name) == "q4_K" ? foundry::quant::dot_q4_K_q8_K(wq.data() + r * row_bytes, xq.data(), k)
-                                                        : foundry::quant::dot_nf4_q8_0(wq.data() + r * row_bytes, xq.data(), k);
-      ASSERT_EQ(single, y[size_t(r)]) << name << " row " << r;
+      if (std::string(name) == "q4_K") {
+        ASSERT_EQ(foundry::quant::dot_q4_K_q8_K(wq.data() + r * row_bytes, xq.data(), k), y[size_t(r)]) << r;
+      } else if (std::string(name) == "nf4") {
+        ASSERT_EQ(foundry::quant::dot_nf4_q8_0(wq.data() + r * row_bytes, xq.data(), k), y[size_t(r)]) << r;
+      }
     }
   }
 }
