@@ -133,3 +133,49 @@ def test_quantize_errors(tmp_path, model_folder):
     json.dump(conf, open(os.path.join(broken, "config.json"), "w"))
     with pytest.raises(Exception, match="quantization method 'gptq' is not supported"):
         foundry.models.from_pretrained(broken)
+
+
+def test_damaged_quantized_folders_give_clear_errors(tmp_path, model_folder):
+    """A quantized folder with a missing or mis-sized quantization tensor is refused by name."""
+    folder, _, _ = model_folder
+    out = str(tmp_path / "nf4")
+    tp.run("quantize", "--model", folder, "--out", out, "--type", "nf4")
+    st = os.path.join(out, "model.safetensors")
+    tensors = {}
+    h, base = header(st)
+    with open(st, "rb") as f:
+        for name, info in h.items():
+            if name == "__metadata__":
+                continue
+            f.seek(base + info["data_offsets"][0])
+            tensors[name] = (info, f.read(info["data_offsets"][1] - info["data_offsets"][0]))
+
+    def write(path, items):
+        os.makedirs(path, exist_ok=True)
+        shutil.copy(os.path.join(out, "config.json"), path)
+        hdr, blobs, off = {}, [], 0
+        for name, (info, data) in sorted(items.items()):
+            hdr[name] = {"dtype": info["dtype"], "shape": info["shape"], "data_offsets": [off, off + len(data)]}
+            blobs.append(data)
+            off += len(data)
+        hb = json.dumps(hdr).encode()
+        hb += b" " * ((8 - len(hb) % 8) % 8)
+        with open(os.path.join(path, "model.safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
+        return path
+
+    missing = dict(tensors)
+    del missing[UP + ".nested_absmax"]
+    with pytest.raises(Exception, match="nested_absmax"):
+        foundry.models.from_pretrained(write(str(tmp_path / "missing"), missing))
+    short = dict(tensors)
+    info, data = short[UP + ".absmax"]
+    short[UP + ".absmax"] = (dict(info, shape=[len(data) - 1]), data[:-1])
+    with pytest.raises(Exception, match="block maxima|nested maxima"):
+        foundry.models.from_pretrained(write(str(tmp_path / "short"), short))
+    bad_state = dict(tensors)
+    info, _ = bad_state[UP + ".quant_state.bitsandbytes__nf4"]
+    junk = b'{"quant_type": "fp4"}'
+    bad_state[UP + ".quant_state.bitsandbytes__nf4"] = (dict(info, shape=[len(junk)]), junk)
+    with pytest.raises(Exception, match="not an nf4 quant state"):
+        foundry.models.from_pretrained(write(str(tmp_path / "state"), bad_state))
