@@ -28,10 +28,12 @@ binary = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "b
 
 LLAMA_TIED = dict(infer.LLAMA, tie_word_embeddings=True)
 # Bytes per weight of each format (block bytes / block values).
-BYTES_PER_WEIGHT = {"f32": 4.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_K": 144 / 256, "nf4": 36 / 64}
+BYTES_PER_WEIGHT = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "bf16 native": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
+                    "q4_K": 144 / 256, "nf4": 36 / 64}
 # llama.cpp (issue 6): tokens/s (pp128 1t, pp128 2t, tg128 1t, tg128 2t) for the Llama shape.
-LLAMA_CPP = {"f32": (533, 966, 31.9, 59.3), "bf16": (478, 916, 38.1, 75.6), "q8_0": (1267, 2062, 133, 263),
-             "q4_0": (1122, 1901, 293, 501)}  # bf16 row: llama.cpp's F16; q4_0: "Q4_0 pure"
+LLAMA_CPP = {"f32": (533, 966, 31.9, 59.3), "f16": (478, 916, 38.1, 75.6), "bf16": (478, 916, 38.1, 75.6),
+             "bf16 native": (478, 916, 38.1, 75.6), "q8_0": (1267, 2062, 133, 263),
+             "q4_0": (1122, 1901, 293, 501)}  # f16 / bf16 rows: llama.cpp's F16; q4_0: its "Q4_0 pure"
 
 
 def matrix_weights(cfg):
@@ -92,7 +94,9 @@ def main():
     stream = {t: infer.run([binary, "--stream-mb", "1024", "--threads", str(t)], t)["read_gb_s"] for t in (1, 2)}
     print(f"CPU: {cpu_name()}; read bandwidth (sum of a 1 GiB array): {stream[1]:.1f} GB/s (1 thread), "
           f"{stream[2]:.1f} GB/s (2 threads)\n")
-    formats = ["f32", "bf16", "q8_0", "q4_0", "q4_K", "nf4"]
+    # "bf16 native": a bf16 checkpoint computed in bf16 (--dtype native); the others quantize the
+    # float32 folder's weights at load (--quantize; f16 / bf16 dots take f16 / bf16 activations).
+    formats = ["f32", "f16", "bf16", "bf16 native", "q8_0", "q4_0", "q4_K", "nf4"]
     print("| model | format | threads | prefill tok/s | decode tok/s | weight GB/s (of read bandwidth) | peak RSS MB "
           "| llama.cpp pp / tg | prefill vs llama.cpp | decode vs llama.cpp |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -105,7 +109,7 @@ def main():
             for threads in (1, 2):
                 if fmt == "f32":
                     args = ["--model", folder]
-                elif fmt == "bf16":
+                elif fmt == "bf16 native":
                     write_bf16_copy(folder, folder + "_bf16")
                     args = ["--model", folder + "_bf16", "--dtype", "native"]
                 else:

@@ -286,6 +286,44 @@ float DotNF4Q8(const uint8_t* x, const uint8_t* y, const float* y_scales, const 
   }
 }
 
+// Rows of 16-bit floats: bf16 pairs multiply-added into float32 lanes, f16 widened to float32.
+float DotBF16(const uint8_t* x, const uint8_t* y, int64_t k) {
+#if HWY_TARGET == HWY_SCALAR
+  return detail::dot_bf16(x, y, k);
+#else
+  const hn::ScalableTag<float> df;
+  const hn::Repartition<hwy::bfloat16_t, decltype(df)> dbf;
+  const int64_t N = int64_t(hn::Lanes(dbf));
+  const auto* xb = reinterpret_cast<const hwy::bfloat16_t*>(x);
+  const auto* yb = reinterpret_cast<const hwy::bfloat16_t*>(y);
+  auto sum0 = hn::Zero(df), sum1 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + N <= k; i += N) sum0 = hn::ReorderWidenMulAccumulate(df, hn::LoadU(dbf, xb + i), hn::LoadU(dbf, yb + i), sum0, sum1);
+  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(sum0, sum1)));
+  for (; i < k; ++i) sum += hwy::F32FromBF16(xb[i]) * hwy::F32FromBF16(yb[i]);
+  return sum;
+#endif
+}
+
+float DotF16(const uint8_t* x, const uint8_t* y, int64_t k) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const auto* xh = reinterpret_cast<const hwy::float16_t*>(x);
+  const auto* yh = reinterpret_cast<const hwy::float16_t*>(y);
+  auto acc = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + N <= k; i += N) acc = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i)), hn::PromoteTo(df, hn::LoadU(dh, yh + i)), acc);
+  float sum = hn::GetLane(hn::SumOfLanes(df, acc));
+  for (; i < k; ++i) {
+    uint16_t a, b;
+    std::memcpy(&a, x + 2 * i, 2);
+    std::memcpy(&b, y + 2 * i, 2);
+    sum += Half::to_float(a) * Half::to_float(b);
+  }
+  return sum;
+}
+
 // An activation row to q8_0 as llama.cpp's SIMD quantize_row_q8_0 does: d = amax / 127 per block,
 // levels rounded to nearest even (the reference rounds ties away from zero; activations are not
 // compared byte for byte, and this runs for every product of every decode step).
@@ -322,6 +360,8 @@ HWY_EXPORT(DotQ4Q8Scaled);
 HWY_EXPORT(DotQ4KQ8K);
 HWY_EXPORT(DotQ5KQ8K);
 HWY_EXPORT(DotQ6KQ8K);
+HWY_EXPORT(DotBF16);
+HWY_EXPORT(DotF16);
 HWY_EXPORT(DotNF4Q8);
 HWY_EXPORT(QuantizeRowQ8_0);
 
@@ -417,6 +457,17 @@ void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, co
           return HWY_DYNAMIC_DISPATCH(DotQ4KQ8K)(a, b, t16, n);
         },
         false);
+  if (t.format == BlockFormat::BF16 || t.format == BlockFormat::F16) {
+    const auto* base = static_cast<const uint8_t*>(w);
+    const auto* xb = static_cast<const uint8_t*>(xq);
+    const bool bf16 = t.format == BlockFormat::BF16;
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(k, 1));
+    parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        y[r] = bf16 ? HWY_DYNAMIC_DISPATCH(DotBF16)(base + r * 2 * k, xb, k) : HWY_DYNAMIC_DISPATCH(DotF16)(base + r * 2 * k, xb, k);
+    });
+    return;
+  }
   if (t.format == BlockFormat::Q5_K)
     return gemv_rows(
         w, rows, k, k / 256 * 176, xq, y,

@@ -284,7 +284,7 @@ TEST_P(EachTarget, FastQ8ActivationQuantizer) {
   }
 }
 
-// q4_K / q5_K / q6_K x q8_K and nf4 x q8_0 kernels against the table's scalar dots (integer sums exact for q4_K;
+// q4_K / q5_K / q6_K x q8_K, nf4 x q8_0 and the 16-bit float kernels against the table's scalar dots (integer sums exact for q4_K;
 // nf4 sums float products, in another order).
 TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
   std::mt19937 rng(12);
@@ -294,7 +294,7 @@ TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
   for (float& v : w) v = nd(rng) * 2.f + 0.3f;
   for (float& v : x) v = nd(rng);
   for (int64_t i = 0; i < 64; ++i) w[size_t(5 * k + i)] = 0.f;  // a zero sub-block and nf4 block
-  for (const char* name : {"q4_K", "q5_K", "q6_K", "nf4"}) {
+  for (const char* name : {"q4_K", "q5_K", "q6_K", "nf4", "bf16", "f16"}) {
     const auto& t = foundry::quant::traits(name);
     const auto& act = foundry::quant::traits(t.dot_format);
     const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
