@@ -70,7 +70,7 @@ def main():
     print("| weights | perplexity | vs float32 | top-1 agreement | greedy tokens agreeing | prompts identical |")
     print("|---|---|---|---|---|---|")
     print(f"| float32 | {base_ppl:.4f} | - | - | - | - |")
-    runs = [(f, dict(quantize=f)) for f in ("q8_0", "q6_K", "q5_K", "q5_0", "q4_K", "q4_0", "q4_1", "nf4")]
+    runs = [(f, dict(quantize=f)) for f in ("f16", "bf16", "q8_0", "q6_K", "q5_K", "q5_0", "q4_K", "q4_0", "q4_1", "nf4")]
     runs += [(name, dict(path=path)) for name, path in quantized_folders.items()]
     for name, how in runs:
         model = foundry.models.from_pretrained(how.get("path", args.model), **({"quantize": how["quantize"]}
