@@ -11,6 +11,7 @@
 #include "foundry/models/generate.h"
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
+#include "models/hf/common.h"
 
 using namespace foundry;
 namespace fs = std::filesystem;
@@ -99,16 +100,81 @@ TEST(Models, QuantizedKVCacheHoldsTheFormatsValues) {
   EXPECT_THROW(models::KVCache(1, 1, 1, 4, 48, DType::Float32, "q8_0"), ValueError);  // 48: not whole blocks
 }
 
-TEST(Models, DecodingWithAnF16CacheStaysClose) {
-  auto model = models::load_pretrained(tiny_llama_folder(), {.kv_cache = "f16"});
-  std::vector<int64_t> seq = {3, 14, 15, 9, 2, 6};
-  models::KVCache cache = model->make_cache(1, 32);
-  Tensor step = model->forward(tensor<int64_t>(seq, {1, 6}), {}, &cache, 1);
-  for (int i = 0; i < 4; ++i) {
-    seq.push_back(argmax(step.reshape({-1})).item<int64_t>());
-    step = model->forward(tensor<int64_t>({seq.back()}, {1, 1}), {}, &cache, 1);
-    Tensor full_logits = model->forward(tensor<int64_t>(seq, {1, int64_t(seq.size())}));
-    EXPECT_TRUE(allclose(step.select(1, 0), full_logits.select(1, int64_t(seq.size()) - 1), 1e-2, 1e-2)) << i;
+// Decoding streams attention over the cache (KVCache::append_and_attend): with an f16 cache and,
+// on a model whose head_dim is whole q8_0 blocks, a q8_0 cache read in place, the logits stay close
+// to recomputing the whole sequence.
+TEST(Models, DecodingWithQuantizedCachesStaysClose) {
+  const std::string wide = [] {
+    fs::path d = fs::temp_directory_path() / ("foundry_models_test_wide_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    std::ofstream(d / "config.json")
+        << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 61, "hidden_size": 128,
+              "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 128, "rms_norm_eps": 1e-5})";
+    manual_seed(8);
+    std::map<std::string, Tensor> w;
+    auto r = [](IntList s) { return randn(s) * full({}, 0.15); };
+    w["model.embed_tokens.weight"] = r({61, 128});
+    w["lm_head.weight"] = r({61, 128});
+    w["model.norm.weight"] = ones({128});
+    for (int i = 0; i < 2; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      w[p + "input_layernorm.weight"] = ones({128});
+      w[p + "post_attention_layernorm.weight"] = ones({128});
+      w[p + "self_attn.q_proj.weight"] = r({128, 128});
+      w[p + "self_attn.k_proj.weight"] = r({64, 128});
+      w[p + "self_attn.v_proj.weight"] = r({64, 128});
+      w[p + "self_attn.o_proj.weight"] = r({128, 128});
+      w[p + "mlp.gate_proj.weight"] = r({96, 128});
+      w[p + "mlp.up_proj.weight"] = r({96, 128});
+      w[p + "mlp.down_proj.weight"] = r({128, 96});
+    }
+    io::save_safetensors((d / "model.safetensors").string(), w, {{"format", "pt"}});
+    return d.string();
+  }();
+  for (const auto& [folder, format] : {std::pair{tiny_llama_folder(), "f16"}, std::pair{wide, "f16"},
+                                       std::pair{wide, "q8_0"}, std::pair{wide, ""}}) {
+    models::LoadOptions o;
+    o.kv_cache = format;
+    auto model = models::load_pretrained(folder, o);
+    std::vector<int64_t> seq = {3, 14, 15, 9, 2, 6};
+    // 80 positions: more than one 64-position tile of the streaming kernel.
+    for (int i = 0; i < 70; ++i) seq.push_back((seq[size_t(i)] * 7 + 3) % 61);
+    models::KVCache cache = model->make_cache(1, 96);
+    Tensor step = model->forward(tensor<int64_t>(seq, {1, int64_t(seq.size())}), {}, &cache, 1);
+    // q8_0 keys and values move these random-weight logits (max |logit| ~6.6) by up to ~0.11.
+    const double tol = std::string(format).empty() ? 1e-5 : std::string(format) == "q8_0" ? 0.2 : 2e-2;
+    for (int i = 0; i < 4; ++i) {
+      seq.push_back(argmax(step.reshape({-1})).item<int64_t>());
+      step = model->forward(tensor<int64_t>({seq.back()}, {1, 1}), {}, &cache, 1);
+      Tensor full_logits = model->forward(tensor<int64_t>(seq, {1, int64_t(seq.size())}));
+      EXPECT_TRUE(allclose(step.select(1, 0), full_logits.select(1, int64_t(seq.size()) - 1), tol, tol))
+          << format << " step " << i;
+    }
+  }
+}
+
+// The streaming kernel against the dequantize-everything path on the same cache contents: the same
+// attention up to float rounding, for float32 and q8_0 caches, grouped queries, a masked position
+// and more positions than one tile.
+TEST(Models, StreamingDecodeAttentionEqualsFullAttention) {
+  for (const char* format : {"", "q8_0"}) {
+    const int64_t B = 2, H = 4, Hkv = 2, D = 64, past = 70;
+    models::KVCache a(1, B, Hkv, 80, D, DType::Float32, format), b(1, B, Hkv, 80, D, DType::Float32, format);
+    manual_seed(9);
+    Tensor kp = randn({B, Hkv, past, D}), vp = randn({B, Hkv, past, D});
+    a.append(0, kp, vp);
+    a.advance(past);
+    b.append(0, kp, vp);
+    b.advance(past);
+    Tensor q = randn({B, H, 1, D}), k = randn({B, Hkv, 1, D}), v = randn({B, Hkv, 1, D});
+    Tensor mask = ones({B, past + 1}, DType::Bool);
+    mask.select(0, 1).narrow(0, 3, 1).fill_(0.0);  // row 1 does not see position 3
+    Tensor bias = models::hf::attention_bias(mask, 1, 0, DType::Float32);
+    Tensor got = a.append_and_attend(0, q, k, v, bias);
+    auto [kk, vv] = b.append(0, k, v);
+    Tensor want = models::hf::attend(q, kk, vv, bias);
+    EXPECT_TRUE(allclose(got, want, 1e-5, 1e-5)) << format << " max diff " << amax(abs(got - want)).item<float>();
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/core/error.h"
+#include "foundry/core/parallel.h"
 #include "foundry/io/safetensors.h"
 #include "foundry/models/gguf.h"
 #include "foundry/ops/ops.h"
@@ -310,6 +311,43 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t) {
   Tensor rotated = cat({neg(xr.narrow(3, half, half)), xr.narrow(3, 0, half)}, 3);
   Tensor out = xr * cos_t + rotated * sin_t;
   return rot == D ? out : cat({out, x.narrow(3, rot, D - rot)}, 3);
+}
+
+Tensor silu_mul_(Tensor g, const Tensor& u) {
+  if (g.dtype() != DType::Float32 || u.dtype() != DType::Float32 || !g.is_contiguous() || !u.is_contiguous() ||
+      !(Shape(g.sizes()) == Shape(u.sizes())))
+    return silu(g) * u;
+  float* gp = g.data<float>();
+  const float* up = u.data<float>();
+  parallel_for(0, g.numel(), 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) gp[i] = gp[i] / (1.0f + std::exp(-gp[i])) * up[i];
+  });
+  return g;
+}
+
+Tensor rope_rows_(Tensor x, int64_t heads, const Tensor& cos_t, const Tensor& sin_t) {
+  const int64_t B = x.size(0), T = x.size(1), D = x.size(2) / heads, rot = cos_t.size(3), half = rot / 2;
+  if (x.dtype() != DType::Float32 || !x.is_contiguous() || cos_t.dtype() != DType::Float32) {
+    Tensor r = apply_rope(split_heads(x, heads), cos_t, sin_t);  // [B, H, T, D]
+    return r.transpose(1, 2).reshape({B, T, heads * D});
+  }
+  Tensor c = cos_t.contiguous(), s = sin_t.contiguous();
+  float* xp = x.data<float>();
+  parallel_for(0, B * T, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t bt = lo; bt < hi; ++bt) {
+      const float* cr = c.data<float>() + (c.size(0) == 1 ? bt % T : bt) * rot;
+      const float* sr = s.data<float>() + (s.size(0) == 1 ? bt % T : bt) * rot;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = xp + (bt * heads + h) * D;
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = v[i], x2 = v[i + half];
+          v[i] = x1 * cr[i] + -x2 * sr[i];
+          v[i + half] = x2 * cr[i + half] + x1 * sr[i + half];
+        }
+      }
+    }
+  });
+  return x;
 }
 
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias) {

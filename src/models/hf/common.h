@@ -76,6 +76,14 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 /// each kv head serves H / Hkv query heads). Returns [B, T, H * D].
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias);
 
+// Inference-only fused kernels (no autograd; float32 contiguous inputs, else the unfused ops):
+/// silu(g) * u, written over g (a temporary of the caller).
+Tensor silu_mul_(Tensor g, const Tensor& u);
+/// Rotary embedding applied in place to x [B, T, heads * D] (projection output, before
+/// split_heads): the first rot values of every head rotated (rotate-half layout) with cos / sin
+/// [B, 1, T, rot]. Returns x.
+Tensor rope_rows_(Tensor x, int64_t heads, const Tensor& cos, const Tensor& sin);
+
 /// What every forward starts from: batch, new and cached lengths, and the full mask [B, past + T].
 struct ForwardInputs {
   int64_t B, T, past;

@@ -92,8 +92,8 @@ class Decoder : public CausalLM {
 
   Tensor mlp(const GatedMLP& m, const Tensor& x) const {
     Tensor g = proj(x, m.w_gate, m.b_gate);
-    g = spec_.mlp_act == "silu" ? silu(g) : gelu(g, "tanh");
-    return proj(g * proj(x, m.w_up, m.b_up), m.w_down, m.b_down);
+    if (spec_.mlp_act == "silu") return proj(silu_mul_(g, proj(x, m.w_up, m.b_up)), m.w_down, m.b_down);
+    return proj(gelu(g, "tanh") * proj(x, m.w_up, m.b_up), m.w_down, m.b_down);
   }
 
   // Routed experts (HF's Mixtral / Qwen2-MoE blocks): softmax over the router logits in float32,
@@ -138,11 +138,17 @@ class Decoder : public CausalLM {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const DecoderLayer& L = layers_[i];
       Tensor x = norm(h, L.input_norm);
-      Tensor q = apply_rope(split_heads(proj(x, L.wq, L.bq), c.num_heads), cos_t, sin_t);
-      Tensor k = apply_rope(split_heads(proj(x, L.wk, L.bk), c.num_kv_heads), cos_t, sin_t);
+      Tensor q = split_heads(rope_rows_(proj(x, L.wq, L.bq), c.num_heads, cos_t, sin_t), c.num_heads);
+      Tensor k = split_heads(rope_rows_(proj(x, L.wk, L.bk), c.num_kv_heads, cos_t, sin_t), c.num_kv_heads);
       Tensor v = split_heads(proj(x, L.wv, L.bv), c.num_kv_heads);
-      if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      h = h + proj(attend(q, k, v, bias), L.wo, L.bo);
+      Tensor attn;
+      if (cache && T == 1 && cache->streams_attention() && q.dtype() == DType::Float32) {
+        attn = cache->append_and_attend(int64_t(i), q, k, v, bias);  // decode: streaming over the cache
+      } else {
+        if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
+        attn = attend(q, k, v, bias);
+      }
+      h = h + proj(attn, L.wo, L.bo);
       x = norm(h, L.post_norm);
       h = h + (L.router.defined() ? moe(L, x) : mlp(L.mlp, x));
     }

@@ -133,11 +133,22 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
     const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
     Tensor out;
     if (m > CausalLM::kQuantizedMaxRows) {
-      Tensor dense = empty({rows_out, k}, DType::Float32);
-      float* d = dense.data<float>();
-      parallel_for(0, rows_out, 16, [&](int64_t lo, int64_t hi) {
-        for (int64_t r = lo; r < hi; ++r) t.dequantize(w + r * row_bytes, d + r * k, k);
-      });
+      Tensor dense;
+      if (t.format == quant::BlockFormat::F16 || t.format == quant::BlockFormat::BF16) {
+        // 16-bit rows are a tensor already: viewed in place, converted by the SIMD casts.
+        auto storage = make_ref<StorageImpl>(const_cast<uint8_t*>(w), size_t(rows_out * row_bytes),
+                                             StorageImpl::Kind::External, [] {}, true);
+        Tensor raw = make_tensor(storage, {rows_out, k}, contiguous_strides({rows_out, k}), 0,
+                                 t.format == quant::BlockFormat::F16 ? DType::Float16 : DType::BFloat16);
+        dense = raw.dtype() == DType::Float16 ? raw.to(DType::Float32) : raw;  // f16 -> bf16 has no direct SIMD cast
+        if (bf16_gemm) dense = dense.to(DType::BFloat16);
+      } else {
+        dense = empty({rows_out, k}, DType::Float32);
+        float* d = dense.data<float>();
+        parallel_for(0, rows_out, 16, [&](int64_t lo, int64_t hi) {
+          for (int64_t r = lo; r < hi; ++r) t.dequantize(w + r * row_bytes, d + r * k, k);
+        });
+      }
       Shape out_shape(x.sizes());
       out_shape.back() = rows_out;
       out = empty({m, rows_out}, DType::Float32);
@@ -145,7 +156,7 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
         out = out.reshape(out_shape);
         if (b.defined()) out = out + b.to(DType::Float32);
       } else {
-        out = linear(xc, dense, b.defined() ? b.to(DType::Float32) : b);
+        out = linear(xc, dense.to(DType::Float32), b.defined() ? b.to(DType::Float32) : b);
       }
     } else {
       Shape out_shape(x.sizes());
