@@ -313,6 +313,34 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t) {
   return rot == D ? out : cat({out, x.narrow(3, rot, D - rot)}, 3);
 }
 
+Tensor add_rms_norm_(Tensor& h, const Tensor& delta, const Tensor& w, double eps) {
+  const int64_t C = h.size(-1);
+  if (h.dtype() != DType::Float32 || delta.dtype() != DType::Float32 || w.dtype() != DType::Float32 ||
+      !h.is_contiguous() || !delta.is_contiguous() || !w.is_contiguous() || !(Shape(h.sizes()) == Shape(delta.sizes()))) {
+    h = h + delta;
+    return rms_norm(h, {C}, w, eps);
+  }
+  Tensor out = empty(h.sizes(), DType::Float32);
+  float* hp = h.data<float>();
+  const float* dp = delta.data<float>();
+  const float* wp = w.data<float>();
+  float* op = out.data<float>();
+  parallel_for(0, h.numel() / C, 4, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      float* x = hp + r * C;
+      const float* d = dp + r * C;
+      double sumsq = 0;
+      for (int64_t i = 0; i < C; ++i) {
+        x[i] += d[i];
+        sumsq += double(x[i]) * double(x[i]);
+      }
+      const float inv = float(1.0 / std::sqrt(sumsq / double(C) + eps));
+      for (int64_t i = 0; i < C; ++i) op[r * C + i] = x[i] * inv * wp[i];
+    }
+  });
+  return out;
+}
+
 Tensor silu_mul_(Tensor g, const Tensor& u) {
   if (g.dtype() != DType::Float32 || u.dtype() != DType::Float32 || !g.is_contiguous() || !u.is_contiguous() ||
       !(Shape(g.sizes()) == Shape(u.sizes())))

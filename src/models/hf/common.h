@@ -77,6 +77,8 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias);
 
 // Inference-only fused kernels (no autograd; float32 contiguous inputs, else the unfused ops):
+/// h += delta in place, then returns rms_norm(h) * w over the last dimension (one pass per row).
+Tensor add_rms_norm_(Tensor& h, const Tensor& delta, const Tensor& w, double eps);
 /// silu(g) * u, written over g (a temporary of the caller).
 Tensor silu_mul_(Tensor g, const Tensor& u);
 /// Rotary embedding applied in place to x [B, T, heads * D] (projection output, before

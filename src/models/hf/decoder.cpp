@@ -148,8 +148,7 @@ class Decoder : public CausalLM {
         if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
         attn = attend(q, k, v, bias);
       }
-      h = h + proj(attn, L.wo, L.bo);
-      x = norm(h, L.post_norm);
+      x = add_rms_norm_(h, proj(attn, L.wo, L.bo), L.post_norm, config_.norm_eps);  // h += attention
       h = h + (L.router.defined() ? moe(L, x) : mlp(L.mlp, x));
     }
     h = end_layers(h, cache, T, last_positions);
