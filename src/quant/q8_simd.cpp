@@ -101,61 +101,21 @@ inline void unpack_k_scales(const uint8_t* sc, uint8_t* scales, uint8_t* mins) {
 
 // q4_K super-blocks (fp16 d / dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles:
 // chunk c of 64 values holds sub-block 2c in the low and 2c + 1 in the high nibbles of 32 bytes)
-// against a q8_K activation row. Each 32-value sub-block's int32 lanes are scaled by its integer
-// scale and summed into one int32 vector; one horizontal sum per super-block; the minimum uses
-// the activation's 16-value sums (bsums).
-float DotQ4KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int64_t k) {
-  const hn::CappedTag<int16_t, 32> d16;
-  const hn::Rebind<uint8_t, decltype(d16)> du8;
-  const hn::Rebind<int8_t, decltype(d16)> d8;
-  const hn::Repartition<int32_t, decltype(d16)> d32;
-  const int64_t N16 = int64_t(hn::Lanes(d16));
-  const auto low_mask = hn::Set(d16, int16_t(0x0F));
-  float sum = 0.f;
-  for (int64_t b = 0; b < k / 256; ++b, x += 144, y += 292) {
-    uint16_t hd, hm;
-    std::memcpy(&hd, x, 2);
-    std::memcpy(&hm, x + 2, 2);
-    uint8_t scales[8], mins[8];
-    unpack_k_scales(x + 4, scales, mins);
-    float dy;
-    std::memcpy(&dy, y, 4);
-    const auto* qy = reinterpret_cast<const int8_t*>(y + 4);
-    int16_t bsums[16];
-    std::memcpy(bsums, y + 260, 32);
-    int32_t msum = 0;
-    for (int j = 0; j < 8; ++j) msum += int32_t(mins[j]) * (bsums[2 * j] + bsums[2 * j + 1]);
-    auto acc = hn::Zero(d32);
-    const uint8_t* qs = x + 16;
-    for (int c = 0; c < 4; ++c, qs += 32, qy += 64) {
-      auto lo0 = hn::Zero(d32), lo1 = hn::Zero(d32), hi0 = hn::Zero(d32), hi1 = hn::Zero(d32);
-      for (int64_t o = 0; o < 32; o += N16) {
-        const auto packed = hn::PromoteTo(d16, hn::LoadU(du8, qs + o));
-        lo0 = hn::ReorderWidenMulAccumulate(d32, hn::And(packed, low_mask), hn::PromoteTo(d16, hn::LoadU(d8, qy + o)),
-                                            lo0, lo1);
-        hi0 = hn::ReorderWidenMulAccumulate(d32, hn::ShiftRight<4>(packed),
-                                            hn::PromoteTo(d16, hn::LoadU(d8, qy + 32 + o)), hi0, hi1);
-      }
-      acc = hn::Add(acc, hn::Mul(hn::RearrangeToOddPlusEven(lo0, lo1), hn::Set(d32, int32_t(scales[2 * c]))));
-      acc = hn::Add(acc, hn::Mul(hn::RearrangeToOddPlusEven(hi0, hi1), hn::Set(d32, int32_t(scales[2 * c + 1]))));
-    }
-    const int32_t isum = hn::GetLane(hn::SumOfLanes(d32, acc));
-    sum += fp16_table[hd] * dy * float(isum) - fp16_table[hm] * dy * float(msum);
-  }
-  return sum;
-}
-
-// q5_K: q4_K's layout plus 32 bytes of fifth bits (bit 2c of byte l: value l of chunk c's low
-// nibbles, bit 2c + 1: of its high nibbles).
-float DotQ5KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int64_t k) {
+// against a q8_K activation row; q5_K adds 32 bytes of fifth bits before the nibbles (bit 2c of
+// byte l: value l of chunk c's low nibbles, bit 2c + 1: of its high nibbles). Each 32-value
+// sub-block's int32 lanes are scaled by its integer scale and summed into one int32 vector; one
+// horizontal sum per super-block; the minimum uses the activation's 16-value sums (bsums).
+template <bool kFifthBit>
+float DotQ45KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int64_t k) {
   const hn::CappedTag<int16_t, 32> d16;
   const hn::Rebind<uint8_t, decltype(d16)> du8;
   const hn::Rebind<int8_t, decltype(d16)> d8;
   const hn::Repartition<int32_t, decltype(d16)> d32;
   const int64_t N16 = int64_t(hn::Lanes(d16));
   const auto low_mask = hn::Set(d16, int16_t(0x0F)), one = hn::Set(d16, int16_t(1));
+  constexpr int64_t kBytes = kFifthBit ? 176 : 144;
   float sum = 0.f;
-  for (int64_t b = 0; b < k / 256; ++b, x += 176, y += 292) {
+  for (int64_t b = 0; b < k / 256; ++b, x += kBytes, y += 292) {
     uint16_t hd, hm;
     std::memcpy(&hd, x, 2);
     std::memcpy(&hm, x + 2, 2);
@@ -170,15 +130,18 @@ float DotQ5KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int
     for (int j = 0; j < 8; ++j) msum += int32_t(mins[j]) * (bsums[2 * j] + bsums[2 * j + 1]);
     auto acc = hn::Zero(d32);
     const uint8_t* qh = x + 16;
-    const uint8_t* qs = x + 48;
+    const uint8_t* qs = x + (kFifthBit ? 48 : 16);
     for (int c = 0; c < 4; ++c, qs += 32, qy += 64) {
       auto lo0 = hn::Zero(d32), lo1 = hn::Zero(d32), hi0 = hn::Zero(d32), hi1 = hn::Zero(d32);
       for (int64_t o = 0; o < 32; o += N16) {
         const auto packed = hn::PromoteTo(d16, hn::LoadU(du8, qs + o));
-        const auto h = hn::PromoteTo(d16, hn::LoadU(du8, qh + o));
-        const auto lo = hn::Or(hn::And(packed, low_mask), hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c), one)));
-        const auto hi =
-            hn::Or(hn::ShiftRight<4>(packed), hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c + 1), one)));
+        auto lo = hn::And(packed, low_mask);
+        auto hi = hn::ShiftRight<4>(packed);
+        if constexpr (kFifthBit) {
+          const auto h = hn::PromoteTo(d16, hn::LoadU(du8, qh + o));
+          lo = hn::Or(lo, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c), one)));
+          hi = hn::Or(hi, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c + 1), one)));
+        }
         lo0 = hn::ReorderWidenMulAccumulate(d32, lo, hn::PromoteTo(d16, hn::LoadU(d8, qy + o)), lo0, lo1);
         hi0 = hn::ReorderWidenMulAccumulate(d32, hi, hn::PromoteTo(d16, hn::LoadU(d8, qy + 32 + o)), hi0, hi1);
       }
@@ -189,6 +152,14 @@ float DotQ5KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int
     sum += fp16_table[hd] * dy * float(isum) - fp16_table[hm] * dy * float(msum);
   }
   return sum;
+}
+
+float DotQ4KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int64_t k) {
+  return DotQ45KQ8K<false>(x, y, fp16_table, k);
+}
+
+float DotQ5KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int64_t k) {
+  return DotQ45KQ8K<true>(x, y, fp16_table, k);
 }
 
 // q6_K super-blocks (ql[128], qh[64], int8 scales[16], fp16 d) against q8_K. Vectors of at most

@@ -1,6 +1,7 @@
 // Pretrained-model plumbing in C++: KV cache bounds, prefix reuse across generate() calls, and
 // cached decoding against recomputation. (Logit parity with PyTorch references for every
 // architecture lives in tests/python/test_pretrained.py.)
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,36 +19,41 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A 2-layer Llama with GQA and random weights, written as an HF folder.
+// A 2-layer Llama with GQA (heads / 2 kv heads) and random weights, written as an HF folder.
+std::string llama_folder(const std::string& tag, int64_t hidden, int64_t heads, int64_t ffn, double scale,
+                         uint64_t seed, const std::string& extra_config = "") {
+  fs::path d = fs::temp_directory_path() / ("foundry_models_test_" + tag + "_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  const int64_t kv = hidden / heads * (heads / 2);
+  std::ofstream(d / "config.json") << fmt::format(
+      R"({{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 61, "hidden_size": {},
+          "intermediate_size": {}, "num_hidden_layers": 2, "num_attention_heads": {}, "num_key_value_heads": {},
+          "max_position_embeddings": 128, "rms_norm_eps": 1e-5{}}})",
+      hidden, ffn, heads, heads / 2, extra_config);
+  manual_seed(seed);
+  std::map<std::string, Tensor> w;
+  auto r = [scale](IntList s) { return randn(s) * full({}, scale); };
+  w["model.embed_tokens.weight"] = r({61, hidden});
+  w["lm_head.weight"] = r({61, hidden});
+  w["model.norm.weight"] = ones({hidden});
+  for (int i = 0; i < 2; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    w[p + "input_layernorm.weight"] = ones({hidden});
+    w[p + "post_attention_layernorm.weight"] = ones({hidden});
+    w[p + "self_attn.q_proj.weight"] = r({hidden, hidden});
+    w[p + "self_attn.k_proj.weight"] = r({kv, hidden});
+    w[p + "self_attn.v_proj.weight"] = r({kv, hidden});
+    w[p + "self_attn.o_proj.weight"] = r({hidden, hidden});
+    w[p + "mlp.gate_proj.weight"] = r({ffn, hidden});
+    w[p + "mlp.up_proj.weight"] = r({ffn, hidden});
+    w[p + "mlp.down_proj.weight"] = r({hidden, ffn});
+  }
+  io::save_safetensors((d / "model.safetensors").string(), w, {{"format", "pt"}});
+  return d.string();
+}
+
 std::string tiny_llama_folder() {
-  static const std::string dir = [] {
-    fs::path d = fs::temp_directory_path() / ("foundry_models_test_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    std::ofstream(d / "config.json")
-        << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 61, "hidden_size": 32,
-              "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "eos_token_id": 60})";
-    manual_seed(7);
-    std::map<std::string, Tensor> w;
-    auto r = [](IntList s) { return randn(s) * full({}, 0.3); };
-    w["model.embed_tokens.weight"] = r({61, 32});
-    w["lm_head.weight"] = r({61, 32});
-    w["model.norm.weight"] = ones({32});
-    for (int i = 0; i < 2; ++i) {
-      const std::string p = "model.layers." + std::to_string(i) + ".";
-      w[p + "input_layernorm.weight"] = ones({32});
-      w[p + "post_attention_layernorm.weight"] = ones({32});
-      w[p + "self_attn.q_proj.weight"] = r({32, 32});
-      w[p + "self_attn.k_proj.weight"] = r({16, 32});
-      w[p + "self_attn.v_proj.weight"] = r({16, 32});
-      w[p + "self_attn.o_proj.weight"] = r({32, 32});
-      w[p + "mlp.gate_proj.weight"] = r({48, 32});
-      w[p + "mlp.up_proj.weight"] = r({48, 32});
-      w[p + "mlp.down_proj.weight"] = r({32, 48});
-    }
-    io::save_safetensors((d / "model.safetensors").string(), w, {{"format", "pt"}});
-    return d.string();
-  }();
+  static const std::string dir = llama_folder("tiny", 32, 4, 48, 0.3, 7, R"(, "eos_token_id": 60)");
   return dir;
 }
 
@@ -104,34 +110,7 @@ TEST(Models, QuantizedKVCacheHoldsTheFormatsValues) {
 // on a model whose head_dim is whole q8_0 blocks, a q8_0 cache read in place, the logits stay close
 // to recomputing the whole sequence.
 TEST(Models, DecodingWithQuantizedCachesStaysClose) {
-  const std::string wide = [] {
-    fs::path d = fs::temp_directory_path() / ("foundry_models_test_wide_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    std::ofstream(d / "config.json")
-        << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 61, "hidden_size": 128,
-              "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "max_position_embeddings": 128, "rms_norm_eps": 1e-5})";
-    manual_seed(8);
-    std::map<std::string, Tensor> w;
-    auto r = [](IntList s) { return randn(s) * full({}, 0.15); };
-    w["model.embed_tokens.weight"] = r({61, 128});
-    w["lm_head.weight"] = r({61, 128});
-    w["model.norm.weight"] = ones({128});
-    for (int i = 0; i < 2; ++i) {
-      const std::string p = "model.layers." + std::to_string(i) + ".";
-      w[p + "input_layernorm.weight"] = ones({128});
-      w[p + "post_attention_layernorm.weight"] = ones({128});
-      w[p + "self_attn.q_proj.weight"] = r({128, 128});
-      w[p + "self_attn.k_proj.weight"] = r({64, 128});
-      w[p + "self_attn.v_proj.weight"] = r({64, 128});
-      w[p + "self_attn.o_proj.weight"] = r({128, 128});
-      w[p + "mlp.gate_proj.weight"] = r({96, 128});
-      w[p + "mlp.up_proj.weight"] = r({96, 128});
-      w[p + "mlp.down_proj.weight"] = r({128, 96});
-    }
-    io::save_safetensors((d / "model.safetensors").string(), w, {{"format", "pt"}});
-    return d.string();
-  }();
+  const std::string wide = llama_folder("wide", 128, 4, 96, 0.15, 8);  // head_dim 64: whole q8_0 blocks
   for (const auto& [folder, format] : {std::pair{tiny_llama_folder(), "f16"}, std::pair{wide, "f16"},
                                        std::pair{wide, "q8_0"}, std::pair{wide, ""}}) {
     models::LoadOptions o;

@@ -69,6 +69,15 @@ class KVCache {
   void reorder(const std::vector<int64_t>& rows);
   /// Bytes the cache holds.
   int64_t nbytes() const;
+  /// Stores k, v [B, Hkv, 1, D] after the filled part of `layer` (as append, without returning
+  /// the cached keys and values) and returns the attention of q [B, H, 1, D] (float32, H a
+  /// multiple of Hkv) over the cached positions including them: [B, 1, H * D]. bias [B, 1 or H,
+  /// 1, length + 1] is added to the scaled scores. Streams over the cache in tiles with a running
+  /// softmax, reading quantized rows in place (no dequantized copy of the cache), each kv head's
+  /// query group together (no K/V duplication). Float32 caches and block formats only.
+  Tensor append_and_attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias);
+  /// Whether append_and_attend() serves this cache (its values are float32 or a block format).
+  bool streams_attention() const { return !format_.empty() || dtype_ == DType::Float32; }
 
  private:
   Tensor read(const Tensor& stored, int64_t length) const;
