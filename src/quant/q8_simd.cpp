@@ -86,6 +86,76 @@ float DotQ4Q8Scaled(const uint8_t* x, const uint8_t* y, const float* y_scales, c
   return hn::GetLane(hn::SumOfLanes(df, acc));
 }
 
+// q4_1, q5_0, q5_1 (fp16 d, [fp16 m], [32 fifth bits], 16 bytes of nibbles: value j low, j + 16
+// high) against q8_0, as DotQ4Q8Scaled: fifth bits enter through a per-lane bit test; formats with
+// a minimum add m * dy * sum(y) from the activation levels' integer sums.
+template <bool kFifthBit, bool kMin>
+float DotQ4Q5Blocks(const uint8_t* x, const uint8_t* y, const float* y_scales, const float* fp16_table, int64_t k) {
+  const hn::CappedTag<int16_t, 16> d16;
+  const hn::RebindToUnsigned<decltype(d16)> du16;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const hn::Repartition<float, decltype(d16)> df;
+  const int64_t N16 = int64_t(hn::Lanes(d16));
+  constexpr int64_t kBytes = 2 + (kMin ? 2 : 0) + (kFifthBit ? 4 : 0) + 16;
+  alignas(32) static constexpr uint16_t kBit[16] = {1,     2,     4,     8,      16,     32,     64,     128,
+                                                    256,   512,   1024,  2048,   4096,   8192,   16384,  32768};
+  const auto low_mask = hn::Set(d16, int16_t(0x0F)), sixteen = hn::Set(d16, int16_t(16)), ones = hn::Set(d16, int16_t(1));
+  const auto offset = hn::Set(d16, int16_t(kFifthBit ? 16 : 8));
+  auto acc = hn::Zero(df);
+  for (int64_t b = 0; b < k / kBlock; ++b, x += kBytes, y += kBlockBytes) {
+    uint16_t hd, hm = 0;
+    std::memcpy(&hd, x, 2);
+    if constexpr (kMin) std::memcpy(&hm, x + 2, 2);
+    uint32_t qh = 0;
+    if constexpr (kFifthBit) std::memcpy(&qh, x + 2 + (kMin ? 2 : 0), 4);
+    const uint8_t* qs = x + kBytes - 16;
+    const auto* qy = reinterpret_cast<const int8_t*>(y + 2);
+    auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32), ys0 = hn::Zero(d32), ys1 = hn::Zero(d32);
+    for (int64_t o = 0; o < 16; o += N16) {
+      const auto packed = hn::PromoteTo(d16, hn::LoadU(du8, qs + o));
+      auto lo = hn::And(packed, low_mask);
+      auto hi = hn::ShiftRight<4>(packed);
+      if constexpr (kFifthBit) {
+        const auto bit = hn::LoadU(du16, kBit + o);
+        lo = hn::IfThenElse(hn::RebindMask(d16, hn::TestBit(hn::Set(du16, uint16_t(qh & 0xFFFF)), bit)),
+                            hn::Or(lo, sixteen), lo);
+        hi = hn::IfThenElse(hn::RebindMask(d16, hn::TestBit(hn::Set(du16, uint16_t(qh >> 16)), bit)),
+                            hn::Or(hi, sixteen), hi);
+      }
+      if constexpr (!kMin) {
+        lo = hn::Sub(lo, offset);
+        hi = hn::Sub(hi, offset);
+      }
+      const auto ya = hn::PromoteTo(d16, hn::LoadU(d8, qy + o));
+      const auto yb = hn::PromoteTo(d16, hn::LoadU(d8, qy + 16 + o));
+      sum0 = hn::ReorderWidenMulAccumulate(d32, lo, ya, sum0, sum1);
+      sum0 = hn::ReorderWidenMulAccumulate(d32, hi, yb, sum0, sum1);
+      if constexpr (kMin) {
+        ys0 = hn::ReorderWidenMulAccumulate(d32, ya, ones, ys0, ys1);
+        ys0 = hn::ReorderWidenMulAccumulate(d32, yb, ones, ys0, ys1);
+      }
+    }
+    acc = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(sum0, sum1)),
+                     hn::Set(df, fp16_table[hd] * y_scales[b]), acc);
+    if constexpr (kMin)
+      acc = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(ys0, ys1)),
+                       hn::Set(df, fp16_table[hm] * y_scales[b]), acc);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, acc));
+}
+
+float DotQ41Q8(const uint8_t* x, const uint8_t* y, const float* s, const float* t, int64_t k) {
+  return DotQ4Q5Blocks<false, true>(x, y, s, t, k);
+}
+float DotQ50Q8(const uint8_t* x, const uint8_t* y, const float* s, const float* t, int64_t k) {
+  return DotQ4Q5Blocks<true, false>(x, y, s, t, k);
+}
+float DotQ51Q8(const uint8_t* x, const uint8_t* y, const float* s, const float* t, int64_t k) {
+  return DotQ4Q5Blocks<true, true>(x, y, s, t, k);
+}
+
 // The 8 six-bit scales and mins of a q4_K / q5_K super-block (ggml's get_scale_min_k4).
 inline void unpack_k_scales(const uint8_t* sc, uint8_t* scales, uint8_t* mins) {
   for (int j = 0; j < 8; ++j) {
@@ -329,6 +399,9 @@ namespace foundry::quant {
 HWY_EXPORT(DotQ8Q8Scaled);
 HWY_EXPORT(DotQ4Q8Scaled);
 HWY_EXPORT(DotQ4KQ8K);
+HWY_EXPORT(DotQ41Q8);
+HWY_EXPORT(DotQ50Q8);
+HWY_EXPORT(DotQ51Q8);
 HWY_EXPORT(DotQ5KQ8K);
 HWY_EXPORT(DotQ6KQ8K);
 HWY_EXPORT(DotBF16);
@@ -428,6 +501,18 @@ void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, co
           return HWY_DYNAMIC_DISPATCH(DotQ4KQ8K)(a, b, t16, n);
         },
         false);
+  if (t.format == BlockFormat::Q4_1)
+    return gemv_rows(w, rows, k, k / 32 * 20, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t16, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotQ41Q8)(a, b, s, t16, n);
+    });
+  if (t.format == BlockFormat::Q5_0)
+    return gemv_rows(w, rows, k, k / 32 * 22, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t16, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotQ50Q8)(a, b, s, t16, n);
+    });
+  if (t.format == BlockFormat::Q5_1)
+    return gemv_rows(w, rows, k, k / 32 * 24, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t16, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotQ51Q8)(a, b, s, t16, n);
+    });
   if (t.format == BlockFormat::BF16 || t.format == BlockFormat::F16) {
     const auto* base = static_cast<const uint8_t*>(w);
     const auto* xb = static_cast<const uint8_t*>(xq);

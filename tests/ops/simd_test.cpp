@@ -294,7 +294,7 @@ TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
   for (float& v : w) v = nd(rng) * 2.f + 0.3f;
   for (float& v : x) v = nd(rng);
   for (int64_t i = 0; i < 64; ++i) w[size_t(5 * k + i)] = 0.f;  // a zero sub-block and nf4 block
-  for (const char* name : {"q4_K", "q5_K", "q6_K", "nf4", "bf16", "f16"}) {
+  for (const char* name : {"q4_K", "q5_K", "q6_K", "nf4", "bf16", "f16", "q4_1", "q5_0", "q5_1"}) {
     const auto& t = foundry::quant::traits(name);
     const auto& act = foundry::quant::traits(t.dot_format);
     const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
