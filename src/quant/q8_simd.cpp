@@ -466,18 +466,61 @@ void gemv_rows(const void* w, int64_t rows, int64_t k, int64_t row_bytes, const 
   });
 }
 
+// Every SIMD row kernel behind one signature: (weight row, activation row, the activation's q8_0
+// block scales as floats, the fp16 table, k); kernels ignore what they do not use.
+using RowDot = float (*)(const uint8_t*, const uint8_t*, const float*, const float*, int64_t);
+
+RowDot simd_row_dot(BlockFormat f) {
+  switch (f) {
+    case BlockFormat::Q8_0: return [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotQ8Q8Scaled)(a, b, s, t, n);
+    };
+    case BlockFormat::Q4_0: return [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotQ4Q8Scaled)(a, b, s, t, n);
+    };
+    case BlockFormat::Q4_1: return [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotQ41Q8)(a, b, s, t, n);
+    };
+    case BlockFormat::Q5_0: return [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotQ50Q8)(a, b, s, t, n);
+    };
+    case BlockFormat::Q5_1: return [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotQ51Q8)(a, b, s, t, n);
+    };
+    case BlockFormat::Q4_K: return [](const uint8_t* a, const uint8_t* b, const float*, const float* t, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotQ4KQ8K)(a, b, t, n);
+    };
+    case BlockFormat::Q5_K: return [](const uint8_t* a, const uint8_t* b, const float*, const float* t, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotQ5KQ8K)(a, b, t, n);
+    };
+    case BlockFormat::Q6_K: return [](const uint8_t* a, const uint8_t* b, const float*, const float* t, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotQ6KQ8K)(a, b, t, n);
+    };
+    case BlockFormat::NF4: return [](const uint8_t* a, const uint8_t* b, const float* s, const float*, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(a, b, s, nf4_codebook(), n);
+    };
+    case BlockFormat::F16: return [](const uint8_t* a, const uint8_t* b, const float*, const float*, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotF16)(a, b, n);
+    };
+    case BlockFormat::BF16: return [](const uint8_t* a, const uint8_t* b, const float*, const float*, int64_t n) {
+      return HWY_DYNAMIC_DISPATCH(DotBF16)(a, b, n);
+    };
+    default: return nullptr;
+  }
+}
+
+void gemv_simd(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  gemv_rows(w, rows, k, quantized_bytes(t, 1, k), xq, y, simd_row_dot(t.format), t.dot_format == BlockFormat::Q8_0);
+}
+
 }  // namespace
 
 void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  gemv_rows(w, rows, k, k / 32 * 34, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
-    return HWY_DYNAMIC_DISPATCH(DotQ8Q8Scaled)(a, b, s, t, n);
-  });
+  gemv_simd(traits(BlockFormat::Q8_0), w, rows, k, xq, y);
 }
 
 void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  gemv_rows(w, rows, k, k / 32 * 18, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t, int64_t n) {
-    return HWY_DYNAMIC_DISPATCH(DotQ4Q8Scaled)(a, b, s, t, n);
-  });
+  gemv_simd(traits(BlockFormat::Q4_0), w, rows, k, xq, y);
 }
 
 float dot_q4_K_q8_K(const void* x, const void* y, int64_t k) {
@@ -492,63 +535,13 @@ float dot_nf4_q8_0(const void* x, const void* y, int64_t k) {
 
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
   static const bool vnni = vnni_available() && std::getenv("FOUNDRY_DISABLE_VNNI") == nullptr;
-  if (t.format == BlockFormat::Q8_0) return vnni ? gemv_q8_0_vnni(w, rows, k, xq, y) : gemv_q8_0(w, rows, k, xq, y);
-  if (t.format == BlockFormat::Q4_0) return vnni ? gemv_q4_0_vnni(w, rows, k, xq, y) : gemv_q4_0(w, rows, k, xq, y);
-  if (t.format == BlockFormat::Q4_K)
-    return gemv_rows(
-        w, rows, k, k / 256 * 144, xq, y,
-        [](const uint8_t* a, const uint8_t* b, const float*, const float* t16, int64_t n) {
-          return HWY_DYNAMIC_DISPATCH(DotQ4KQ8K)(a, b, t16, n);
-        },
-        false);
-  if (t.format == BlockFormat::Q4_1)
-    return gemv_rows(w, rows, k, k / 32 * 20, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t16, int64_t n) {
-      return HWY_DYNAMIC_DISPATCH(DotQ41Q8)(a, b, s, t16, n);
-    });
-  if (t.format == BlockFormat::Q5_0)
-    return gemv_rows(w, rows, k, k / 32 * 22, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t16, int64_t n) {
-      return HWY_DYNAMIC_DISPATCH(DotQ50Q8)(a, b, s, t16, n);
-    });
-  if (t.format == BlockFormat::Q5_1)
-    return gemv_rows(w, rows, k, k / 32 * 24, xq, y, [](const uint8_t* a, const uint8_t* b, const float* s, const float* t16, int64_t n) {
-      return HWY_DYNAMIC_DISPATCH(DotQ51Q8)(a, b, s, t16, n);
-    });
-  if (t.format == BlockFormat::BF16 || t.format == BlockFormat::F16) {
-    const auto* base = static_cast<const uint8_t*>(w);
-    const auto* xb = static_cast<const uint8_t*>(xq);
-    const bool bf16 = t.format == BlockFormat::BF16;
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(k, 1));
-    parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r)
-        y[r] = bf16 ? HWY_DYNAMIC_DISPATCH(DotBF16)(base + r * 2 * k, xb, k) : HWY_DYNAMIC_DISPATCH(DotF16)(base + r * 2 * k, xb, k);
-    });
-    return;
-  }
-  if (t.format == BlockFormat::Q5_K)
-    return gemv_rows(
-        w, rows, k, k / 256 * 176, xq, y,
-        [](const uint8_t* a, const uint8_t* b, const float*, const float* t16, int64_t n) {
-          return HWY_DYNAMIC_DISPATCH(DotQ5KQ8K)(a, b, t16, n);
-        },
-        false);
-  if (t.format == BlockFormat::Q6_K)
-    return gemv_rows(
-        w, rows, k, k / 256 * 210, xq, y,
-        [](const uint8_t* a, const uint8_t* b, const float*, const float* t16, int64_t n) {
-          return HWY_DYNAMIC_DISPATCH(DotQ6KQ8K)(a, b, t16, n);
-        },
-        false);
-  if (t.format == BlockFormat::NF4)
-    return gemv_rows(w, rows, k, k / 64 * 36, xq, y,
-                     [](const uint8_t* a, const uint8_t* b, const float* s, const float*, int64_t n) {
-                       return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(a, b, s, nf4_codebook(), n);
-                     });
-  const auto* base = static_cast<const uint8_t*>(w);
-  const int64_t row_bytes = quantized_bytes(t, 1, k);
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1));
-  parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) y[r] = t.dot(base + r * row_bytes, xq, k);
-  });
+  if (vnni && t.format == BlockFormat::Q8_0) return gemv_q8_0_vnni(w, rows, k, xq, y);
+  if (vnni && t.format == BlockFormat::Q4_0) return gemv_q4_0_vnni(w, rows, k, xq, y);
+  if (simd_row_dot(t.format)) return gemv_simd(t, w, rows, k, xq, y);
+  gemv_rows(
+      w, rows, k, quantized_bytes(t, 1, k), xq, y,
+      [&t](const uint8_t* a, const uint8_t* b, const float*, const float*, int64_t n) { return t.dot(a, b, n); },
+      false);
 }
 
 }  // namespace foundry::quant

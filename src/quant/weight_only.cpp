@@ -112,6 +112,15 @@ uint8_t dynamic_code(const float* code, float y) {
 
 float fp16_round(float x) { return Half::to_float(Half::from_float(x)); }
 
+// One 64-value block (n <= 64 valid values, the rest zeros): its absmax, and the 64 codes.
+float nf4_encode_block(const float* x, int64_t n, uint8_t* codes) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float r = 1.0f / amax;
+  for (int64_t i = 0; i < kNF4BlockSize; ++i) codes[i] = nf4_code((i < n ? x[i] : 0.f) * r);
+  return amax;
+}
+
 }  // namespace
 
 const float* nf4_codebook() { return kNF4; }
@@ -125,12 +134,8 @@ NF4Weight quantize_nf4(const float* x, int64_t numel, bool double_quant) {
   w.absmax.assign(size_t(blocks), 0.f);
   std::vector<uint8_t> q(size_t(blocks * kNF4BlockSize), 0);
   for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t lo = b * kNF4BlockSize, hi = std::min(numel, lo + kNF4BlockSize);
-    float amax = 0.f;
-    for (int64_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(x[i]));
-    w.absmax[size_t(b)] = amax;
-    const float r = 1.0f / amax;
-    for (int64_t i = lo; i < lo + kNF4BlockSize; ++i) q[size_t(i)] = nf4_code((i < hi ? x[i] : 0.f) * r);
+    const int64_t lo = b * kNF4BlockSize;
+    w.absmax[size_t(b)] = nf4_encode_block(x + lo, std::min(numel - lo, kNF4BlockSize), q.data() + lo);
   }
   w.packed.resize(size_t((numel + 1) / 2));
   for (size_t i = 0; i < w.packed.size(); ++i) w.packed[i] = uint8_t((q[2 * i] << 4) | q[2 * i + 1]);
@@ -276,22 +281,30 @@ struct BlockQ8_0View {  // ggml's block_q8_0
 
 }  // namespace
 
-void nf4_block_from_bnb(float absmax, const uint8_t* bnb_packed, uint8_t* block) {
+namespace {
+
+// 64 codes (value order) and their absmax as one in-memory block.
+void pack_nf4_block(float absmax, const uint8_t* codes, uint8_t* block) {
   std::memcpy(block, &absmax, 4);
+  for (int j = 0; j < kNF4BlockSize / 2; ++j) block[4 + j] = uint8_t(codes[j] | (codes[j + kNF4BlockSize / 2] << 4));
+}
+
+}  // namespace
+
+void nf4_block_from_bnb(float absmax, const uint8_t* bnb_packed, uint8_t* block) {
   uint8_t codes[kNF4BlockSize];
   for (int i = 0; i < kNF4BlockSize / 2; ++i) {
     codes[2 * i] = bnb_packed[i] >> 4;
     codes[2 * i + 1] = bnb_packed[i] & 0x0F;
   }
-  for (int j = 0; j < kNF4BlockSize / 2; ++j) block[4 + j] = uint8_t(codes[j] | (codes[j + kNF4BlockSize / 2] << 4));
+  pack_nf4_block(absmax, codes, block);
 }
 
 void quantize_nf4(const float* x, void* vy, int64_t k) {
   auto* y = static_cast<uint8_t*>(vy);
-  for (int64_t b = 0; b < k / kNF4BlockSize; ++b) {
-    const NF4Weight w = quant::quantize_nf4(x + b * kNF4BlockSize, kNF4BlockSize, false);
-    nf4_block_from_bnb(w.absmax[0], w.packed.data(), y + b * kNF4RowBlockBytes);
-  }
+  uint8_t codes[kNF4BlockSize];
+  for (int64_t b = 0; b < k / kNF4BlockSize; ++b)
+    pack_nf4_block(nf4_encode_block(x + b * kNF4BlockSize, kNF4BlockSize, codes), codes, y + b * kNF4RowBlockBytes);
 }
 
 void dequantize_nf4(const void* vx, float* y, int64_t k) {

@@ -80,6 +80,8 @@ class KVCache {
   bool streams_attention() const { return !format_.empty() || dtype_ == DType::Float32; }
 
  private:
+  /// Writes k, v [B, Hkv, T, D] at positions length()..length()+T of `layer` (bounds checked).
+  void store(int64_t layer, const Tensor& k, const Tensor& v);
   Tensor read(const Tensor& stored, int64_t length) const;
   std::vector<Tensor> k_, v_;  // [B, Hkv, capacity, head_dim] in dtype_, or [.., row bytes] uint8 in format_
   int64_t length_ = 0, capacity_ = 0, batch_ = 0, head_dim_ = 0;

@@ -71,7 +71,7 @@ Tensor KVCache::read(const Tensor& stored, int64_t length) const {
   return dtype_ == DType::Float32 ? out : out.to(dtype_);
 }
 
-std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {
+void KVCache::store(int64_t layer, const Tensor& k, const Tensor& v) {
   FOUNDRY_CHECK_AS(IndexError, layer >= 0 && layer < int64_t(k_.size()), "KVCache: layer {} of {}", layer, k_.size());
   const int64_t T = k.size(2);
   if (length_ + T > capacity_)
@@ -87,7 +87,12 @@ std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const 
     store_rows(t, k, ks, length_);
     store_rows(t, v, vs, length_);
   }
-  return {read(ks, length_ + T), read(vs, length_ + T)};
+}
+
+std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {
+  store(layer, k, v);
+  const int64_t filled = length_ + k.size(2);
+  return {read(k_[size_t(layer)], filled), read(v_[size_t(layer)], filled)};
 }
 
 int64_t KVCache::nbytes() const {

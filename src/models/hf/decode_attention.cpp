@@ -27,24 +27,7 @@ Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& 
   FOUNDRY_CHECK_AS(ValueError, q.dim() == 4 && q.size(2) == 1 && k.size(2) == 1,
                    "KVCache::append_and_attend: one query position, got q {} and k {}", shape_str(q.sizes()),
                    shape_str(k.sizes()));
-  FOUNDRY_CHECK_AS(IndexError, layer >= 0 && layer < int64_t(k_.size()), "KVCache: layer {} of {}", layer, k_.size());
-  FOUNDRY_CHECK_AS(ValueError, length_ + 1 <= capacity_, "KVCache: {} cached + 1 new position exceed the capacity of {}",
-                   length_, capacity_);
-  FOUNDRY_CHECK_AS(ValueError, k.size(0) == batch_, "KVCache: batch {} given to a cache for batch {}", k.size(0), batch_);
-  if (format_.empty()) {
-    k_[size_t(layer)].narrow(2, length_, 1).copy_(k);
-    v_[size_t(layer)].narrow(2, length_, 1).copy_(v);
-  } else {
-    const quant::BlockFormatTraits& t = quant::traits(format_);
-    Tensor kc = k.to(DType::Float32).contiguous(), vc = v.to(DType::Float32).contiguous();
-    const int64_t BH = kc.size(0) * kc.size(1), row = k_[size_t(layer)].size(3), cap = capacity_;
-    auto* kd = static_cast<uint8_t*>(k_[size_t(layer)].data_ptr());
-    auto* vd = static_cast<uint8_t*>(v_[size_t(layer)].data_ptr());
-    for (int64_t bh = 0; bh < BH; ++bh) {
-      t.quantize(kc.data<float>() + bh * head_dim_, kd + (bh * cap + length_) * row, head_dim_);
-      t.quantize(vc.data<float>() + bh * head_dim_, vd + (bh * cap + length_) * row, head_dim_);
-    }
-  }
+  store(layer, k, v);
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3), Hkv = k.size(1), S = length_ + 1;
   const int64_t rep = H / Hkv;
   FOUNDRY_CHECK_AS(ValueError, D == head_dim_ && H % Hkv == 0 && k.size(0) == batch_,
