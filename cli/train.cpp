@@ -1,4 +1,5 @@
-// foundry train: train a GPT from a TOML config (see examples/shakespeare_char.toml).
+// foundry train: train a causal language model of any registered architecture from a TOML config
+// (see examples/shakespeare_char.toml and docs/training.md).
 #include <cmath>
 #include <cstdio>
 
@@ -8,7 +9,7 @@
 namespace foundry::cli {
 
 void add_train_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "Train a GPT language model from a TOML config");
+  auto* cmd = app.add_subcommand("train", "Train a causal language model (gpt2, llama, mistral, qwen2, ... or a pretrained folder) from a TOML config");
   auto config = std::make_shared<std::string>();
   auto data = std::make_shared<std::string>();
   auto steps = std::make_shared<int64_t>(0);
@@ -24,7 +25,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--precision", *precision, "float32 or bfloat16 (autocast)");
   cmd->add_flag("--fresh", *fresh, "ignore existing checkpoints in out_dir");
   auto export_dir = std::make_shared<std::string>();
-  cmd->add_option("--export", *export_dir, "after training, write the model as a Hugging Face GPT-2 folder here");
+  cmd->add_option("--export", *export_dir, "after training, write the model as a Hugging Face folder here (config.json, model.safetensors, tokenizer files)");
   cmd->callback([=] {
     train::TrainConfig c = train::load_train_config(*config);
     if (!data->empty()) c.data_path = *data;

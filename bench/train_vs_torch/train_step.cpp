@@ -1,4 +1,5 @@
-// Foundry side of bench/train_vs_torch: GPT-2 124M shape, AdamW, batch x seq tokens per step.
+// Foundry side of bench/train_vs_torch: GPT-2 124M shape (the gpt2 architecture of the model
+// registry, HF names), AdamW, batch x seq tokens per step.
 // Prints one JSON line: median ms/step over `steps` after `warmup` steps, tokens/s, peak RSS.
 #include <sys/resource.h>
 
@@ -11,7 +12,7 @@
 
 #include "foundry/core/allocator.h"
 #include "foundry/core/parallel.h"
-#include "foundry/models/gpt.h"
+#include "foundry/models/pretrained.h"
 #include "foundry/ops/autocast.h"
 #include "foundry/ops/ops.h"
 #include "foundry/optim/optimizer.h"
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
   int64_t batch = 4, seq = 64;
   std::string precision = "float32";
   bool ckpt = false;
-  models::GPTConfig c;  // GPT-2 124M
+  int64_t layers = 12;  // GPT-2 124M
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return std::string(argv[++i]); };
@@ -34,14 +35,17 @@ int main(int argc, char** argv) {
     else if (a == "--seq") seq = std::stoll(next());
     else if (a == "--precision") precision = next();
     else if (a == "--checkpointing") ckpt = true;
-    else if (a == "--layers") c.n_layer = std::stoll(next());
+    else if (a == "--layers") layers = std::stoll(next());
   }
   set_num_threads(threads);
-  c.activation_checkpointing = ckpt;
   manual_seed(0);
-  models::GPT model(c);
-  optim::AdamW opt(model.parameters(), {.lr = 3e-4, .weight_decay = 0.1});
-  Tensor x = randint(0, c.vocab_size, {batch, seq}), y = randint(0, c.vocab_size, {batch, seq});
+  const int64_t vocab = 50257;
+  auto model = models::create_model(
+      "{\"model_type\": \"gpt2\", \"vocab_size\": 50257, \"n_positions\": 1024, \"n_embd\": 768, \"n_layer\": " +
+      std::to_string(layers) + ", \"n_head\": 12, \"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0}");
+  model->set_gradient_checkpointing(ckpt);
+  optim::AdamW opt(model->parameters(), {.lr = 3e-4, .weight_decay = 0.1});
+  Tensor x = randint(0, vocab, {batch, seq}), y = randint(0, vocab, {batch, seq});
   std::vector<double> times;
   double loss = 0;
   for (int s = 0; s < warmup + steps; ++s) {
@@ -50,7 +54,7 @@ int main(int argc, char** argv) {
     Tensor l;
     {
       autocast::AutocastGuard ac(precision == "bfloat16");
-      l = models::GPT::loss(model.forward(x), y);
+      l = cross_entropy(model->forward(x).reshape({-1, vocab}), y.reshape({-1}));
     }
     l.backward();
     opt.step();

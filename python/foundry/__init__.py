@@ -19,6 +19,8 @@ from ._C import is_grad_enabled, memory_stats, empty_cache, promote_types  # noq
 from ._C import Tokenizer, Encoding, train_bpe  # noqa: F401
 # Pretrained Hugging Face models (docs/models.md): foundry.models.from_pretrained(dir).
 from ._C import gguf, models, quant  # noqa: F401
+# Optimizers and bfloat16 autocast for training models (docs/training.md).
+from ._C import optim, autocast  # noqa: F401
 # File formats (docs/formats.md): safetensors as the `safetensors` package names it, sharded
 # checkpoints, NumPy files, training checkpoints. Malformed files raise OSError.
 from ._C import load_file, save_file, load, save, safe_open, SafetensorsFile  # noqa: F401

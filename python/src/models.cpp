@@ -1,5 +1,8 @@
-// foundry.models: pretrained Hugging Face models (docs/models.md). from_pretrained(dir) returns a
-// model whose call gives float32 logits and whose generate() takes HF's generation options.
+// foundry.models: Hugging Face models (docs/models.md). from_pretrained(dir) returns the model's
+// module tree: calling it gives the logits (and HF's loss with labels=), it trains with autograd
+// (parameters(), named_parameters(), state_dict(), train() / eval(), requires_grad_(), gradient
+// checkpointing), and generate() takes HF's generation options. foundry.optim holds the
+// optimizers and foundry.autocast the bfloat16 autocast context.
 #include <pybind11/stl.h>
 
 #include <memory>
@@ -7,6 +10,8 @@
 #include "convert.h"
 #include "foundry/models/generate.h"
 #include "foundry/models/pretrained.h"
+#include "foundry/ops/autocast.h"
+#include "foundry/optim/optimizer.h"
 
 namespace py = pybind11;
 
@@ -32,23 +37,112 @@ std::vector<std::vector<int64_t>> prompts_from(py::handle obj) {
   return l.cast<std::vector<std::vector<int64_t>>>();
 }
 
+Tensor batch_of(py::object obj) {
+  if (obj.is_none()) return Tensor();
+  Tensor t = tensor_from(obj, DType::Int64);
+  return t.dim() == 1 ? t.unsqueeze(0) : t;
+}
+
+void bind_optim(py::module_& m) {
+  py::module_ om = m.def_submodule("optim", "optimizers over foundry tensors (PyTorch 1.13 semantics)");
+  py::class_<optim::AdamW>(om, "AdamW")
+      .def(py::init([](std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps,
+                       double weight_decay, bool amsgrad) {
+             return std::make_unique<optim::AdamW>(
+                 std::move(params), optim::AdamWOptions{.lr = lr, .betas = betas, .eps = eps,
+                                                        .weight_decay = weight_decay, .amsgrad = amsgrad});
+           }),
+           py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = std::pair<double, double>{0.9, 0.999},
+           py::arg("eps") = 1e-8, py::arg("weight_decay") = 1e-2, py::arg("amsgrad") = false)
+      .def("step", [](optim::AdamW& o) {
+        py::gil_scoped_release nogil;
+        o.step();
+      })
+      .def("zero_grad", &optim::AdamW::zero_grad, py::arg("set_to_none") = true);
+
+  struct Autocast {
+    bool enabled;
+    DType dtype;
+    std::unique_ptr<autocast::AutocastGuard> guard;
+  };
+  py::class_<Autocast>(m, "autocast", "bfloat16 autocast for matrix products (torch.autocast('cpu') semantics)")
+      .def(py::init([](py::object dtype, bool enabled) {
+             return Autocast{enabled, dtype.is_none() ? DType::BFloat16 : dtype_from(dtype), nullptr};
+           }),
+           py::arg("dtype") = py::none(), py::arg("enabled") = true)
+      .def("__enter__", [](Autocast& a) { a.guard = std::make_unique<autocast::AutocastGuard>(a.enabled, a.dtype); })
+      .def("__exit__", [](Autocast& a, py::args) { a.guard.reset(); });
+}
+
 }  // namespace
 
 void bind_models(py::module_& m) {
-  py::module_ mm = m.def_submodule("models", "pretrained Hugging Face models: from_pretrained(dir)");
+  bind_optim(m);
+  py::module_ mm = m.def_submodule("models", "Hugging Face models: from_pretrained(dir), create(config)");
+  py::class_<models::CausalLMOutput>(mm, "CausalLMOutput", "HF's output: loss (with labels) and logits")
+      .def_readonly("loss", &models::CausalLMOutput::loss)
+      .def_readonly("logits", &models::CausalLMOutput::logits)
+      .def("__len__", [](const models::CausalLMOutput& o) { return o.loss.defined() ? 2 : 1; })
+      .def("__getitem__",
+           [](const models::CausalLMOutput& o, int64_t i) {
+             std::vector<Tensor> items;
+             if (o.loss.defined()) items.push_back(o.loss);
+             items.push_back(o.logits);
+             if (i < 0) i += int64_t(items.size());
+             if (i < 0 || i >= int64_t(items.size())) throw py::index_error("CausalLMOutput index out of range");
+             return items[size_t(i)];
+           })
+      // Tensor attributes reach the logits, so model(ids).numpy() reads as before (numpy() of the
+      // values, detached, as the output is no tensor of a graph itself).
+      .def("numpy", [](const models::CausalLMOutput& o) { return py::cast(o.logits.detach()).attr("numpy")(); })
+      .def("__getattr__", [](py::object self, const std::string& name) {
+        return py::getattr(self.attr("logits"), name.c_str());
+      });
   py::class_<CausalLM, std::shared_ptr<CausalLM>>(mm, "PretrainedModel")
       .def(
           "__call__",
-          [](CausalLM& model, py::object input_ids, py::object attention_mask) {
-            Tensor ids = tensor_from(input_ids, DType::Int64);
-            if (ids.dim() == 1) ids = ids.unsqueeze(0);
-            Tensor mask = attention_mask.is_none() ? Tensor() : tensor_from(attention_mask, DType::Int64);
-            if (mask.defined() && mask.dim() == 1) mask = mask.unsqueeze(0);
+          [](CausalLM& model, py::object input_ids, py::object attention_mask, py::object labels) {
+            Tensor ids = batch_of(input_ids), mask = batch_of(attention_mask), lab = batch_of(labels);
             py::gil_scoped_release nogil;
-            return model.forward(ids, mask);
+            return model(ids, mask, lab);
           },
-          py::arg("input_ids"), py::arg("attention_mask") = py::none(),
-          "float32 logits [batch, seq, vocab] (left padding: give the attention mask)")
+          py::arg("input_ids"), py::arg("attention_mask") = py::none(), py::arg("labels") = py::none(),
+          "CausalLMOutput: float32 logits [batch, seq, vocab] and, with labels (-100 ignored), HF's shifted "
+          "next-token cross-entropy as loss (left padding: give the attention mask)")
+      .def("parameters", [](const CausalLM& m) { return m.parameters(); })
+      .def("named_parameters", [](const CausalLM& m) { return m.named_parameters(); },
+           "(name, tensor) with transformers' names, tied tensors once")
+      .def("state_dict",
+           [](const CausalLM& m) {
+             py::dict d;
+             for (auto& [k, v] : m.state_dict()) d[py::str(k)] = v;
+             return d;
+           },
+           "every parameter by its transformers name (tied ones under each name)")
+      .def("load_state_dict",
+           [](CausalLM& m, py::dict state, bool strict) {
+             nn::NamedTensors s;
+             for (auto item : state) s.emplace_back(item.first.cast<std::string>(), tensor_from(item.second, std::nullopt));
+             auto r = m.load_state_dict(s, strict);
+             return py::make_tuple(r.missing_keys, r.unexpected_keys);
+           },
+           py::arg("state_dict"), py::arg("strict") = true)
+      .def("train", [](py::object self, bool mode) { self.cast<CausalLM&>().train(mode); return self; },
+           py::arg("mode") = true)
+      .def("eval", [](py::object self) { self.cast<CausalLM&>().eval(); return self; })
+      .def_property_readonly("training", [](const CausalLM& m) { return m.is_training(); })
+      .def("requires_grad_",
+           [](py::object self, bool on) {
+             for (Tensor& p : self.cast<CausalLM&>().parameters()) p.requires_grad_(on);
+             return self;
+           },
+           py::arg("requires_grad") = true)
+      .def("zero_grad", [](CausalLM& m, bool set_to_none) { m.zero_grad(set_to_none); }, py::arg("set_to_none") = true)
+      .def("gradient_checkpointing_enable", [](CausalLM& m) { m.set_gradient_checkpointing(true); })
+      .def("gradient_checkpointing_disable", [](CausalLM& m) { m.set_gradient_checkpointing(false); })
+      .def_property_readonly("is_gradient_checkpointing", &CausalLM::gradient_checkpointing)
+      .def("save_pretrained", [](const CausalLM& m, const std::string& dir) { models::save_pretrained(m, dir); },
+           py::arg("save_directory"))
       .def(
           "generate",
           [](CausalLM& model, py::object input_ids, int64_t max_new_tokens, bool do_sample, double temperature,
@@ -106,7 +200,6 @@ void bind_models(py::module_& m) {
       .def_property_readonly("vocab_size", [](const CausalLM& m) { return m.config().vocab_size; })
       .def_property_readonly("config_json", [](const CausalLM& m) { return m.config().json; })
       .def("num_parameters", &CausalLM::num_parameters)
-      .def("state_dict", [](const CausalLM& m) { return m.weights(); }, "weights by HF name")
       .def("__repr__", [](const CausalLM& m) {
         return "PretrainedModel(" + m.config().architecture + ", " + std::to_string(m.num_parameters()) + " parameters)";
       });
@@ -129,6 +222,16 @@ void bind_models(py::module_& m) {
       "KV cache in that format; quantized_prefill='float32' / 'bfloat16' / 'auto' picks the prefill GEMM's "
       "precision with quantized weights");
   mm.def("supported_architectures", &models::supported_architectures);
+  mm.def(
+      "create",
+      [](py::object config) -> std::shared_ptr<CausalLM> {
+        std::string text = py::isinstance<py::str>(config) ? config.cast<std::string>()
+                                                           : py::module_::import("json").attr("dumps")(config).cast<std::string>();
+        return models::create_model(text);
+      },
+      py::arg("config"),
+      "a fresh model from a config.json object (dict or JSON text; 'model_type' or 'architectures' names it), "
+      "initialised as transformers does, in training mode");
 }
 
 }  // namespace foundry::python

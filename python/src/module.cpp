@@ -139,7 +139,13 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("is_leaf", &Tensor::is_leaf)
       .def_property("requires_grad", &Tensor::requires_grad, [](Tensor& x, bool r) { x.requires_grad_(r); })
       .def("requires_grad_", [](Tensor& x, bool r) { return x.requires_grad_(r); }, py::arg("requires_grad") = true)
-      .def_property("grad", &Tensor::grad, &Tensor::set_grad)
+      .def_property(
+          "grad",
+          [](const Tensor& t) -> py::object {
+            Tensor g = t.grad();
+            return g.defined() ? py::cast(g) : py::none();  // None until a backward reaches it, as torch
+          },
+          [](Tensor& t, py::object g) { t.set_grad(g.is_none() ? Tensor() : g.cast<Tensor>()); })
       .def_property_readonly("grad_fn", [](const Tensor& x) -> py::object {
         if (!x.grad_fn()) return py::none();
         return py::str(x.grad_fn()->name());

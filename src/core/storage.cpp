@@ -28,7 +28,7 @@ StorageImpl::~StorageImpl() {
   }
 }
 
-Storage map_file_storage(const std::string& path) {
+Storage map_file_storage(const std::string& path, bool copy_on_write) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) raise<IOError>("cannot open '{}': {}", path, std::strerror(errno));
   struct stat st;
@@ -40,7 +40,7 @@ Storage map_file_storage(const std::string& path) {
   size_t size = size_t(st.st_size);
   void* p = nullptr;
   if (size > 0) {
-    p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    p = ::mmap(nullptr, size, copy_on_write ? PROT_READ | PROT_WRITE : PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       int e = errno;
       ::close(fd);
@@ -52,7 +52,7 @@ Storage map_file_storage(const std::string& path) {
                                [p, size] {
                                  if (p) ::munmap(p, size);
                                },
-                               /*read_only=*/true);
+                               /*read_only=*/!copy_on_write);
 }
 
 }  // namespace foundry

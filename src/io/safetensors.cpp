@@ -51,9 +51,9 @@ std::shared_ptr<SafetensorsFile::Impl> build(std::string path, Storage storage) 
 
 }  // namespace
 
-SafetensorsFile SafetensorsFile::open(const std::string& path) {
+SafetensorsFile SafetensorsFile::open(const std::string& path, bool copy_on_write) {
   SafetensorsFile f;
-  f.impl_ = build(path, map_file_storage(path));
+  f.impl_ = build(path, map_file_storage(path, copy_on_write));
   return f;
 }
 
@@ -223,6 +223,7 @@ struct ShardedSafetensors::Impl {
   std::vector<std::string> files;  // distinct, in first-appearance order of sorted names
   mutable std::mutex mu;
   mutable std::map<std::string, SafetensorsFile> open;
+  bool copy_on_write = false;
 };
 
 namespace {
@@ -235,8 +236,9 @@ ShardedSafetensors::Impl& need(const std::shared_ptr<ShardedSafetensors::Impl>& 
 }
 }  // namespace
 
-ShardedSafetensors ShardedSafetensors::open(const std::string& path) {
+ShardedSafetensors ShardedSafetensors::open(const std::string& path, bool copy_on_write) {
   auto impl = std::make_shared<Impl>();
+  impl->copy_on_write = copy_on_write;
   std::error_code ec;
   std::string index_path;
   if (fs::is_directory(path, ec)) {
@@ -245,7 +247,7 @@ ShardedSafetensors ShardedSafetensors::open(const std::string& path) {
       index_path = (fs::path(path) / kIndexName).string();
     } else if (fs::exists(fs::path(path) / kSingleName, ec)) {
       // A single-file checkpoint: every tensor lives in model.safetensors.
-      SafetensorsFile f = SafetensorsFile::open((fs::path(path) / kSingleName).string());
+      SafetensorsFile f = SafetensorsFile::open((fs::path(path) / kSingleName).string(), copy_on_write);
       for (const std::string& n : f.names()) impl->index.weight_map[n] = kSingleName;
       impl->files.push_back(kSingleName);
       impl->open[kSingleName] = f;
@@ -292,7 +294,7 @@ Tensor ShardedSafetensors::get(const std::string& name) const {
   {
     std::lock_guard<std::mutex> lock(im.mu);
     auto it = im.open.find(file);
-    if (it == im.open.end()) it = im.open.emplace(file, SafetensorsFile::open((fs::path(im.folder) / file).string())).first;
+    if (it == im.open.end()) it = im.open.emplace(file, SafetensorsFile::open((fs::path(im.folder) / file).string(), im.copy_on_write)).first;
     f = it->second;
   }
   if (!f.contains(name))

@@ -16,6 +16,7 @@
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
 #include "foundry/text/tokenizer.h"
+#include "models/hf/blocks.h"
 #include "models/hf/decoder.h"
 
 #include <nlohmann/json.hpp>
@@ -350,12 +351,12 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
   // K un-permuted, a copy), and the model gets a placeholder for the dense tensor; the token
   // embedding is also dequantized, as its rows are looked up.
   struct Adopted {
-    Tensor weight;
+    std::string name;
     std::string format;
     Tensor bytes;
   };
   std::vector<Adopted> adopted;
-  hf::WeightFn weight = [&](const std::string& name, const Shape& shape) {
+  auto weight = [&](const std::string& name, const Shape& shape, const hf::Init&) {
     auto [gname, perm] = gguf_name(name);
     const io::GGUFTensorInfo& info = f.info(gname);
     if (!(Shape(info.shape()) == shape))
@@ -369,7 +370,7 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
       Tensor bytes = f.raw(gname);
       if (perm) bytes = permute_rows(bytes, heads, true);
       Tensor w = gname == "token_embd.weight" ? f.tensor(gname) : zeros({1}, DType::Float32).expand(IntList(shape));
-      adopted.push_back({w, q->name, bytes});
+      adopted.push_back({name, q->name, bytes});
       return w;
     }
     Tensor t = f.tensor(gname);
@@ -377,13 +378,16 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
     if (perm) t = permute_rows(t.to(DType::Float32), heads, true);
     return t.dtype() == want ? t : t.to(want);
   };
-  hf::HasWeightFn has = [&](const std::string& name) { return f.contains(gguf_name(name).first); };
+  auto has = [&](const std::string& name) { return f.contains(gguf_name(name).first); };
   hf::DecoderSpec spec;
-  std::unique_ptr<CausalLM> model = hf::build_decoder(c, spec, weight, has);
-  for (const Adopted& a : adopted) model->adopt_quantized(a.weight, a.format, a.bytes);
+  std::unique_ptr<CausalLM> model =
+      hf::build_decoder(c, spec, hf::WeightSource(weight, has, std::make_shared<hf::WeightProducts>()));
+  for (const Adopted& a : adopted) model->adopt_quantized(a.name, a.format, a.bytes);
   model->set_weight_quantization(options.quantize);
   model->set_kv_cache_format(options.kv_cache);
   model->set_quantized_prefill(options.quantized_prefill);
+  model->eval();
+  model->freeze_if_quantized();
   return model;
 }
 

@@ -1,6 +1,7 @@
 // TOML run configurations for `foundry train` (toml++).
 #include <set>
 
+#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
 #include "foundry/core/error.h"
@@ -36,10 +37,12 @@ class Reader {
     }
   }
 
-  // Every key of the file must be one the trainer knows.
+  // Every key of the file must be one the trainer knows ([model] keys not read by the trainer
+  // are the architecture's config keys).
   void check_unknown() const {
     for (auto&& [tname, tnode] : root_) {
       if (!tnode.is_table()) raise<ValueError>("{}: top-level key '{}' must be a table", path_, tname.str());
+      if (tname.str() == "model") continue;
       for (auto&& [k, v] : *tnode.as_table()) {
         std::string full = std::string(tname.str()) + "." + std::string(k.str());
         if (!seen_.count(full)) raise<ValueError>("{}: unknown setting '{}'", path_, full);
@@ -47,7 +50,37 @@ class Reader {
     }
   }
 
+  // The [model] keys the trainer does not read, as a JSON object (HF config keys).
+  std::string model_keys_json() const {
+    nlohmann::json out = nlohmann::json::object();
+    const toml::node* tbl = root_.get("model");
+    if (!tbl || !tbl->is_table()) return out.dump();
+    for (auto&& [k, v] : *tbl->as_table()) {
+      const std::string key(k.str());
+      if (seen_.count("model." + key)) continue;
+      out[key] = to_json(v, "model." + key);
+    }
+    return out.dump();
+  }
+
  private:
+  nlohmann::json to_json(const toml::node& n, const std::string& where) const {
+    if (n.is_boolean()) return *n.value<bool>();
+    if (n.is_integer()) return *n.value<int64_t>();
+    if (n.is_floating_point()) return *n.value<double>();
+    if (n.is_string()) return *n.value<std::string>();
+    if (n.is_array()) {
+      nlohmann::json a = nlohmann::json::array();
+      for (auto&& e : *n.as_array()) a.push_back(to_json(e, where));
+      return a;
+    }
+    if (n.is_table()) {
+      nlohmann::json o = nlohmann::json::object();
+      for (auto&& [k, v] : *n.as_table()) o[std::string(k.str())] = to_json(v, where + "." + std::string(k.str()));
+      return o;
+    }
+    raise<ValueError>("{}: {} must be a number, string, boolean, array or table", path_, where);
+  }
   [[noreturn]] void bad(const char* table, const char* key, const char* what) const {
     raise<ValueError>("{}: {}.{} must be {}", path_, table, key, what);
   }
@@ -72,12 +105,13 @@ TrainConfig load_train_config(const std::string& path) {
   r.get("data", "field", c.data_field);
   r.get("data", "tokenizer", c.tokenizer);
   r.get("data", "val_fraction", c.val_fraction);
+  r.get("model", "architecture", c.model.architecture);
+  r.get("model", "init_from", c.model.init_from);
   r.get("model", "block_size", c.model.block_size);
-  r.get("model", "n_layer", c.model.n_layer);
-  r.get("model", "n_head", c.model.n_head);
-  r.get("model", "n_embd", c.model.n_embd);
-  r.get("model", "dropout", c.model.dropout);
-  r.get("model", "activation_checkpointing", c.model.activation_checkpointing);
+  r.get("model", "gradient_checkpointing", c.model.gradient_checkpointing);
+  bool legacy_checkpointing = false;
+  r.get("model", "activation_checkpointing", legacy_checkpointing);  // the GPT trainer's name for it
+  c.model.gradient_checkpointing = c.model.gradient_checkpointing || legacy_checkpointing;
   r.get("train", "batch_size", c.batch_size);
   r.get("train", "grad_accum_steps", c.grad_accum_steps);
   r.get("train", "max_steps", c.max_steps);
@@ -106,6 +140,8 @@ TrainConfig load_train_config(const std::string& path) {
   r.get("sample", "top_k", c.top_k);
   r.get("sample", "prompt", c.prompt);
   r.check_unknown();
+  c.model.hf_config = r.model_keys_json();
+  FOUNDRY_CHECK_AS(ValueError, c.model.block_size > 0, "{}: model.block_size must be positive", path);
   FOUNDRY_CHECK_AS(ValueError, c.precision == "float32" || c.precision == "bfloat16",
                    "{}: train.precision must be \"float32\" or \"bfloat16\", got \"{}\"", path, c.precision);
   FOUNDRY_CHECK_AS(ValueError, c.max_steps > 0 && c.batch_size > 0 && c.grad_accum_steps > 0,

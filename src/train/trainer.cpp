@@ -14,6 +14,7 @@
 #include "foundry/data/dataset.h"
 #include "foundry/io/checkpoint.h"
 #include "foundry/io/npy.h"
+#include "foundry/models/gguf.h"
 #include "foundry/ops/autocast.h"
 #include "foundry/ops/ops.h"
 #include "foundry/optim/optimizer.h"
@@ -58,13 +59,51 @@ double unigram_loss(const data::TokenShard& train, const data::TokenShard& val, 
   return val.size() ? nll / double(val.size()) : 0;
 }
 
-std::vector<std::pair<std::string, Tensor>> clone_state(const nn::NamedTensors& s) {
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& [k, v] : s) out.emplace_back(k, v.detach().contiguous());
+// Mean next-token cross-entropy of logits [B, T, V] against targets [B, T] (already shifted).
+Tensor next_token_loss(const Tensor& logits, const Tensor& targets) {
+  const int64_t V = logits.size(-1);
+  return cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
+}
+
+// HF tokenizer files of a folder, copied into an export of a model trained from it.
+std::vector<std::string> folder_tokenizer_files(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                        "vocab.json", "merges.txt", "generation_config.json"})
+    if (std::filesystem::exists(std::filesystem::path(dir) / f)) out.push_back((std::filesystem::path(dir) / f).string());
   return out;
 }
 
 }  // namespace
+
+std::string model_config_json(const ModelSpec& spec) {
+  json j = json::parse(spec.hf_config);
+  const std::string arch = models::architecture_for(spec.architecture);
+  j["architectures"] = {arch};
+  if (arch == "GPT2LMHeadModel") {
+    // The GPT trainer's keys and defaults: a small GPT-2, dropout (0 unless given) on the
+    // embeddings, attention weights and residual branches, positions for one block.
+    const double p = j.contains("dropout") ? j["dropout"].get<double>() : 0.0;
+    j.erase("dropout");
+    for (const char* k : {"resid_pdrop", "embd_pdrop", "attn_pdrop"})
+      if (!j.contains(k)) j[k] = p;
+    if (!j.contains("n_layer")) j["n_layer"] = 4;
+    if (!j.contains("n_head")) j["n_head"] = 4;
+    if (!j.contains("n_embd")) j["n_embd"] = 128;
+    if (!j.contains("n_positions")) j["n_positions"] = spec.block_size;
+  } else if (j.contains("dropout") && arch != "OPTForCausalLM") {
+    raise<ValueError>("[model] dropout is the GPT-2 trainer's key; {} names its dropouts itself (attention_dropout, "
+                      "hidden_dropout, ...)",
+                      arch);
+  }
+  if (!j.contains("vocab_size") || j["vocab_size"].get<int64_t>() < spec.vocab_size) {
+    FOUNDRY_CHECK_AS(ValueError, !j.contains("vocab_size"),
+                     "[model] vocab_size {} is smaller than the tokenizer's vocabulary ({})",
+                     j["vocab_size"].get<int64_t>(), spec.vocab_size);
+    j["vocab_size"] = spec.vocab_size;
+  }
+  return j.dump();
+}
 
 Trainer::Trainer(TrainConfig config) : cfg_(std::move(config)), st_(std::make_unique<State>()) {
   if (cfg_.threads > 0) set_num_threads(cfg_.threads);
@@ -93,12 +132,33 @@ Trainer::Trainer(TrainConfig config) : cfg_(std::move(config)), st_(std::make_un
   st_->train = std::make_shared<data::TokenShard>(data::TokenShard::open(data_dir + "/train.bin"));
   st_->val = std::make_shared<data::TokenShard>(data::TokenShard::open(data_dir + "/val.bin"));
   cfg_.model.vocab_size = st_->encoder.vocab_size();
+  manual_seed(cfg_.seed);
+  if (!cfg_.model.init_from.empty()) {
+    const std::string& from = cfg_.model.init_from;
+    if (models::is_gguf_file(from))
+      raise<ValueError>("train: init_from '{}' is a GGUF file, whose weights are quantized for inference; give the "
+                        "Hugging Face folder it was converted from",
+                        from);
+    if (json::parse(models::read_config(from).json).contains("quantization_config"))
+      raise<ValueError>("train: init_from '{}' is a quantized folder (config.json has quantization_config); give the "
+                        "float checkpoint it was quantized from",
+                        from);
+    model_ = models::load_pretrained(from);
+    FOUNDRY_CHECK_AS(ValueError, model_->config().vocab_size >= cfg_.model.vocab_size,
+                     "train: the tokenizer's vocabulary ({}) is larger than {}'s ({}); train with the model's tokenizer",
+                     cfg_.model.vocab_size, from, model_->config().vocab_size);
+  } else {
+    model_ = models::create_model(model_config_json(cfg_.model));
+  }
+  FOUNDRY_CHECK_AS(ValueError, model_->config().max_positions <= 0 || model_->config().max_positions >= cfg_.model.block_size,
+                   "train: block_size {} is longer than the model's {} positions", cfg_.model.block_size,
+                   model_->config().max_positions);
+  model_->train();
+  model_->set_gradient_checkpointing(cfg_.model.gradient_checkpointing);
   st_->train_batches = std::make_unique<data::LMBatches>(st_->train, cfg_.batch_size, cfg_.model.block_size, cfg_.seed);
   st_->val_batches = std::make_unique<data::LMBatches>(st_->val, cfg_.batch_size, cfg_.model.block_size, cfg_.seed + 1);
   st_->unigram = unigram_loss(*st_->train, *st_->val, cfg_.model.vocab_size);
 
-  manual_seed(cfg_.seed);
-  model_ = std::make_shared<models::GPT>(cfg_.model);
   // Weight decay on matrices only (embeddings and linear weights), as GPT-2/nanoGPT.
   optim::ParamGroup decay, no_decay;
   for (auto& [name, p] : model_->named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
@@ -117,6 +177,33 @@ Trainer::~Trainer() = default;
 
 const data::TextEncoder& Trainer::encoder() const { return st_->encoder; }
 
+std::vector<int64_t> Trainer::sample(std::vector<int64_t> ids, Generator& gen) {
+  // The context is cropped to block_size (the positions the model was trained on), recomputed
+  // for each token: models from scratch have no positions past it worth reading.
+  autograd::NoGradGuard ng;
+  const bool was_training = model_->is_training();
+  model_->eval();
+  for (int64_t i = 0; i < cfg_.sample_tokens; ++i) {
+    const int64_t n = std::min<int64_t>(int64_t(ids.size()), cfg_.model.block_size);
+    Tensor ctx = tensor<int64_t>(std::vector<int64_t>(ids.end() - n, ids.end()), {1, n});
+    Tensor logits = model_->forward(ctx, Tensor(), nullptr, 1).select(1, 0);  // [1, V]
+    Tensor next;
+    if (cfg_.temperature <= 0) {
+      next = argmax(logits, -1, true);
+    } else {
+      logits = logits / cfg_.temperature;
+      if (cfg_.top_k > 0 && cfg_.top_k < logits.size(-1)) {
+        Tensor kth = std::get<0>(topk(logits, cfg_.top_k, -1)).slice(1, cfg_.top_k - 1, cfg_.top_k);
+        logits = masked_fill(logits, logits < kth, -INFINITY);
+      }
+      next = multinomial(softmax(logits, -1), 1, false, &gen);
+    }
+    ids.push_back(next.item<int64_t>());
+  }
+  model_->train(was_training);
+  return ids;
+}
+
 void Trainer::add_callback(std::shared_ptr<Callback> cb) { callbacks_.push_back(std::move(cb)); }
 
 double Trainer::evaluate() {
@@ -129,7 +216,7 @@ double Trainer::evaluate() {
   double total = 0;
   for (int64_t i = 0; i < n; ++i) {
     auto [x, y] = st_->val_batches->sequential(i);
-    total += models::GPT::loss(model_->forward(x), y).item<double>();
+    total += next_token_loss(model_->forward(x), y).item<double>();
   }
   model_->train(was);
   return total / double(n);
@@ -190,7 +277,7 @@ TrainResult Trainer::run(int64_t stop_after) {
       Tensor loss;
       {
         autocast::AutocastGuard ac(cfg_.precision == "bfloat16");
-        loss = models::GPT::loss(model_->forward(x), y);
+        loss = next_token_loss(model_->forward(x), y);
       }
       loss_sum += loss.item<double>();
       (cfg_.grad_accum_steps > 1 ? loss / double(cfg_.grad_accum_steps) : loss).backward();
@@ -247,8 +334,10 @@ TrainResult Trainer::run(int64_t stop_after) {
     if (cfg_.checkpoint_every > 0 && st_->step % cfg_.checkpoint_every != 0) save();
     result.final_val_loss = evaluate();
     if (!cfg_.export_dir.empty()) {
-      const bool file_tokenizer = cfg_.tokenizer != "char" && cfg_.tokenizer != "byte";
-      models::save_gpt_pretrained(*model_, cfg_.export_dir, file_tokenizer ? cfg_.tokenizer : "");
+      std::vector<std::string> tokenizer_files;
+      if (cfg_.tokenizer != "char" && cfg_.tokenizer != "byte") tokenizer_files.push_back(cfg_.tokenizer);
+      else if (!cfg_.model.init_from.empty()) tokenizer_files = folder_tokenizer_files(cfg_.model.init_from);
+      models::save_pretrained(*model_, cfg_.export_dir, tokenizer_files);
     }
     st_->metrics << json{{"step", st_->step}, {"val_loss", result.final_val_loss},
                          {"val_perplexity", std::exp(result.final_val_loss)},
@@ -259,10 +348,8 @@ TrainResult Trainer::run(int64_t stop_after) {
       std::vector<uint32_t> prompt_ids = st_->encoder.encode(cfg_.prompt);
       if (prompt_ids.empty()) prompt_ids = {0};
       std::vector<int64_t> ids(prompt_ids.begin(), prompt_ids.end());
-      Tensor idx = tensor<int64_t>(ids, {1, int64_t(ids.size())});
       Generator g(cfg_.seed + 7);
-      Tensor out = model_->generate(idx, cfg_.sample_tokens, cfg_.temperature, cfg_.top_k, &g);
-      std::vector<int64_t> all = out.to_vector<int64_t>();
+      std::vector<int64_t> all = sample(ids, g);
       result.sample = st_->encoder.decode(std::vector<uint32_t>(all.begin(), all.end()));
     }
     for (auto& cb : callbacks_) cb->on_train_end(*this);

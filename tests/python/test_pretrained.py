@@ -921,7 +921,8 @@ def test_python_from_pretrained(tmp_path):
     ids = torch.randint(3, cfg["vocab_size"], (2, 6), generator=torch.Generator().manual_seed(1))
     mask = torch.ones(2, 6, dtype=torch.long)
     mask[1, :2] = 0
-    got = model(foundry.tensor(ids.tolist()), attention_mask=foundry.tensor(mask.tolist())).numpy()
+    with foundry.no_grad():
+        got = model(foundry.tensor(ids.tolist()), attention_mask=foundry.tensor(mask.tolist())).logits.numpy()
     with torch.no_grad():
         ref = forward(cfg, w, ids, mask).numpy()
     keep = mask.bool().numpy()
@@ -999,12 +1000,12 @@ def test_q8_0_decoding_is_close_to_float32(tmp_path, name):
     dense = foundry.models.from_pretrained(folder)
     q8 = foundry.models.from_pretrained(folder, quantize="q8_0")
     ids = torch.randint(3, cfg["vocab_size"], (1, 1), generator=torch.Generator().manual_seed(2)).tolist()
-    a, b = dense(foundry.tensor(ids)).numpy(), q8(foundry.tensor(ids)).numpy()
+    a, b = dense(foundry.tensor(ids)).detach().numpy(), q8(foundry.tensor(ids)).detach().numpy()
     rel = np.linalg.norm(a - b) / np.linalg.norm(a)
     assert 0 < rel <= 0.05, rel  # the q8_0 path ran; 8-bit weights and activations: a few % here
     # Prefill (many rows per product) computes with the dequantized q8_0 weights: close, not equal.
     many = torch.randint(3, cfg["vocab_size"], (1, 24), generator=torch.Generator().manual_seed(3)).tolist()
-    a, b = dense(foundry.tensor(many)).numpy(), q8(foundry.tensor(many)).numpy()
+    a, b = dense(foundry.tensor(many)).detach().numpy(), q8(foundry.tensor(many)).detach().numpy()
     # (Mixtral's router can pick another expert for a token once its inputs move.)
     assert 0 < np.linalg.norm(a - b) / np.linalg.norm(a) <= (0.1 if name == "mixtral" else 0.05)
     prompt = many[0][:6]
@@ -1034,13 +1035,14 @@ def test_quantized_prefill_is_float_math_on_the_dequantized_weights(tmp_path, fm
         fake[k] = v
     write_folder(str(tmp_path / "fake"), cfg, fake)
     ids = foundry.tensor(torch.randint(3, cfg["vocab_size"], (1, 40), generator=torch.Generator().manual_seed(4)).tolist())
-    got = foundry.models.from_pretrained(folder, quantize=fmt, quantized_prefill="float32")(ids).numpy()
-    want = foundry.models.from_pretrained(str(tmp_path / "fake"))(ids).numpy()
+    got = foundry.models.from_pretrained(folder, quantize=fmt, quantized_prefill="float32")(ids).detach().numpy()
+    with foundry.no_grad():  # the dense model's inference path (the quantized one has no trainable weights)
+        want = foundry.models.from_pretrained(str(tmp_path / "fake"))(ids).detach().numpy()
     assert np.array_equal(got, want), np.abs(got - want).max()
     # The bf16 GEMM (the default where the CPU has native bf16) rounds activations and dequantized
     # weights to bf16: a small change next to what the quantization itself changes.
-    bf16 = foundry.models.from_pretrained(folder, quantize=fmt, quantized_prefill="bfloat16")(ids).numpy()
-    dense = foundry.models.from_pretrained(folder)(ids).numpy()
+    bf16 = foundry.models.from_pretrained(folder, quantize=fmt, quantized_prefill="bfloat16")(ids).detach().numpy()
+    dense = foundry.models.from_pretrained(folder)(ids).detach().numpy()
     # (Equal on CPUs where oneDNN has no bf16 kernel: the product falls back to float32.)
     assert np.linalg.norm(bf16 - want) < 0.5 * np.linalg.norm(want - dense)  # random weights amplify both
 
@@ -1053,8 +1055,8 @@ def test_q4_0_decoding_runs_and_is_coarser_than_q8_0(tmp_path):
     write_folder(folder, cfg, make_weights(cfg, torch.Generator().manual_seed(81)))
     dense = foundry.models.from_pretrained(folder)
     ids = foundry.tensor([[7]])
-    a = dense(ids).numpy()
-    err = {q: np.linalg.norm(foundry.models.from_pretrained(folder, quantize=q)(ids).numpy() - a) / np.linalg.norm(a)
+    a = dense(ids).detach().numpy()
+    err = {q: np.linalg.norm(foundry.models.from_pretrained(folder, quantize=q)(ids).detach().numpy() - a) / np.linalg.norm(a)
            for q in ("q8_0", "q4_0")}
     assert 0 < err["q8_0"] < err["q4_0"] < 1.0, err
     q4 = foundry.models.from_pretrained(folder, quantize="q4_0")

@@ -24,10 +24,8 @@ train::TrainConfig tiny(const std::string& out) {
   train::TrainConfig c;
   c.data_path = corpus_path();
   c.model.block_size = 16;
-  c.model.n_layer = 2;
-  c.model.n_head = 2;
-  c.model.n_embd = 16;
-  c.model.dropout = 0.1;  // exercises the generator state in checkpoints
+  // dropout exercises the generator state in checkpoints
+  c.model.hf_config = R"({"n_layer": 2, "n_head": 2, "n_embd": 16, "dropout": 0.1})";
   c.batch_size = 4;
   c.max_steps = 12;
   c.warmup_steps = 2;

@@ -47,6 +47,8 @@ using Storage = Ref<StorageImpl>;
 
 /// Maps `path` read-only. Throws IOError naming the file when it cannot be opened or mapped.
 /// The mapping stays alive while any tensor uses the storage.
-Storage map_file_storage(const std::string& path);
+/// copy_on_write: the pages are writable and private (writes never reach the file); else writes
+/// are refused (read_only).
+Storage map_file_storage(const std::string& path, bool copy_on_write = false);
 
 }  // namespace foundry

@@ -36,7 +36,7 @@ class SafetensorsFile {
  public:
   SafetensorsFile() = default;
   /// Maps `path` read-only and validates the header. Throws IOError naming the file and the rule.
-  static SafetensorsFile open(const std::string& path);
+  static SafetensorsFile open(const std::string& path, bool copy_on_write = false);
   /// Parses an in-memory file image (copied into an owned buffer). `what` names it in errors.
   static SafetensorsFile from_bytes(const std::string& bytes, const std::string& what = "<safetensors bytes>");
 
@@ -100,7 +100,8 @@ class ShardedSafetensors {
   /// `path`: an index file, or a folder holding `model.safetensors.index.json` or a single
   /// `model.safetensors` (then treated as one shard). Throws IOError for a malformed index or a
   /// shard name that leaves the folder.
-  static ShardedSafetensors open(const std::string& path);
+  /// copy_on_write: tensors are writable private pages over the files (see map_file_storage).
+  static ShardedSafetensors open(const std::string& path, bool copy_on_write = false);
 
   /// Tensor names, sorted.
   std::vector<std::string> names() const;

@@ -1,7 +1,9 @@
-// Pretrained causal language models from Hugging Face folders (config.json + safetensors), run
-// for inference: an architecture registry keyed by HF's `architectures` names, weights used in
-// place over the memory-mapped files where dtype allows, a preallocated KV cache, and batched
-// forward with left padding (position ids derived from the attention mask, as HF's generate).
+// Hugging Face causal language models, defined once for training and inference: an architecture
+// registry keyed by HF's `architectures` names (and model_type), each a tree of nn::Modules with
+// transformers' parameter names; loaded from HF folders (config.json + safetensors) with weights
+// used in place over the memory-mapped files where dtype allows (copy-on-write: training writes
+// private pages), or created fresh from a config to train from scratch; a preallocated KV cache and
+// batched forward with left padding (position ids derived from the attention mask, as HF's generate).
 #pragma once
 
 #include <map>
@@ -10,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "foundry/core/tensor.h"
+#include "foundry/nn/module.h"
 
 namespace foundry::models {
 
@@ -89,34 +94,60 @@ class KVCache {
   std::string format_;
 };
 
-class CausalLM {
+namespace hf {
+class WeightProducts;
+}
+
+/// What a forward with labels returns (HF's CausalLMOutput): the loss, when labels were given, and
+/// float32 logits [B, T, vocab].
+struct CausalLMOutput {
+  Tensor loss;
+  Tensor logits;
+};
+
+/// A Hugging Face causal language model as one nn::Module tree with transformers' names: its
+/// named_parameters() / state_dict() keys are the checkpoint's, it trains (autograd records through
+/// every block when a parameter requires grad) and it infers through the fast no-grad kernels of
+/// the same blocks (fused decode attention, quantized weight products) when nothing records.
+/// load_pretrained() returns it in eval mode, as transformers' from_pretrained does.
+class CausalLM : public nn::Module {
  public:
-  virtual ~CausalLM() = default;
+  std::string type_name() const override { return config_.architecture; }
   const ModelConfig& config() const { return config_; }
   /// input_ids int64 [B, T] -> float32 logits [B, T, vocab]. attention_mask [B, past + T] (1 keep,
   /// 0 padding; undefined: all ones) covers the cached positions too; with a cache the new keys
   /// and values are appended to it.
   /// With last_positions > 0 only the logits of the last that many positions are computed
   /// ([B, last_positions, vocab]; generation needs one, and the LM head is the largest product).
-  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask = {}, KVCache* cache = nullptr,
-                 int64_t last_positions = 0) {
-    return run(input_ids, attention_mask, cache, last_positions);
-  }
+  Tensor forward(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache = nullptr,
+                 int64_t last_positions = 0);
+  Tensor forward(const Tensor& input_ids) override { return forward(input_ids, Tensor()); }
+  /// HF's model(input_ids, attention_mask=..., labels=...): logits, and with labels [B, T] (int64,
+  /// -100 ignored) the mean cross-entropy of each position's logits against the next label
+  /// (labels shifted left by one, as transformers does).
+  CausalLMOutput operator()(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& labels = {});
+  /// HF's shifted next-token cross-entropy of logits [B, T, V] against labels [B, T].
+  static Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels);
+  /// Each decoder block recomputes its activations in backward instead of keeping them
+  /// (transformers' gradient_checkpointing_enable); only while training and recording.
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
   KVCache make_cache(int64_t batch, int64_t capacity) const;
-  /// Weights by their HF names (as used: tied tensors once).
-  const std::map<std::string, Tensor>& weights() const { return weights_; }
-  int64_t num_parameters() const;
+  /// Parameters by their HF names (tied tensors once).
+  std::map<std::string, Tensor> weights() const;
+  int64_t num_parameters() const { return nn::Module::num_parameters(); }
   DType dtype() const { return dtype_; }
   /// Weight products use `format` ("q8_0", "q4_K", ...) copies of the weights, quantized on first
   /// use: up to kQuantizedMaxRows activation rows (decode) with the quantized matrix-vector kernels,
   /// more rows (prefill) through a float GEMM on the dequantized weight. "" turns it off (adopted
-  /// weights stay quantized).
+  /// weights stay quantized). Products that autograd records use the float weights.
   void set_weight_quantization(const std::string& format);
-  /// Makes products with `weight` ([out, in], a tensor of this model) use `bytes`: its rows already
-  /// quantized in `format`, used in place (a GGUF file's tensor). The dense tensor is then read only
-  /// by non-product uses (an embedding lookup), so a loader may pass a placeholder for it.
-  void adopt_quantized(const Tensor& weight, const std::string& format, const Tensor& bytes);
-  const std::string& weight_quantization() const { return qformat_; }
+  /// Makes products with the parameter `name` ([out, in]) use `bytes`: its rows already quantized in
+  /// `format`, used in place (a GGUF file's tensor, an NF4 folder's weight). The dense parameter is
+  /// then read only by non-product uses (an embedding lookup), so a loader may give a placeholder;
+  /// such a model refuses to train.
+  void adopt_quantized(const std::string& name, const std::string& format, const Tensor& bytes);
+  const std::string& weight_quantization() const;
   static constexpr int64_t kQuantizedMaxRows = 16;
   /// Prefill products with quantized weights: "bfloat16" (a bf16 GEMM on the dequantized weights),
   /// "float32", or "auto" (the default: bfloat16 where the CPU has native bf16 dot products).
@@ -124,23 +155,26 @@ class CausalLM {
   /// Format of the KV caches make_cache() creates ("" = the compute dtype; "f16", "bf16", "q8_0").
   void set_kv_cache_format(const std::string& format);
   const std::string& kv_cache_format() const { return kv_format_; }
+  /// Whether some weight products read quantized bytes with no float weight behind them.
+  bool has_adopted_quantized_weights() const;
+  /// A model computing with quantized weights (set_weight_quantization, or adopted bytes) is for
+  /// inference: its parameters stop requiring grad, so every forward takes the quantized products
+  /// (as bitsandbytes' frozen weights). requires_grad_ on them turns training back on, in float.
+  void freeze_if_quantized();
 
  protected:
-  /// x @ w^T + b (w [out, in], as nn.Linear), through the quantized copy of w when enabled.
-  Tensor proj(const Tensor& x, const Tensor& w, const Tensor& b = {}) const;
-  /// x @ w + b (w [in, out], as HF's Conv1D).
-  Tensor proj_t(const Tensor& x, const Tensor& w, const Tensor& b = {}) const;
+  CausalLM(const ModelConfig& c, std::shared_ptr<hf::WeightProducts> products);
+  /// The architecture's forward: logits (any float dtype) of the last `last_positions` positions.
   virtual Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) = 0;
+  /// h = layer(h), through autograd::checkpoint when gradient checkpointing is on and it pays.
+  Tensor run_block(const std::function<Tensor(const Tensor&)>& layer, const Tensor& h);
   ModelConfig config_;
-  std::map<std::string, Tensor> weights_;
   DType dtype_ = DType::Float32;
+  std::shared_ptr<hf::WeightProducts> products_;
 
  private:
-  struct QuantizedWeight;
-  const QuantizedWeight* quantized(const Tensor& w, bool transposed) const;
-  std::string qformat_, kv_format_;
-  bool prefill_bf16_ = false;
-  mutable std::map<const void*, std::shared_ptr<QuantizedWeight>> quantized_;
+  std::string kv_format_;
+  bool gradient_checkpointing_ = false;
 };
 
 struct LoadOptions {
@@ -164,5 +198,21 @@ ModelConfig read_config(const std::string& dir);
 
 /// Architecture names the registry knows.
 std::vector<std::string> supported_architectures();
+
+/// The HF `architectures` name of a model_type ("gpt2" -> "GPT2LMHeadModel", "llama" ->
+/// "LlamaForCausalLM", ...); an `architectures` name is returned as is. Throws naming the known ones.
+std::string architecture_for(const std::string& model_type_or_architecture);
+
+/// A fresh model from a config.json object (HF keys; "architectures" or "model_type" names the
+/// architecture, other keys take transformers' defaults), initialised as transformers'
+/// _init_weights does (normal(0, initializer_range), zero biases, unit norms), in training mode,
+/// float32. Draws from the default generator (manual_seed makes it reproducible).
+std::unique_ptr<CausalLM> create_model(const std::string& config_json);
+
+/// Writes `model` as an HF folder: config.json (the model's config), model.safetensors (float32
+/// unless keep_dtype; tied duplicates left out, as transformers saves), atomically per file; with
+/// `tokenizer_files`, copies of them.
+void save_pretrained(const CausalLM& model, const std::string& dir, const std::vector<std::string>& tokenizer_files = {},
+                     bool keep_dtype = false);
 
 }  // namespace foundry::models

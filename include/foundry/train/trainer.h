@@ -1,4 +1,5 @@
-// The trainer: a GPT language model on a text corpus, with gradient accumulation, clipping,
+// The trainer: a causal language model of any registered Hugging Face architecture (fresh from
+// HF config keys, or continued from a pretrained folder) on a text corpus, with gradient accumulation, clipping,
 // warmup + cosine learning rate, periodic evaluation (validation loss and perplexity),
 // checkpoints with resume (bit-identical continuation), callbacks, a JSONL metrics log, a
 // progress bar, optional bfloat16 autocast and activation checkpointing, and a final sample.
@@ -11,13 +12,29 @@
 #include <string>
 #include <vector>
 
-#include "foundry/models/gpt.h"
+#include "foundry/core/rng.h"
+#include "foundry/models/pretrained.h"
 
 namespace foundry::data {
 class TextEncoder;
 }
 
 namespace foundry::train {
+
+/// The [model] table: which architecture, from scratch or from a folder.
+struct ModelSpec {
+  /// A model_type ("gpt2", "llama", "mistral", "qwen2", ...) or an HF `architectures` name.
+  std::string architecture = "gpt2";
+  /// A pretrained HF folder to continue training (its config.json wins; GGUF files and quantized
+  /// folders are refused).
+  std::string init_from;
+  int64_t block_size = 64;  ///< training sequence length
+  /// Recompute each block's activations in backward instead of storing them (less memory).
+  bool gradient_checkpointing = false;
+  /// The other [model] keys as a config.json object (HF's key names: hidden_size, n_layer, ...).
+  std::string hf_config = "{}";
+  int64_t vocab_size = 0;  ///< set from the tokenizer
+};
 
 struct TrainConfig {
   // data
@@ -27,7 +44,7 @@ struct TrainConfig {
   std::string tokenizer = "char";    ///< "char", "byte", or a tokenizer file
   double val_fraction = 0.1;
   // model
-  models::GPTConfig model{.vocab_size = 0, .block_size = 64, .n_layer = 4, .n_head = 4, .n_embd = 128};
+  ModelSpec model;
   // optimisation
   int64_t batch_size = 16;
   int64_t grad_accum_steps = 1;
@@ -46,7 +63,7 @@ struct TrainConfig {
   int keep_checkpoints = 2;
   int64_t log_every = 10;
   std::string out_dir = "runs/gpt";
-  std::string export_dir;           ///< after training: the model as an HF GPT-2 folder ("" = none)
+  std::string export_dir;           ///< after training: the model as an HF folder ("" = none)
   bool resume = true;               ///< continue from the latest checkpoint in out_dir
   uint64_t seed = 1337;
   int threads = 0;                  ///< 0 keeps the current setting
@@ -60,8 +77,14 @@ struct TrainConfig {
 };
 
 /// Parses a TOML run configuration ([data], [model], [train], [eval], [sample] tables; see
-/// examples/shakespeare_char.toml). Unknown keys raise ValueError naming them.
+/// examples/shakespeare_char.toml). [model] holds architecture, init_from, block_size,
+/// gradient_checkpointing and any HF config keys of the architecture; unknown keys of the other
+/// tables raise ValueError naming them.
 TrainConfig load_train_config(const std::string& toml_path);
+
+/// The config.json object of the model a TrainConfig trains (fresh models: the [model] keys with
+/// the trainer's defaults filled in; vocab_size from the tokenizer).
+std::string model_config_json(const ModelSpec& spec);
 
 struct StepInfo {
   int64_t step = 0;
@@ -120,17 +143,19 @@ class Trainer {
   TrainResult run(int64_t stop_after = 0);
   void request_stop() { stop_ = true; }
 
-  models::GPT& model() { return *model_; }
+  models::CausalLM& model() { return *model_; }
   const TrainConfig& config() const { return cfg_; }
   const data::TextEncoder& encoder() const;
   /// Validation loss over the configured number of evaluation batches.
   double evaluate();
+  /// `prompt` followed by sample.tokens sampled tokens (temperature, top_k of the config).
+  std::vector<int64_t> sample(std::vector<int64_t> prompt, Generator& gen);
 
  private:
   struct State;
   TrainConfig cfg_;
   std::unique_ptr<State> st_;
-  std::shared_ptr<models::GPT> model_;
+  std::shared_ptr<models::CausalLM> model_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   bool stop_ = false;
 };

@@ -3,82 +3,100 @@
 // the LayerNorm (apply_residual_connection_post_layernorm), LM head tied to the embedding.
 #include <cmath>
 
-#include "foundry/autograd/grad_mode.h"
 #include "foundry/ops/ops.h"
-#include "models/hf/common.h"
+#include "models/hf/blocks.h"
 
 namespace foundry::models::hf {
 
 namespace {
 
-struct BloomLayer {
-  Tensor ln1_w, ln1_b, qkv_w, qkv_b, dense_w, dense_b, ln2_w, ln2_b, up_w, up_b, down_w, down_b;
+struct BloomOptions {
+  bool residual_after_norm = false;
+  double hidden_dropout = 0, attention_dropout = 0;
+};
+
+class BloomAttention : public nn::Module {
+ public:
+  BloomAttention(const WeightSource& ws, const ModelConfig& c, double dropout)
+      : H_(c.num_heads), D_(c.head_dim), dropout_(dropout) {
+    query_key_value = add_block<Linear>(*this, ws, "query_key_value", c.hidden_size, 3 * c.hidden_size, true);
+    dense = add_block<Linear>(*this, ws, "dense", c.hidden_size, c.hidden_size, true);
+  }
+  std::string type_name() const override { return "BloomAttention"; }
+  Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
+    const int64_t B = x.size(0), T = x.size(1);
+    Tensor qkv = query_key_value->forward(x).reshape({B, T, H_, 3 * D_}).transpose(1, 2);
+    Tensor q = qkv.narrow(3, 0, D_), k = qkv.narrow(3, D_, D_), v = qkv.narrow(3, 2 * D_, D_);
+    return dense->forward(attend_layer(ctx, layer, q, k, v, is_training() ? dropout_ : 0.0));
+  }
+  std::shared_ptr<Linear> query_key_value, dense;
+
+ private:
+  int64_t H_, D_;
+  double dropout_;
+};
+
+class BloomBlock : public nn::Module {
+ public:
+  BloomBlock(const WeightSource& ws, const ModelConfig& c, const BloomOptions& o) : o_(o) {
+    const int64_t C = c.hidden_size;
+    input_layernorm = add_block<Norm>(*this, ws, "input_layernorm", C, Norm::Kind::LayerNorm, c.norm_eps);
+    self_attention = add_block<BloomAttention>(*this, ws, "self_attention", c, o.attention_dropout);
+    post_attention_layernorm = add_block<Norm>(*this, ws, "post_attention_layernorm", C, Norm::Kind::LayerNorm, c.norm_eps);
+    mlp = add_block<MLP>(*this, ws, "mlp", C, 4 * C, "gelu_pytorch_tanh", "dense_h_to_4h", "dense_4h_to_h");
+  }
+  std::string type_name() const override { return "BloomBlock"; }
+  Tensor forward(const Tensor& h, const LayerContext& ctx, int64_t layer) {
+    Tensor x = input_layernorm->forward(h);
+    Tensor a = (o_.residual_after_norm ? x : h) + maybe_dropout(*this, self_attention->forward(x, ctx, layer), o_.hidden_dropout);
+    x = post_attention_layernorm->forward(a);
+    return (o_.residual_after_norm ? x : a) + maybe_dropout(*this, mlp->forward(x), o_.hidden_dropout);
+  }
+  std::shared_ptr<Norm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<BloomAttention> self_attention;
+  std::shared_ptr<MLP> mlp;
+
+ private:
+  BloomOptions o_;
 };
 
 class Bloom : public CausalLM {
  public:
-  Bloom(const ModelConfig& c, const WeightFn& w, bool residual_after_norm) : residual_after_norm_(residual_after_norm) {
-    config_ = c;
+  Bloom(const ModelConfig& c, const WeightSource& ws, const BloomOptions& o) : CausalLM(c, ws.products()) {
     const int64_t C = c.hidden_size;
-    auto take = [&](const std::string& name, const Shape& shape) {
-      return weights_["transformer." + name] = w("transformer." + name, shape);
-    };
-    embed_ = take("word_embeddings.weight", {c.vocab_size, C});
-    eln_w_ = take("word_embeddings_layernorm.weight", {C});
-    eln_b_ = take("word_embeddings_layernorm.bias", {C});
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string p = "h." + std::to_string(i) + ".";
-      BloomLayer L;
-      L.ln1_w = take(p + "input_layernorm.weight", {C});
-      L.ln1_b = take(p + "input_layernorm.bias", {C});
-      L.qkv_w = take(p + "self_attention.query_key_value.weight", {3 * C, C});
-      L.qkv_b = take(p + "self_attention.query_key_value.bias", {3 * C});
-      L.dense_w = take(p + "self_attention.dense.weight", {C, C});
-      L.dense_b = take(p + "self_attention.dense.bias", {C});
-      L.ln2_w = take(p + "post_attention_layernorm.weight", {C});
-      L.ln2_b = take(p + "post_attention_layernorm.bias", {C});
-      L.up_w = take(p + "mlp.dense_h_to_4h.weight", {4 * C, C});
-      L.up_b = take(p + "mlp.dense_h_to_4h.bias", {4 * C});
-      L.down_w = take(p + "mlp.dense_4h_to_h.weight", {C, 4 * C});
-      L.down_b = take(p + "mlp.dense_4h_to_h.bias", {C});
-      layers_.push_back(std::move(L));
-    }
-    lnf_w_ = take("ln_f.weight", {C});
-    lnf_b_ = take("ln_f.bias", {C});
-    dtype_ = embed_.dtype();
-  }
-
-  Tensor ln(const Tensor& x, const Tensor& w, const Tensor& b) const {
-    return layer_norm(x, {config_.hidden_size}, w, b, config_.norm_eps);
+    const WeightSource tws = ws.pp("transformer");
+    transformer = register_module("transformer", std::make_shared<Scope>("BloomModel"));
+    word_embeddings = add_block<Embedding>(*transformer, tws, "word_embeddings", c.vocab_size, C);
+    word_embeddings_layernorm =
+        add_block<Norm>(*transformer, tws, "word_embeddings_layernorm", C, Norm::Kind::LayerNorm, c.norm_eps);
+    auto list = transformer->register_module("h", std::make_shared<Scope>("ModuleList"));
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      blocks.push_back(add_block<BloomBlock>(*list, tws.pp("h"), std::to_string(i), c, o));
+    ln_f = add_block<Norm>(*transformer, tws, "ln_f", C, Norm::Kind::LayerNorm, c.norm_eps);
+    lm_head = register_module("lm_head", std::make_shared<Linear>(ws.pp("lm_head"), word_embeddings->weight));
+    dtype_ = word_embeddings->weight.dtype();
   }
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
-    autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
+    LayerContext ctx;
     const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
-    const int64_t H = c.num_heads, D = c.head_dim;
-    Tensor bias = attention_bias(mask, T, 0, dtype_) + alibi_bias(mask, H, 1.0, dtype_);  // [B, H, T, S]
-    Tensor h = ln(embedding(input_ids, embed_), eln_w_, eln_b_);
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const BloomLayer& L = layers_[i];
-      Tensor x = ln(h, L.ln1_w, L.ln1_b);
-      Tensor residual = residual_after_norm_ ? x : h;
-      Tensor qkv = proj(x, L.qkv_w, L.qkv_b).reshape({B, T, H, 3 * D}).transpose(1, 2);
-      Tensor q = qkv.narrow(3, 0, D), k = qkv.narrow(3, D, D), v = qkv.narrow(3, 2 * D, D);
-      if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      h = residual + proj(attend(q, k, v, bias), L.dense_w, L.dense_b);
-      x = ln(h, L.ln2_w, L.ln2_b);
-      residual = residual_after_norm_ ? x : h;
-      h = residual + proj(gelu(proj(x, L.up_w, L.up_b), "tanh"), L.down_w, L.down_b);
+    ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
+    ctx.bias = attention_bias(mask, T, 0, dtype_) + alibi_bias(mask, c.num_heads, 1.0, dtype_);  // [B, H, T, S]
+    Tensor h = word_embeddings_layernorm->forward(word_embeddings->forward(input_ids));
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      auto block = blocks[i];
+      h = run_block([block, ctx, i](const Tensor& x) { return block->forward(x, ctx, int64_t(i)); }, h);
     }
     h = end_layers(h, cache, T, last_positions);
-    return float_logits(proj(ln(h, lnf_w_, lnf_b_), embed_));
+    return lm_head->forward(ln_f->forward(h));
   }
 
- private:
-  bool residual_after_norm_;
-  Tensor embed_, eln_w_, eln_b_, lnf_w_, lnf_b_;
-  std::vector<BloomLayer> layers_;
+  std::shared_ptr<Scope> transformer;
+  std::shared_ptr<Embedding> word_embeddings;
+  std::shared_ptr<Norm> word_embeddings_layernorm, ln_f;
+  std::vector<std::shared_ptr<BloomBlock>> blocks;
+  std::shared_ptr<Linear> lm_head;
 };
 
 }  // namespace
@@ -91,11 +109,15 @@ Architecture bloom_architecture() {
     c.norm_eps = get_double(j, "layer_norm_epsilon", 1e-5);
     c.tie_word_embeddings = true;
   };
-  auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn&) -> std::unique_ptr<CausalLM> {
+  auto build = [](const ModelConfig& c, const WeightSource& ws) -> std::unique_ptr<CausalLM> {
     json j = json::parse(c.json);
-    return std::make_unique<Bloom>(c, w, get_bool(j, "apply_residual_connection_post_layernorm", false));
+    BloomOptions o;
+    o.residual_after_norm = get_bool(j, "apply_residual_connection_post_layernorm", false);
+    o.hidden_dropout = get_double(j, "hidden_dropout", 0.0);
+    o.attention_dropout = get_double(j, "attention_dropout", 0.0);
+    return std::make_unique<Bloom>(c, ws, o);
   };
-  return {{"BloomForCausalLM"}, parse, build};
+  return {{"BloomForCausalLM"}, "bloom", parse, build};
 }
 
 }  // namespace foundry::models::hf

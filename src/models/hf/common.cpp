@@ -11,6 +11,8 @@
 #include "foundry/core/error.h"
 #include "foundry/core/parallel.h"
 #include "foundry/io/safetensors.h"
+#include "foundry/nn/init.h"
+#include "models/hf/blocks.h"
 #include "foundry/models/gguf.h"
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
@@ -135,26 +137,6 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
     k_[l] = index_select(k_[l], 0, idx);
     v_[l] = index_select(v_[l], 0, idx);
   }
-}
-
-KVCache CausalLM::make_cache(int64_t batch, int64_t capacity) const {
-  return KVCache(config_.num_layers, batch, config_.num_kv_heads, capacity, config_.head_dim, dtype_, kv_format_);
-}
-
-void CausalLM::set_kv_cache_format(const std::string& format) {
-  if (!format.empty()) {
-    const quant::BlockFormatTraits& t = quant::traits(format);  // ValueError naming the formats if unknown
-    FOUNDRY_CHECK_AS(ValueError, config_.head_dim % t.block_size == 0 && t.format != quant::BlockFormat::Q8_K,
-                     "KV cache format {}: head_dim {} is not whole blocks of {} values", t.name, config_.head_dim,
-                     t.block_size);
-  }
-  kv_format_ = format;
-}
-
-int64_t CausalLM::num_parameters() const {
-  int64_t n = 0;
-  for (const auto& [name, w] : weights_) n += w.numel();
-  return n;
 }
 
 namespace hf {
@@ -310,7 +292,10 @@ std::pair<Tensor, Tensor> rope_tables(const ModelConfig& c, const Tensor& positi
   return {cos(emb).to(dtype), sin(emb).to(dtype)};
 }
 
-Tensor apply_rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t) {
+Tensor apply_rope(const Tensor& x, const Tensor& cos_in, const Tensor& sin_in) {
+  // The tables in x's dtype (HF casts cos / sin to the activations' dtype, bf16 under autocast).
+  const Tensor cos_t = cos_in.dtype() == x.dtype() ? cos_in : cos_in.to(x.dtype());
+  const Tensor sin_t = sin_in.dtype() == x.dtype() ? sin_in : sin_in.to(x.dtype());
   const int64_t D = x.size(3), rot = cos_t.size(3), half = rot / 2;
   Tensor xr = rot == D ? x : x.narrow(3, 0, rot);
   Tensor rotated = cat({neg(xr.narrow(3, half, half)), xr.narrow(3, 0, half)}, 3);
@@ -383,10 +368,10 @@ Tensor rope_rows_(Tensor x, int64_t heads, const Tensor& cos_t, const Tensor& si
   return x;
 }
 
-Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias) {
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, double dropout) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2);
-  if (T == 1) {
+  if (T == 1 && dropout == 0) {
     // Decoding: each kv head's query group as the rows of two small products, no KV copies
     // (the tiled kernel's blocking only pays off for many queries).
     const int64_t rep = H / Hkv;
@@ -401,7 +386,7 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b
     kk = k.unsqueeze(2).expand({B, Hkv, rep, S, D}).reshape({B, H, S, D});
     vv = v.unsqueeze(2).expand({B, Hkv, rep, S, D}).reshape({B, H, S, D});
   }
-  Tensor o = scaled_dot_product_attention(q, kk, vv, bias);
+  Tensor o = scaled_dot_product_attention(q, kk, vv, bias, dropout);
   return o.transpose(1, 2).reshape({B, T, H * D});
 }
 
@@ -494,39 +479,59 @@ std::vector<std::string> supported_architectures() {
   return out;
 }
 
+std::string architecture_for(const std::string& name) {
+  std::string known;
+  for (const hf::Architecture& a : hf::architectures()) {
+    if (a.model_type == name) return a.names[0];
+    for (const std::string& n : a.names)
+      if (n == name) return n;
+    known += (known.empty() ? "" : ", ") + a.model_type;
+  }
+  raise<NotImplementedError>("unknown architecture '{}' (model types: {})", name, known);
+}
+
 namespace {
+
+// config.json (an object) -> the normalised config and its architecture. `where` names the source
+// in messages. A config without "architectures" may name its model_type instead.
+std::pair<ModelConfig, const hf::Architecture*> config_from_json(const json& j, const std::string& where,
+                                                                 const fs::path& generation_config = {}) {
+  if (!j.is_object()) raise<ValueError>("{}: config.json must be a JSON object", where);
+  ModelConfig c;
+  c.json = j.dump();
+  c.model_type = hf::get_string(j, "model_type", "");
+  auto archs = j.find("architectures");
+  if (archs != j.end() && archs->is_array() && !archs->empty() && (*archs)[0].is_string())
+    c.architecture = (*archs)[0].get<std::string>();
+  else if (!c.model_type.empty() && (archs == j.end() || archs->is_null()))
+    c.architecture = architecture_for(c.model_type);
+  else
+    raise<ValueError>("{}: config.json has no 'architectures' list naming the model class", where);
+  const hf::Architecture& arch = hf::find_architecture(c.architecture);
+  if (c.model_type.empty()) c.model_type = arch.model_type;
+  c.eos_token_ids = hf::id_list(j, "eos_token_id");
+  if (auto b = hf::id_list(j, "bos_token_id"); !b.empty()) c.bos_token_id = b[0];
+  if (auto p = hf::id_list(j, "pad_token_id"); !p.empty()) c.pad_token_id = p[0];
+  if (!generation_config.empty() && fs::exists(generation_config)) {
+    json g = hf::read_json(generation_config);
+    if (auto e = hf::id_list(g, "eos_token_id"); !e.empty()) c.eos_token_ids = e;
+    if (auto p = hf::id_list(g, "pad_token_id"); !p.empty()) c.pad_token_id = p[0];
+  }
+  arch.parse(j, c);
+  FOUNDRY_CHECK_AS(ValueError, c.vocab_size > 0 && c.hidden_size > 0 && c.num_layers > 0 && c.num_heads > 0,
+                   "{}: config.json sizes must be positive", where);
+  FOUNDRY_CHECK_AS(ValueError, c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
+                   "{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", where, c.num_heads,
+                   c.num_kv_heads);
+  return {c, &arch};
+}
 
 std::pair<ModelConfig, const hf::Architecture*> parse_config(const std::string& dir) {
   fs::path folder(dir);
   if (!fs::is_directory(folder)) raise<IOError>("{}: not a model folder (no such directory)", dir);
   fs::path cfg_path = folder / "config.json";
   if (!fs::exists(cfg_path)) raise<IOError>("{}: no config.json in the model folder", dir);
-  json j = hf::read_json(cfg_path);
-  if (!j.is_object()) raise<ValueError>("{}: config.json must be a JSON object", dir);
-  ModelConfig c;
-  c.json = j.dump();
-  c.model_type = hf::get_string(j, "model_type", "");
-  auto archs = j.find("architectures");
-  if (archs == j.end() || !archs->is_array() || archs->empty() || !(*archs)[0].is_string())
-    raise<ValueError>("{}: config.json has no 'architectures' list naming the model class", dir);
-  c.architecture = (*archs)[0].get<std::string>();
-  const hf::Architecture& arch = hf::find_architecture(c.architecture);
-  c.eos_token_ids = hf::id_list(j, "eos_token_id");
-  if (auto b = hf::id_list(j, "bos_token_id"); !b.empty()) c.bos_token_id = b[0];
-  if (auto p = hf::id_list(j, "pad_token_id"); !p.empty()) c.pad_token_id = p[0];
-  fs::path gen_path = folder / "generation_config.json";
-  if (fs::exists(gen_path)) {
-    json g = hf::read_json(gen_path);
-    if (auto e = hf::id_list(g, "eos_token_id"); !e.empty()) c.eos_token_ids = e;
-    if (auto p = hf::id_list(g, "pad_token_id"); !p.empty()) c.pad_token_id = p[0];
-  }
-  arch.parse(j, c);
-  FOUNDRY_CHECK_AS(ValueError, c.vocab_size > 0 && c.hidden_size > 0 && c.num_layers > 0 && c.num_heads > 0,
-                   "{}: config.json sizes must be positive", dir);
-  FOUNDRY_CHECK_AS(ValueError, c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
-                   "{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", dir, c.num_heads,
-                   c.num_kv_heads);
-  return {c, &arch};
+  return config_from_json(hf::read_json(cfg_path), dir, folder / "generation_config.json");
 }
 
 }  // namespace
@@ -538,7 +543,8 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
   auto [config, arch] = parse_config(dir);
   io::ShardedSafetensors st;
   try {
-    st = io::ShardedSafetensors::open(dir);
+    // Copy-on-write pages: weights are used in place, and training writes private copies.
+    st = io::ShardedSafetensors::open(dir, /*copy_on_write=*/true);
   } catch (const Error& e) {
     raise<IOError>("{}: no loadable weights (model.safetensors or model.safetensors.index.json): {}", dir, e.what());
   }
@@ -549,14 +555,20 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
   const hf::QuantizedCheckpoint qc(dir, config.json, st);
   const bool keep_nf4 = options.quantize.empty() && options.dtype == DType::Float32 &&
                         config.architecture != "GPT2LMHeadModel";
-  std::vector<std::pair<Tensor, Tensor>> nf4_weights;
-  hf::WeightFn weight = [&](const std::string& name, const Shape& shape) {
+  std::vector<std::pair<std::string, Tensor>> nf4_weights;
+  // HF's own gpt2 checkpoints store the trunk without the "transformer." prefix.
+  const bool bare_gpt2 = config.architecture == "GPT2LMHeadModel" && !st.contains("transformer.wte.weight") &&
+                         st.contains("wte.weight");
+  auto stored = [&](const std::string& name) {
+    return bare_gpt2 && name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+  };
+  auto fetch = [&](const std::string& module_name, const Shape& shape, const hf::Init&) {
+    const std::string name = stored(module_name);
     if (qc.quantized(name)) {
       if (keep_nf4)
         if (std::optional<Tensor> rows = qc.nf4_rows(name, shape)) {
-          Tensor placeholder = zeros({1}, DType::Float32).expand(IntList(shape));
-          nf4_weights.emplace_back(placeholder, *rows);
-          return placeholder;
+          nf4_weights.emplace_back(module_name, *rows);
+          return zeros({1}, DType::Float32).expand(IntList(shape));
         }
       Tensor t = qc.dequantize(name, shape);
       return t.to(options.dtype.value_or(DType::Float32));
@@ -571,12 +583,42 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
     const DType want = options.dtype.value_or(t.dtype());  // nullopt: the checkpoint's own
     return t.dtype() == want ? t : t.to(want);              // same dtype: a view over the mapping, no copy
   };
-  hf::HasWeightFn has = [&](const std::string& name) { return st.contains(name) || qc.quantized(name); };
-  std::unique_ptr<CausalLM> model = arch->build(config, weight, has);
-  for (const auto& [placeholder, rows] : nf4_weights) model->adopt_quantized(placeholder, "nf4", rows);
+  auto has = [&](const std::string& name) { return st.contains(stored(name)) || qc.quantized(stored(name)); };
+  std::unique_ptr<CausalLM> model =
+      arch->build(config, hf::WeightSource(fetch, has, std::make_shared<hf::WeightProducts>()));
+  for (const auto& [name, rows] : nf4_weights) model->adopt_quantized(name, "nf4", rows);
   model->set_weight_quantization(options.quantize);
   model->set_kv_cache_format(options.kv_cache);
   model->set_quantized_prefill(options.quantized_prefill);
+  model->eval();
+  model->freeze_if_quantized();
+  return model;
+}
+
+std::unique_ptr<CausalLM> create_model(const std::string& config_json) {
+  json j;
+  try {
+    j = json::parse(config_json);
+  } catch (const json::exception& e) {
+    raise<ValueError>("model config: malformed JSON: {}", e.what());
+  }
+  auto [config, arch] = config_from_json(j, "model config");
+  j["architectures"] = {config.architecture};
+  j["model_type"] = config.model_type;
+  config.json = j.dump();
+  const double std_dev = hf::get_double(j, "initializer_range", 0.02);
+  autograd::NoGradGuard no_grad;
+  auto fetch = [std_dev](const std::string&, const Shape& shape, const hf::Init& init) {
+    Tensor t = empty(IntList(shape), DType::Float32);
+    if (init.kind == hf::Init::Zeros) t.zero_();
+    else if (init.kind == hf::Init::Ones) t.fill_(1.0);
+    else nn::init::normal_(t, 0.0, init.std > 0 ? init.std : std_dev);
+    return t;
+  };
+  auto has = [](const std::string&) { return false; };
+  std::unique_ptr<CausalLM> model =
+      arch->build(config, hf::WeightSource(fetch, has, std::make_shared<hf::WeightProducts>()));
+  model->train();
   return model;
 }
 

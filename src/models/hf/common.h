@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,16 +17,15 @@ namespace foundry::models::hf {
 
 using nlohmann::json;
 
-/// Fetches a weight by HF name in the compute dtype; throws naming the tensor when it is missing
-/// or its shape differs from `shape`.
-using WeightFn = std::function<Tensor(const std::string& name, const Shape& shape)>;
-using HasWeightFn = std::function<bool(const std::string& name)>;
+class WeightSource;
 
 struct Architecture {
   std::vector<std::string> names;  ///< HF `architectures` entries
+  std::string model_type;          ///< config.json's model_type ("llama"), as `[model] architecture` names it
   /// Fills the architecture's config fields from config.json; throws for values it doesn't implement.
   std::function<void(const json& j, ModelConfig& c)> parse;
-  std::function<std::unique_ptr<CausalLM>(const ModelConfig& c, const WeightFn& weight, const HasWeightFn& has)> build;
+  /// The module tree, its parameters read from `ws` (a checkpoint or an initialiser).
+  std::function<std::unique_ptr<CausalLM>(const ModelConfig& c, const WeightSource& ws)> build;
 };
 
 const std::vector<Architecture>& architectures();
@@ -54,6 +54,28 @@ std::string get_string(const json& j, const std::string& key, const std::string&
 /// Throws for a config value that would change the math in a way this implementation lacks.
 [[noreturn]] void unsupported(const ModelConfig& c, const std::string& what);
 
+/// Every weight product of a model: dense (x W^T + b, or x W + b for [in, out] weights) or through
+/// a quantized copy of W (set_weight_quantization) or quantized bytes adopted for it (GGUF, NF4).
+/// Used when autograd does not record; see quantized_proj.cpp.
+class WeightProducts {
+ public:
+  Tensor product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const;
+  void set_format(const std::string& format);
+  const std::string& format() const { return format_; }
+  void set_prefill(const std::string& mode);
+  void adopt(const Tensor& w, const std::string& format, const Tensor& bytes);
+  /// Whether products with w read adopted quantized bytes (w itself is then a placeholder).
+  bool adopted(const Tensor& w) const;
+  bool any_adopted() const;
+
+ private:
+  struct Quantized;
+  const Quantized* quantized(const Tensor& w, bool transposed) const;
+  std::string format_;
+  bool prefill_bf16_ = false;
+  mutable std::map<const void*, std::shared_ptr<Quantized>> quantized_;
+};
+
 // ---- blocks ---------------------------------------------------------------------------------
 
 /// Full mask [B, S] (S = past + T) of the call: the given one as bool, or all ones.
@@ -73,10 +95,12 @@ std::pair<Tensor, Tensor> rope_tables(const ModelConfig& c, const Tensor& positi
 Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 
 /// softmax(q k^T / sqrt(D) + bias) v for q [B, H, T, D] and k, v [B, Hkv, S, D] (grouped-query:
-/// each kv head serves H / Hkv query heads). Returns [B, T, H * D].
-Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias);
+/// each kv head serves H / Hkv query heads), with dropout on the attention weights. Returns
+/// [B, T, H * D].
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, double dropout = 0);
 
-// Inference-only fused kernels (no autograd; float32 contiguous inputs, else the unfused ops):
+// Inference-only fused kernels (callers use them only when autograd does not record; float32
+// contiguous inputs, else the unfused ops):
 /// h += delta in place, then returns rms_norm(h) * w over the last dimension (one pass per row).
 Tensor add_rms_norm_(Tensor& h, const Tensor& delta, const Tensor& w, double eps);
 /// silu(g) * u, written over g (a temporary of the caller).

@@ -25,8 +25,9 @@ struct DecoderSpec {
   std::vector<bool> sparse_layers;         ///< per layer: MoE (true) or dense MLP
 };
 
-std::unique_ptr<CausalLM> build_decoder(const ModelConfig& c, const DecoderSpec& spec, const WeightFn& weight,
-                                        const HasWeightFn& has);
+class WeightSource;
+
+std::unique_ptr<CausalLM> build_decoder(const ModelConfig& c, const DecoderSpec& spec, const WeightSource& ws);
 
 /// The config fields every Llama-shaped model shares (sizes, rope, norms, head tying); with
 /// `silu`, also checks that hidden_act is "silu" (all but Gemma).

@@ -4,9 +4,8 @@
 // biases; GELU MLP; LM head tied to the embedding.
 #include <cmath>
 
-#include "foundry/autograd/grad_mode.h"
 #include "foundry/ops/ops.h"
-#include "models/hf/common.h"
+#include "models/hf/blocks.h"
 
 namespace foundry::models::hf {
 
@@ -14,111 +13,126 @@ namespace {
 
 struct FalconOptions {
   bool new_arch = false, multi_query = true, parallel = true, bias = false, alibi = false;
+  double hidden_dropout = 0, attention_dropout = 0;
 };
 
-struct FalconLayer {
-  Tensor ln_attn_w, ln_attn_b, ln_mlp_w, ln_mlp_b, qkv_w, qkv_b, dense_w, dense_b, up_w, up_b, down_w, down_b;
+class FalconAttention : public nn::Module {
+ public:
+  FalconAttention(const WeightSource& ws, const ModelConfig& c, const FalconOptions& o)
+      : H_(c.num_heads), Hkv_(c.num_kv_heads), D_(c.head_dim), o_(o) {
+    query_key_value = add_block<Linear>(*this, ws, "query_key_value", c.hidden_size, (H_ + 2 * Hkv_) * D_, o.bias);
+    dense = add_block<Linear>(*this, ws, "dense", H_ * D_, c.hidden_size, o.bias);
+  }
+  std::string type_name() const override { return "FalconAttention"; }
+
+  // HF's _split_heads for the three layouts -> q [B, H, T, D], k and v [B, Hkv, T, D].
+  std::tuple<Tensor, Tensor, Tensor> split_qkv(const Tensor& qkv, int64_t B, int64_t T) const {
+    if (o_.new_arch) {
+      const int64_t g = H_ / Hkv_;
+      Tensor x = qkv.reshape({B, T, Hkv_, g + 2, D_});
+      Tensor q = x.narrow(3, 0, g).reshape({B, T, H_, D_}).transpose(1, 2);
+      return {q, x.select(3, g).transpose(1, 2), x.select(3, g + 1).transpose(1, 2)};
+    }
+    if (!o_.multi_query) {
+      Tensor x = qkv.reshape({B, T, H_, 3 * D_}).transpose(1, 2);
+      return {x.narrow(3, 0, D_), x.narrow(3, D_, D_), x.narrow(3, 2 * D_, D_)};
+    }
+    Tensor x = qkv.reshape({B, T, H_ + 2, D_});
+    return {x.narrow(2, 0, H_).transpose(1, 2), x.narrow(2, H_, 1).transpose(1, 2),
+            x.narrow(2, H_ + 1, 1).transpose(1, 2)};
+  }
+
+  Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
+    auto [q, k, v] = split_qkv(query_key_value->forward(x), x.size(0), x.size(1));
+    if (!o_.alibi) {
+      q = apply_rope(q, ctx.cos, ctx.sin);
+      k = apply_rope(k, ctx.cos, ctx.sin);
+    }
+    return dense->forward(attend_layer(ctx, layer, q, k, v, is_training() ? o_.attention_dropout : 0.0));
+  }
+  std::shared_ptr<Linear> query_key_value, dense;
+
+ private:
+  int64_t H_, Hkv_, D_;
+  FalconOptions o_;
+};
+
+// new_decoder_architecture: h + attn(ln_attn h) + mlp(ln_mlp h); parallel_attn: one norm feeding
+// both; else sequential with post_attention_layernorm.
+class FalconLayer : public nn::Module {
+ public:
+  FalconLayer(const WeightSource& ws, const ModelConfig& c, const FalconOptions& o) : o_(o) {
+    const int64_t C = c.hidden_size;
+    self_attention = add_block<FalconAttention>(*this, ws, "self_attention", c, o);
+    mlp = add_block<MLP>(*this, ws, "mlp", C, c.intermediate_size, "gelu", "dense_h_to_4h", "dense_4h_to_h", o.bias);
+    auto norm = [&](const char* name) { return add_block<Norm>(*this, ws, name, C, Norm::Kind::LayerNorm, c.norm_eps); };
+    if (o.new_arch) {
+      ln_attn = norm("ln_attn");
+      ln_mlp = norm("ln_mlp");
+    } else {
+      ln_attn = norm("input_layernorm");
+      if (!o.parallel) ln_mlp = norm("post_attention_layernorm");
+    }
+  }
+  std::string type_name() const override { return "FalconDecoderLayer"; }
+  Tensor forward(const Tensor& h, const LayerContext& ctx, int64_t layer) {
+    Tensor x = ln_attn->forward(h);
+    Tensor attn = self_attention->forward(x, ctx, layer);
+    if (!o_.new_arch && !o_.parallel) {
+      Tensor a = h + maybe_dropout(*this, attn, o_.hidden_dropout);
+      return a + maybe_dropout(*this, mlp->forward(ln_mlp->forward(a)), o_.hidden_dropout);
+    }
+    Tensor m = o_.new_arch ? ln_mlp->forward(h) : x;
+    return h + maybe_dropout(*this, attn + mlp->forward(m), o_.hidden_dropout);
+  }
+  std::shared_ptr<FalconAttention> self_attention;
+  std::shared_ptr<MLP> mlp;
+  std::shared_ptr<Norm> ln_attn, ln_mlp;
+
+ private:
+  FalconOptions o_;
 };
 
 class Falcon : public CausalLM {
  public:
-  Falcon(const ModelConfig& c, const WeightFn& w, FalconOptions o) : o_(o) {
-    config_ = c;
-    const int64_t C = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
-    auto take = [&](const std::string& name, const Shape& shape) {
-      return weights_["transformer." + name] = w("transformer." + name, shape);
-    };
-    auto take_if = [&](bool want, const std::string& name, const Shape& shape) { return want ? take(name, shape) : Tensor(); };
-    embed_ = take("word_embeddings.weight", {c.vocab_size, C});
-    const int64_t qkv_rows = (H + 2 * Hkv) * D;
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string p = "h." + std::to_string(i) + ".";
-      FalconLayer L;
-      if (o.new_arch) {
-        L.ln_attn_w = take(p + "ln_attn.weight", {C});
-        L.ln_attn_b = take(p + "ln_attn.bias", {C});
-        L.ln_mlp_w = take(p + "ln_mlp.weight", {C});
-        L.ln_mlp_b = take(p + "ln_mlp.bias", {C});
-      } else {
-        L.ln_attn_w = take(p + "input_layernorm.weight", {C});
-        L.ln_attn_b = take(p + "input_layernorm.bias", {C});
-        if (!o.parallel) {
-          L.ln_mlp_w = take(p + "post_attention_layernorm.weight", {C});
-          L.ln_mlp_b = take(p + "post_attention_layernorm.bias", {C});
-        }
-      }
-      L.qkv_w = take(p + "self_attention.query_key_value.weight", {qkv_rows, C});
-      L.qkv_b = take_if(o.bias, p + "self_attention.query_key_value.bias", {qkv_rows});
-      L.dense_w = take(p + "self_attention.dense.weight", {C, H * D});
-      L.dense_b = take_if(o.bias, p + "self_attention.dense.bias", {C});
-      L.up_w = take(p + "mlp.dense_h_to_4h.weight", {c.intermediate_size, C});
-      L.up_b = take_if(o.bias, p + "mlp.dense_h_to_4h.bias", {c.intermediate_size});
-      L.down_w = take(p + "mlp.dense_4h_to_h.weight", {C, c.intermediate_size});
-      L.down_b = take_if(o.bias, p + "mlp.dense_4h_to_h.bias", {C});
-      layers_.push_back(std::move(L));
-    }
-    lnf_w_ = take("ln_f.weight", {C});
-    lnf_b_ = take("ln_f.bias", {C});
-    dtype_ = embed_.dtype();
-  }
-
-  Tensor ln(const Tensor& x, const Tensor& w, const Tensor& b) const {
-    return layer_norm(x, {config_.hidden_size}, w, b, config_.norm_eps);
-  }
-
-  // HF's _split_heads for the three layouts -> q [B, H, T, D], k and v [B, Hkv, T, D].
-  std::tuple<Tensor, Tensor, Tensor> split_qkv(const Tensor& qkv, int64_t B, int64_t T) const {
-    const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, D = config_.head_dim;
-    if (o_.new_arch) {
-      const int64_t g = H / Hkv;
-      Tensor x = qkv.reshape({B, T, Hkv, g + 2, D});
-      Tensor q = x.narrow(3, 0, g).reshape({B, T, H, D}).transpose(1, 2);
-      return {q, x.select(3, g).transpose(1, 2), x.select(3, g + 1).transpose(1, 2)};
-    }
-    if (!o_.multi_query) {
-      Tensor x = qkv.reshape({B, T, H, 3 * D}).transpose(1, 2);
-      return {x.narrow(3, 0, D), x.narrow(3, D, D), x.narrow(3, 2 * D, D)};
-    }
-    Tensor x = qkv.reshape({B, T, H + 2, D});
-    return {x.narrow(2, 0, H).transpose(1, 2), x.narrow(2, H, 1).transpose(1, 2), x.narrow(2, H + 1, 1).transpose(1, 2)};
+  Falcon(const ModelConfig& c, const WeightSource& ws, const FalconOptions& o) : CausalLM(c, ws.products()), o_(o) {
+    const WeightSource tws = ws.pp("transformer");
+    transformer = register_module("transformer", std::make_shared<Scope>("FalconModel"));
+    word_embeddings = add_block<Embedding>(*transformer, tws, "word_embeddings", c.vocab_size, c.hidden_size);
+    auto list = transformer->register_module("h", std::make_shared<Scope>("ModuleList"));
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      layers.push_back(add_block<FalconLayer>(*list, tws.pp("h"), std::to_string(i), c, o));
+    ln_f = add_block<Norm>(*transformer, tws, "ln_f", c.hidden_size, Norm::Kind::LayerNorm, c.norm_eps);
+    lm_head = register_module("lm_head", std::make_shared<Linear>(ws.pp("lm_head"), word_embeddings->weight));
+    dtype_ = word_embeddings->weight.dtype();
   }
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
-    autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
+    LayerContext ctx;
     const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
-    Tensor bias = attention_bias(mask, T, 0, dtype_);
-    Tensor cos_t, sin_t;
-    if (o_.alibi) bias = bias + alibi_bias(mask, c.num_heads, 1.0 / std::sqrt(double(c.head_dim)), dtype_);
-    else std::tie(cos_t, sin_t) = rope_tables(c, positions_from_mask(mask, T), c.head_dim, dtype_);
-    Tensor h = embedding(input_ids, embed_);
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const FalconLayer& L = layers_[i];
-      Tensor x = ln(h, L.ln_attn_w, L.ln_attn_b);
-      auto [q, k, v] = split_qkv(proj(x, L.qkv_w, L.qkv_b), B, T);
-      if (!o_.alibi) {
-        q = apply_rope(q, cos_t, sin_t);
-        k = apply_rope(k, cos_t, sin_t);
-      }
-      if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      Tensor attn = proj(attend(q, k, v, bias), L.dense_w, L.dense_b);
-      Tensor m = o_.new_arch ? ln(h, L.ln_mlp_w, L.ln_mlp_b) : x;
-      if (!o_.new_arch && !o_.parallel) {
-        h = h + attn;
-        m = ln(h, L.ln_mlp_w, L.ln_mlp_b);
-        h = h + proj(gelu(proj(m, L.up_w, L.up_b)), L.down_w, L.down_b);
-      } else {
-        h = h + attn + proj(gelu(proj(m, L.up_w, L.up_b)), L.down_w, L.down_b);
-      }
+    ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
+    ctx.bias = attention_bias(mask, T, 0, dtype_);
+    // ALiBi: Falcon scales the bias by 1/sqrt(D) together with the scores.
+    if (o_.alibi) ctx.bias = ctx.bias + alibi_bias(mask, c.num_heads, 1.0 / std::sqrt(double(c.head_dim)), dtype_);
+    else std::tie(ctx.cos, ctx.sin) = rope_tables(c, positions_from_mask(mask, T), c.head_dim, dtype_);
+    Tensor h = word_embeddings->forward(input_ids);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      auto layer = layers[i];
+      h = run_block([layer, ctx, i](const Tensor& x) { return layer->forward(x, ctx, int64_t(i)); }, h);
     }
     h = end_layers(h, cache, T, last_positions);
-    return float_logits(proj(ln(h, lnf_w_, lnf_b_), embed_));
+    return lm_head->forward(ln_f->forward(h));
   }
+
+  std::shared_ptr<Scope> transformer;
+  std::shared_ptr<Embedding> word_embeddings;
+  std::vector<std::shared_ptr<FalconLayer>> layers;
+  std::shared_ptr<Norm> ln_f;
+  std::shared_ptr<Linear> lm_head;
 
  private:
   FalconOptions o_;
-  Tensor embed_, lnf_w_, lnf_b_;
-  std::vector<FalconLayer> layers_;
 };
 
 FalconOptions falcon_options(const json& j) {
@@ -128,6 +142,8 @@ FalconOptions falcon_options(const json& j) {
   o.parallel = get_bool(j, "parallel_attn", true);
   o.bias = get_bool(j, "bias", false);
   o.alibi = get_bool(j, "alibi", false);
+  o.hidden_dropout = get_double(j, "hidden_dropout", 0.0);
+  o.attention_dropout = get_double(j, "attention_dropout", 0.0);
   return o;
 }
 
@@ -146,10 +162,10 @@ Architecture falcon_architecture() {
     if (get_string(j, "activation", "gelu") != "gelu") unsupported(c, "activation '" + get_string(j, "activation", "") + "'");
     if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) unsupported(c, "rope_scaling");
   };
-  auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn&) -> std::unique_ptr<CausalLM> {
-    return std::make_unique<Falcon>(c, w, falcon_options(json::parse(c.json)));
+  auto build = [](const ModelConfig& c, const WeightSource& ws) -> std::unique_ptr<CausalLM> {
+    return std::make_unique<Falcon>(c, ws, falcon_options(json::parse(c.json)));
   };
-  return {{"FalconForCausalLM"}, parse, build};
+  return {{"FalconForCausalLM"}, "falcon", parse, build};
 }
 
 }  // namespace foundry::models::hf

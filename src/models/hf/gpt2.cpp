@@ -1,87 +1,110 @@
 // GPT2LMHeadModel (HF v4.40 semantics): learned positions, LayerNorm pre-norm blocks, fused qkv
-// Conv1D projections (weights [in, out]), GELU-tanh MLP, LM head tied to the token embedding.
-#include "foundry/autograd/grad_mode.h"
+// Conv1D projections (weights [in, out]), GELU-tanh MLP, dropout after the embeddings, on the
+// attention weights and on each residual branch (embd_pdrop, attn_pdrop, resid_pdrop), LM head tied
+// to the token embedding.
+#include <cmath>
+
 #include "foundry/ops/ops.h"
-#include "models/hf/common.h"
+#include "models/hf/blocks.h"
 
 namespace foundry::models::hf {
 
 namespace {
 
-struct GPT2Layer {
-  Tensor ln1_w, ln1_b, ln2_w, ln2_b;
-  Tensor attn_w, attn_b, proj_w, proj_b;
-  Tensor fc_w, fc_b, mlp_proj_w, mlp_proj_b;
+struct GPT2Options {
+  std::string activation;
+  double embd_pdrop, attn_pdrop, resid_pdrop;
+};
+
+class GPT2Attention : public nn::Module {
+ public:
+  GPT2Attention(const WeightSource& ws, const ModelConfig& c, const GPT2Options& o)
+      : C_(c.hidden_size), H_(c.num_heads), o_(o) {
+    c_attn = add_block<Linear>(*this, ws, "c_attn", C_, 3 * C_, true, true);
+    c_proj = add_block<Linear>(*this, ws, "c_proj", C_, C_, true, true,
+                               Init::normal(0.02 / std::sqrt(2.0 * double(c.num_layers))));
+  }
+  std::string type_name() const override { return "GPT2Attention"; }
+  Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
+    Tensor qkv = c_attn->forward(x);
+    Tensor q = split_heads(qkv.narrow(2, 0, C_), H_);
+    Tensor k = split_heads(qkv.narrow(2, C_, C_), H_);
+    Tensor v = split_heads(qkv.narrow(2, 2 * C_, C_), H_);
+    Tensor a = attend_layer(ctx, layer, q, k, v, is_training() ? o_.attn_pdrop : 0.0);
+    return maybe_dropout(*this, c_proj->forward(a), o_.resid_pdrop);
+  }
+  std::shared_ptr<Linear> c_attn, c_proj;
+
+ private:
+  int64_t C_, H_;
+  GPT2Options o_;
+};
+
+class GPT2Block : public nn::Module {
+ public:
+  GPT2Block(const WeightSource& ws, const ModelConfig& c, const GPT2Options& o) {
+    const int64_t C = c.hidden_size;
+    ln_1 = add_block<Norm>(*this, ws, "ln_1", C, Norm::Kind::LayerNorm, c.norm_eps);
+    attn = add_block<GPT2Attention>(*this, ws, "attn", c, o);
+    ln_2 = add_block<Norm>(*this, ws, "ln_2", C, Norm::Kind::LayerNorm, c.norm_eps);
+    mlp = add_block<MLP>(*this, ws, "mlp", C, c.intermediate_size, o.activation, "c_fc", "c_proj", true, true,
+                         o.resid_pdrop, Init::normal(0.02 / std::sqrt(2.0 * double(c.num_layers))));
+  }
+  std::string type_name() const override { return "GPT2Block"; }
+  Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
+    Tensor h = x + attn->forward(ln_1->forward(x), ctx, layer);
+    return h + mlp->forward(ln_2->forward(h));
+  }
+  std::shared_ptr<Norm> ln_1, ln_2;
+  std::shared_ptr<GPT2Attention> attn;
+  std::shared_ptr<MLP> mlp;
 };
 
 class GPT2 : public CausalLM {
  public:
-  GPT2(const ModelConfig& c, const WeightFn& w, const HasWeightFn& has, std::string activation)
-      : activation_(std::move(activation)) {
-    config_ = c;
-    const int64_t C = c.hidden_size, F = c.intermediate_size;
-    // HF's own gpt2 checkpoints store the trunk without the "transformer." prefix.
-    const std::string root = has("transformer.wte.weight") ? "transformer." : "";
-    auto take = [&](const std::string& name, const Shape& shape) { return weights_[root + name] = w(root + name, shape); };
-    wte_ = take("wte.weight", {c.vocab_size, C});
-    wpe_ = take("wpe.weight", {c.max_positions, C});
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string p = "h." + std::to_string(i) + ".";
-      GPT2Layer L;
-      L.ln1_w = take(p + "ln_1.weight", {C});
-      L.ln1_b = take(p + "ln_1.bias", {C});
-      L.attn_w = take(p + "attn.c_attn.weight", {C, 3 * C});
-      L.attn_b = take(p + "attn.c_attn.bias", {3 * C});
-      L.proj_w = take(p + "attn.c_proj.weight", {C, C});
-      L.proj_b = take(p + "attn.c_proj.bias", {C});
-      L.ln2_w = take(p + "ln_2.weight", {C});
-      L.ln2_b = take(p + "ln_2.bias", {C});
-      L.fc_w = take(p + "mlp.c_fc.weight", {C, F});
-      L.fc_b = take(p + "mlp.c_fc.bias", {F});
-      L.mlp_proj_w = take(p + "mlp.c_proj.weight", {F, C});
-      L.mlp_proj_b = take(p + "mlp.c_proj.bias", {C});
-      layers_.push_back(std::move(L));
-    }
-    lnf_w_ = take("ln_f.weight", {C});
-    lnf_b_ = take("ln_f.bias", {C});
-    head_ = c.tie_word_embeddings || !has("lm_head.weight") ? wte_ : (weights_["lm_head.weight"] = w("lm_head.weight", {c.vocab_size, C}));
-    dtype_ = wte_.dtype();
+  GPT2(const ModelConfig& c, const WeightSource& ws, const GPT2Options& o) : CausalLM(c, ws.products()), o_(o) {
+    const WeightSource tws = ws.pp("transformer");
+    transformer = register_module("transformer", std::make_shared<Scope>("GPT2Model"));
+    wte = add_block<Embedding>(*transformer, tws, "wte", c.vocab_size, c.hidden_size);
+    wpe = add_block<Embedding>(*transformer, tws, "wpe", c.max_positions, c.hidden_size);
+    auto list = transformer->register_module("h", std::make_shared<Scope>("ModuleList"));
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      blocks.push_back(add_block<GPT2Block>(*list, tws.pp("h"), std::to_string(i), c, o));
+    ln_f = add_block<Norm>(*transformer, tws, "ln_f", c.hidden_size, Norm::Kind::LayerNorm, c.norm_eps);
+    if (c.tie_word_embeddings || !ws.has("lm_head.weight"))
+      lm_head = register_module("lm_head", std::make_shared<Linear>(ws.pp("lm_head"), wte->weight));
+    else
+      lm_head = add_block<Linear>(*this, ws, "lm_head", c.hidden_size, c.vocab_size, false);
+    dtype_ = wte->weight.dtype();
   }
-
-  Tensor act(const Tensor& x) const { return activation(activation_, x); }
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
-    autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
+    LayerContext ctx;
     const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
-    const int64_t C = c.hidden_size, H = c.num_heads;
-    Tensor positions = positions_from_mask(mask, T);
-    if (amax(positions).item<int64_t>() >= c.max_positions)
-      raise<ValueError>("{}: position {} is past n_positions ({})", c.architecture, amax(positions).item<int64_t>(),
-                        c.max_positions);
-    Tensor bias = attention_bias(mask, T, 0, dtype_);
-    Tensor h = embedding(input_ids, wte_) + embedding(positions, wpe_);
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const GPT2Layer& L = layers_[i];
-      Tensor x = layer_norm(h, {C}, L.ln1_w, L.ln1_b, c.norm_eps);
-      Tensor qkv = proj_t(x, L.attn_w, L.attn_b);
-      Tensor q = split_heads(qkv.narrow(2, 0, C), H);
-      Tensor k = split_heads(qkv.narrow(2, C, C), H);
-      Tensor v = split_heads(qkv.narrow(2, 2 * C, C), H);
-      if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      h = h + proj_t(attend(q, k, v, bias), L.proj_w, L.proj_b);
-      x = layer_norm(h, {C}, L.ln2_w, L.ln2_b, c.norm_eps);
-      h = h + proj_t(act(proj_t(x, L.fc_w, L.fc_b)), L.mlp_proj_w, L.mlp_proj_b);
+    ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
+    ctx.positions = positions_from_mask(mask, T);
+    const int64_t last = amax(ctx.positions).item<int64_t>();
+    if (last >= c.max_positions)
+      raise<ValueError>("{}: position {} is past n_positions ({})", c.architecture, last, c.max_positions);
+    ctx.bias = attention_bias(mask, T, 0, dtype_);
+    Tensor h = maybe_dropout(*this, wte->forward(input_ids) + wpe->forward(ctx.positions), o_.embd_pdrop);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      auto block = blocks[i];
+      h = run_block([block, ctx, i](const Tensor& x) { return block->forward(x, ctx, int64_t(i)); }, h);
     }
     h = end_layers(h, cache, T, last_positions);
-    h = layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps);
-    return float_logits(proj(h, head_));
+    return lm_head->forward(ln_f->forward(h));
   }
 
+  std::shared_ptr<Scope> transformer;
+  std::shared_ptr<Embedding> wte, wpe;
+  std::vector<std::shared_ptr<GPT2Block>> blocks;
+  std::shared_ptr<Norm> ln_f;
+  std::shared_ptr<Linear> lm_head;
+
  private:
-  std::string activation_;
-  Tensor wte_, wpe_, lnf_w_, lnf_b_, head_;
-  std::vector<GPT2Layer> layers_;
+  GPT2Options o_;
 };
 
 void parse_gpt2(const json& j, ModelConfig& c) {
@@ -100,10 +123,12 @@ void parse_gpt2(const json& j, ModelConfig& c) {
 }  // namespace
 
 Architecture gpt2_architecture() {
-  return {{"GPT2LMHeadModel"}, parse_gpt2,
-          [](const ModelConfig& c, const WeightFn& w, const HasWeightFn& has) -> std::unique_ptr<CausalLM> {
+  return {{"GPT2LMHeadModel"}, "gpt2", parse_gpt2,
+          [](const ModelConfig& c, const WeightSource& ws) -> std::unique_ptr<CausalLM> {
             json j = json::parse(c.json);
-            return std::make_unique<GPT2>(c, w, has, get_string(j, "activation_function", "gelu_new"));
+            GPT2Options o{get_string(j, "activation_function", "gelu_new"), get_double(j, "embd_pdrop", 0.1),
+                          get_double(j, "attn_pdrop", 0.1), get_double(j, "resid_pdrop", 0.1)};
+            return std::make_unique<GPT2>(c, ws, o);
           }};
 }
 

@@ -1,87 +1,110 @@
 // GPTNeoXForCausalLM (HF v4.40): LayerNorm blocks with a fused per-head qkv projection ([H, 3, D]
 // rows), rotary embeddings on the first rotary_pct of each head, parallel (x + attn(ln1 x) +
-// mlp(ln2 x)) or sequential residuals, untied `embed_out` head.
-#include "foundry/autograd/grad_mode.h"
+// mlp(ln2 x)) or sequential residuals, hidden_dropout after the embedding and each branch,
+// attention_dropout on the attention weights, untied `embed_out` head.
 #include "foundry/ops/ops.h"
-#include "models/hf/common.h"
+#include "models/hf/blocks.h"
 
 namespace foundry::models::hf {
 
 namespace {
 
-struct NeoXLayer {
-  Tensor ln1_w, ln1_b, ln2_w, ln2_b, qkv_w, qkv_b, dense_w, dense_b, up_w, up_b, down_w, down_b;
+struct NeoXOptions {
+  bool parallel = true;
+  int64_t rot_dim = 0;
+  std::string act;
+  double attention_dropout = 0, hidden_dropout = 0;
+};
+
+class NeoXAttention : public nn::Module {
+ public:
+  NeoXAttention(const WeightSource& ws, const ModelConfig& c, const NeoXOptions& o) : H_(c.num_heads), D_(c.head_dim), o_(o) {
+    query_key_value = add_block<Linear>(*this, ws, "query_key_value", c.hidden_size, 3 * c.hidden_size, c.attention_bias);
+    dense = add_block<Linear>(*this, ws, "dense", c.hidden_size, c.hidden_size, c.attention_bias);
+  }
+  std::string type_name() const override { return "GPTNeoXAttention"; }
+  Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
+    const int64_t B = x.size(0), T = x.size(1);
+    Tensor qkv = query_key_value->forward(x).reshape({B, T, H_, 3 * D_}).transpose(1, 2);  // [B, H, T, 3D]
+    Tensor q = apply_rope(qkv.narrow(3, 0, D_), ctx.cos, ctx.sin);
+    Tensor k = apply_rope(qkv.narrow(3, D_, D_), ctx.cos, ctx.sin);
+    Tensor v = qkv.narrow(3, 2 * D_, D_);
+    return dense->forward(attend_layer(ctx, layer, q, k, v, is_training() ? o_.attention_dropout : 0.0));
+  }
+  std::shared_ptr<Linear> query_key_value, dense;
+
+ private:
+  int64_t H_, D_;
+  NeoXOptions o_;
+};
+
+// Parallel: h + attn(ln1 h) + mlp(ln2 h); sequential: h += attn(ln1 h); h += mlp(ln2 h).
+class NeoXLayer : public nn::Module {
+ public:
+  NeoXLayer(const WeightSource& ws, const ModelConfig& c, const NeoXOptions& o) : o_(o) {
+    input_layernorm = add_block<Norm>(*this, ws, "input_layernorm", c.hidden_size, Norm::Kind::LayerNorm, c.norm_eps);
+    post_attention_layernorm =
+        add_block<Norm>(*this, ws, "post_attention_layernorm", c.hidden_size, Norm::Kind::LayerNorm, c.norm_eps);
+    attention = add_block<NeoXAttention>(*this, ws, "attention", c, o);
+    mlp = add_block<MLP>(*this, ws, "mlp", c.hidden_size, c.intermediate_size, o.act, "dense_h_to_4h", "dense_4h_to_h");
+  }
+  std::string type_name() const override { return "GPTNeoXLayer"; }
+  Tensor forward(const Tensor& h, const LayerContext& ctx, int64_t layer) {
+    Tensor attn = maybe_dropout(*this, attention->forward(input_layernorm->forward(h), ctx, layer), o_.hidden_dropout);
+    if (o_.parallel)
+      return h + attn + maybe_dropout(*this, mlp->forward(post_attention_layernorm->forward(h)), o_.hidden_dropout);
+    Tensor x = h + attn;
+    return x + maybe_dropout(*this, mlp->forward(post_attention_layernorm->forward(x)), o_.hidden_dropout);
+  }
+  std::shared_ptr<Norm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<NeoXAttention> attention;
+  std::shared_ptr<MLP> mlp;
+
+ private:
+  NeoXOptions o_;
 };
 
 class GPTNeoX : public CausalLM {
  public:
-  GPTNeoX(const ModelConfig& c, const WeightFn& w, bool parallel, int64_t rot_dim, std::string act)
-      : parallel_(parallel), rot_dim_(rot_dim), act_(std::move(act)) {
-    config_ = c;
-    const int64_t C = c.hidden_size, F = c.intermediate_size;
-    auto take = [&](const std::string& name, const Shape& shape) { return weights_[name] = w(name, shape); };
-    embed_ = take("gpt_neox.embed_in.weight", {c.vocab_size, C});
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string p = "gpt_neox.layers." + std::to_string(i) + ".";
-      NeoXLayer L;
-      L.ln1_w = take(p + "input_layernorm.weight", {C});
-      L.ln1_b = take(p + "input_layernorm.bias", {C});
-      L.ln2_w = take(p + "post_attention_layernorm.weight", {C});
-      L.ln2_b = take(p + "post_attention_layernorm.bias", {C});
-      L.qkv_w = take(p + "attention.query_key_value.weight", {3 * C, C});
-      L.dense_w = take(p + "attention.dense.weight", {C, C});
-      if (c.attention_bias) {
-        L.qkv_b = take(p + "attention.query_key_value.bias", {3 * C});
-        L.dense_b = take(p + "attention.dense.bias", {C});
-      }
-      L.up_w = take(p + "mlp.dense_h_to_4h.weight", {F, C});
-      L.up_b = take(p + "mlp.dense_h_to_4h.bias", {F});
-      L.down_w = take(p + "mlp.dense_4h_to_h.weight", {C, F});
-      L.down_b = take(p + "mlp.dense_4h_to_h.bias", {C});
-      layers_.push_back(std::move(L));
-    }
-    lnf_w_ = take("gpt_neox.final_layer_norm.weight", {C});
-    lnf_b_ = take("gpt_neox.final_layer_norm.bias", {C});
-    head_ = c.tie_word_embeddings ? embed_ : take("embed_out.weight", {c.vocab_size, C});
-    dtype_ = embed_.dtype();
+  GPTNeoX(const ModelConfig& c, const WeightSource& ws, const NeoXOptions& o) : CausalLM(c, ws.products()), o_(o) {
+    const WeightSource tws = ws.pp("gpt_neox");
+    gpt_neox = register_module("gpt_neox", std::make_shared<Scope>("GPTNeoXModel"));
+    embed_in = add_block<Embedding>(*gpt_neox, tws, "embed_in", c.vocab_size, c.hidden_size);
+    auto list = gpt_neox->register_module("layers", std::make_shared<Scope>("ModuleList"));
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      layers.push_back(add_block<NeoXLayer>(*list, tws.pp("layers"), std::to_string(i), c, o));
+    final_layer_norm = add_block<Norm>(*gpt_neox, tws, "final_layer_norm", c.hidden_size, Norm::Kind::LayerNorm, c.norm_eps);
+    embed_out = c.tie_word_embeddings
+                    ? register_module("embed_out", std::make_shared<Linear>(ws.pp("embed_out"), embed_in->weight))
+                    : add_block<Linear>(*this, ws, "embed_out", c.hidden_size, c.vocab_size, false);
+    dtype_ = embed_in->weight.dtype();
   }
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
-    autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
+    LayerContext ctx;
     const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
-    const int64_t C = c.hidden_size, H = c.num_heads, D = c.head_dim;
-    auto [cos_t, sin_t] = rope_tables(c, positions_from_mask(mask, T), rot_dim_, dtype_);
-    Tensor bias = attention_bias(mask, T, 0, dtype_);
-    Tensor h = embedding(input_ids, embed_);
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const NeoXLayer& L = layers_[i];
-      Tensor x = layer_norm(h, {C}, L.ln1_w, L.ln1_b, c.norm_eps);
-      Tensor qkv = proj(x, L.qkv_w, L.qkv_b).reshape({B, T, H, 3 * D}).transpose(1, 2);  // [B, H, T, 3D]
-      Tensor q = apply_rope(qkv.narrow(3, 0, D), cos_t, sin_t);
-      Tensor k = apply_rope(qkv.narrow(3, D, D), cos_t, sin_t);
-      Tensor v = qkv.narrow(3, 2 * D, D);
-      if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      Tensor attn = proj(attend(q, k, v, bias), L.dense_w, L.dense_b);
-      if (parallel_) {
-        Tensor m = layer_norm(h, {C}, L.ln2_w, L.ln2_b, c.norm_eps);
-        h = h + attn + proj(activation(act_, proj(m, L.up_w, L.up_b)), L.down_w, L.down_b);
-      } else {
-        h = h + attn;
-        Tensor m = layer_norm(h, {C}, L.ln2_w, L.ln2_b, c.norm_eps);
-        h = h + proj(activation(act_, proj(m, L.up_w, L.up_b)), L.down_w, L.down_b);
-      }
+    ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
+    ctx.positions = positions_from_mask(mask, T);
+    std::tie(ctx.cos, ctx.sin) = rope_tables(c, ctx.positions, o_.rot_dim, dtype_);
+    ctx.bias = attention_bias(mask, T, 0, dtype_);
+    Tensor h = maybe_dropout(*this, embed_in->forward(input_ids), o_.hidden_dropout);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      auto layer = layers[i];
+      h = run_block([layer, ctx, i](const Tensor& x) { return layer->forward(x, ctx, int64_t(i)); }, h);
     }
     h = end_layers(h, cache, T, last_positions);
-    return float_logits(proj(layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps), head_));
+    return embed_out->forward(final_layer_norm->forward(h));
   }
 
+  std::shared_ptr<Scope> gpt_neox;
+  std::shared_ptr<Embedding> embed_in;
+  std::vector<std::shared_ptr<NeoXLayer>> layers;
+  std::shared_ptr<Norm> final_layer_norm;
+  std::shared_ptr<Linear> embed_out;
+
  private:
-  bool parallel_;
-  int64_t rot_dim_;
-  std::string act_;
-  Tensor embed_, lnf_w_, lnf_b_, head_;
-  std::vector<NeoXLayer> layers_;
+  NeoXOptions o_;
 };
 
 }  // namespace
@@ -99,14 +122,19 @@ Architecture gpt_neox_architecture() {
     if (!known_activation(act)) unsupported(c, "hidden_act '" + act + "'");
     parse_rope_scaling(j, c, false);
   };
-  auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn&) -> std::unique_ptr<CausalLM> {
+  auto build = [](const ModelConfig& c, const WeightSource& ws) -> std::unique_ptr<CausalLM> {
     json j = json::parse(c.json);
-    const int64_t rot = int64_t(double(c.head_dim) * get_double(j, "rotary_pct", 0.25));
-    FOUNDRY_CHECK_AS(ValueError, rot > 0 && rot % 2 == 0, "config.json: rotary_pct gives {} rotary dims; need an even number > 0", rot);
-    return std::make_unique<GPTNeoX>(c, w, get_bool(j, "use_parallel_residual", true), rot,
-                                     get_string(j, "hidden_act", "gelu"));
+    NeoXOptions o;
+    o.rot_dim = int64_t(double(c.head_dim) * get_double(j, "rotary_pct", 0.25));
+    FOUNDRY_CHECK_AS(ValueError, o.rot_dim > 0 && o.rot_dim % 2 == 0,
+                     "config.json: rotary_pct gives {} rotary dims; need an even number > 0", o.rot_dim);
+    o.parallel = get_bool(j, "use_parallel_residual", true);
+    o.act = get_string(j, "hidden_act", "gelu");
+    o.attention_dropout = get_double(j, "attention_dropout", 0.0);
+    o.hidden_dropout = get_double(j, "hidden_dropout", 0.0);
+    return std::make_unique<GPTNeoX>(c, ws, o);
   };
-  return {{"GPTNeoXForCausalLM"}, parse, build};
+  return {{"GPTNeoXForCausalLM"}, "gpt_neox", parse, build};
 }
 
 }  // namespace foundry::models::hf

@@ -1,5 +1,6 @@
 // MixtralForCausalLM (HF v4.40): Mistral's attention with a sparse mixture of SiLU-gated experts in
 // every layer: softmax router in float32, top `num_experts_per_tok` experts renormalised to sum 1.
+#include "models/hf/blocks.h"
 #include "models/hf/decoder.h"
 
 namespace foundry::models::hf {
@@ -9,7 +10,7 @@ Architecture mixtral_architecture() {
     parse_decoder_common(j, c);
     c.sliding_window = get_int(j, "sliding_window", 0);
   };
-  auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn& has) {
+  auto build = [](const ModelConfig& c, const WeightSource& ws) {
     json j = json::parse(c.json);
     DecoderSpec s;
     s.moe = DecoderSpec::Moe::Mixtral;
@@ -20,9 +21,9 @@ Architecture mixtral_architecture() {
                      s.experts_per_token, s.num_experts);
     s.expert_intermediate = c.intermediate_size;
     s.sparse_layers.assign(size_t(c.num_layers), true);
-    return build_decoder(c, s, w, has);
+    return build_decoder(c, s, ws);
   };
-  return {{"MixtralForCausalLM"}, parse, build};
+  return {{"MixtralForCausalLM"}, "mixtral", parse, build};
 }
 
 }  // namespace foundry::models::hf

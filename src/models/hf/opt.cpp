@@ -1,105 +1,129 @@
 // OPTForCausalLM (HF v4.40): learned positions offset by 2 (padding positions read row 1), biased
 // attention and ReLU MLP, pre-LayerNorm (do_layer_norm_before) or post-LayerNorm blocks, optional
-// project_in/out when word_embed_proj_dim differs from hidden_size, LM head tied to the embedding.
-#include "foundry/autograd/grad_mode.h"
+// project_in/out when word_embed_proj_dim differs from hidden_size, dropout after the embeddings
+// and each residual branch, LM head tied to the embedding.
 #include "foundry/ops/ops.h"
-#include "models/hf/common.h"
+#include "models/hf/blocks.h"
 
 namespace foundry::models::hf {
 
 namespace {
 
-struct OPTLayer {
-  Tensor attn_ln_w, attn_ln_b, wq, bq, wk, bk, wv, bv, wo, bo, mlp_ln_w, mlp_ln_b, fc1_w, fc1_b, fc2_w, fc2_b;
+struct OPTOptions {
+  bool pre_norm = true, final_norm = true;
+  int64_t proj_dim = 0;
+  std::string act;
+  double dropout = 0, attention_dropout = 0;
+};
+
+class OPTAttention : public nn::Module {
+ public:
+  OPTAttention(const WeightSource& ws, const ModelConfig& c, double dropout) : H_(c.num_heads), dropout_(dropout) {
+    const int64_t C = c.hidden_size;
+    q_proj = add_block<Linear>(*this, ws, "q_proj", C, C, true);
+    k_proj = add_block<Linear>(*this, ws, "k_proj", C, C, true);
+    v_proj = add_block<Linear>(*this, ws, "v_proj", C, C, true);
+    out_proj = add_block<Linear>(*this, ws, "out_proj", C, C, true);
+  }
+  std::string type_name() const override { return "OPTAttention"; }
+  Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
+    Tensor q = split_heads(q_proj->forward(x), H_), k = split_heads(k_proj->forward(x), H_);
+    Tensor v = split_heads(v_proj->forward(x), H_);
+    return out_proj->forward(attend_layer(ctx, layer, q, k, v, is_training() ? dropout_ : 0.0));
+  }
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;
+
+ private:
+  int64_t H_;
+  double dropout_;
+};
+
+// Pre-norm (h += attn(ln h); h += fc2(act(fc1(ln h)))) or post-norm (the norms after each sum).
+class OPTLayer : public nn::Module {
+ public:
+  OPTLayer(const WeightSource& ws, const ModelConfig& c, const OPTOptions& o) : act_(o.act), o_(o) {
+    const int64_t C = c.hidden_size, F = c.intermediate_size;
+    self_attn = add_block<OPTAttention>(*this, ws, "self_attn", c, o.attention_dropout);
+    self_attn_layer_norm = add_block<Norm>(*this, ws, "self_attn_layer_norm", C, Norm::Kind::LayerNorm, c.norm_eps);
+    fc1 = add_block<Linear>(*this, ws, "fc1", C, F, true);
+    fc2 = add_block<Linear>(*this, ws, "fc2", F, C, true);
+    final_layer_norm = add_block<Norm>(*this, ws, "final_layer_norm", C, Norm::Kind::LayerNorm, c.norm_eps);
+  }
+  std::string type_name() const override { return "OPTDecoderLayer"; }
+  Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
+    Tensor h = x;
+    Tensor a = o_.pre_norm ? self_attn_layer_norm->forward(h) : h;
+    h = h + maybe_dropout(*this, self_attn->forward(a, ctx, layer), o_.dropout);
+    if (!o_.pre_norm) h = self_attn_layer_norm->forward(h);
+    a = o_.pre_norm ? final_layer_norm->forward(h) : h;
+    h = h + maybe_dropout(*this, fc2->forward(activation(act_, fc1->forward(a))), o_.dropout);
+    return o_.pre_norm ? h : final_layer_norm->forward(h);
+  }
+  std::shared_ptr<OPTAttention> self_attn;
+  std::shared_ptr<Norm> self_attn_layer_norm, final_layer_norm;
+  std::shared_ptr<Linear> fc1, fc2;
+
+ private:
+  std::string act_;
+  OPTOptions o_;
 };
 
 class OPT : public CausalLM {
  public:
-  OPT(const ModelConfig& c, const WeightFn& w, bool pre_norm, bool final_norm, int64_t proj_dim, std::string act)
-      : pre_norm_(pre_norm), act_(std::move(act)) {
-    config_ = c;
-    const int64_t C = c.hidden_size, F = c.intermediate_size;
-    const std::string root = "model.decoder.";
-    auto take = [&](const std::string& name, const Shape& shape) {
-      return weights_[root + name] = w(root + name, shape);
-    };
-    embed_ = take("embed_tokens.weight", {c.vocab_size, proj_dim});
-    positions_ = take("embed_positions.weight", {c.max_positions + 2, C});
-    if (proj_dim != C) {
-      project_in_ = take("project_in.weight", {C, proj_dim});
-      project_out_ = take("project_out.weight", {proj_dim, C});
+  OPT(const ModelConfig& c, const WeightSource& ws, const OPTOptions& o) : CausalLM(c, ws.products()), o_(o) {
+    const int64_t C = c.hidden_size;
+    const WeightSource dws = ws.pp("model").pp("decoder");
+    auto model = register_module("model", std::make_shared<Scope>("OPTModel"));
+    decoder = model->register_module("decoder", std::make_shared<Scope>("OPTDecoder"));
+    embed_tokens = add_block<Embedding>(*decoder, dws, "embed_tokens", c.vocab_size, o.proj_dim, config_pad_token(c));
+    embed_positions = add_block<Embedding>(*decoder, dws, "embed_positions", c.max_positions + 2, C);
+    if (o.final_norm)
+      final_layer_norm = add_block<Norm>(*decoder, dws, "final_layer_norm", C, Norm::Kind::LayerNorm, c.norm_eps);
+    if (o.proj_dim != C) {
+      project_out = add_block<Linear>(*decoder, dws, "project_out", C, o.proj_dim, false);
+      project_in = add_block<Linear>(*decoder, dws, "project_in", o.proj_dim, C, false);
     }
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string p = "layers." + std::to_string(i) + ".";
-      OPTLayer L;
-      L.attn_ln_w = take(p + "self_attn_layer_norm.weight", {C});
-      L.attn_ln_b = take(p + "self_attn_layer_norm.bias", {C});
-      L.wq = take(p + "self_attn.q_proj.weight", {C, C});
-      L.bq = take(p + "self_attn.q_proj.bias", {C});
-      L.wk = take(p + "self_attn.k_proj.weight", {C, C});
-      L.bk = take(p + "self_attn.k_proj.bias", {C});
-      L.wv = take(p + "self_attn.v_proj.weight", {C, C});
-      L.bv = take(p + "self_attn.v_proj.bias", {C});
-      L.wo = take(p + "self_attn.out_proj.weight", {C, C});
-      L.bo = take(p + "self_attn.out_proj.bias", {C});
-      L.mlp_ln_w = take(p + "final_layer_norm.weight", {C});
-      L.mlp_ln_b = take(p + "final_layer_norm.bias", {C});
-      L.fc1_w = take(p + "fc1.weight", {F, C});
-      L.fc1_b = take(p + "fc1.bias", {F});
-      L.fc2_w = take(p + "fc2.weight", {C, F});
-      L.fc2_b = take(p + "fc2.bias", {C});
-      layers_.push_back(std::move(L));
-    }
-    if (final_norm) {
-      lnf_w_ = take("final_layer_norm.weight", {C});
-      lnf_b_ = take("final_layer_norm.bias", {C});
-    }
-    dtype_ = embed_.dtype();
-  }
-
-  Tensor ln(const Tensor& x, const Tensor& w, const Tensor& b) const {
-    return layer_norm(x, {config_.hidden_size}, w, b, config_.norm_eps);
+    auto list = decoder->register_module("layers", std::make_shared<Scope>("ModuleList"));
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      layers.push_back(add_block<OPTLayer>(*list, dws.pp("layers"), std::to_string(i), c, o));
+    lm_head = register_module("lm_head", std::make_shared<Linear>(ws.pp("lm_head"), embed_tokens->weight));
+    dtype_ = embed_tokens->weight.dtype();
   }
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
-    autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
+    LayerContext ctx;
     const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
-    const int64_t H = c.num_heads;
+    ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
     // OPTLearnedPositionalEmbedding: cumsum(mask) * mask - 1, plus the offset of 2.
     Tensor m = mask.to(DType::Int64);
-    Tensor pos = (cumsum(m, 1) * m + ones({}, DType::Int64)).narrow(1, past, T);
-    if (amax(pos).item<int64_t>() >= c.max_positions + 2)
-      raise<ValueError>("{}: position {} is past max_position_embeddings ({})", c.architecture,
-                        amax(pos).item<int64_t>() - 2, c.max_positions);
-    Tensor bias = attention_bias(mask, T, 0, dtype_);
-    Tensor h = embedding(input_ids, embed_);
-    if (project_in_.defined()) h = proj(h, project_in_);
-    h = h + embedding(pos, positions_);
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const OPTLayer& L = layers_[i];
-      Tensor x = pre_norm_ ? ln(h, L.attn_ln_w, L.attn_ln_b) : h;
-      Tensor q = split_heads(proj(x, L.wq, L.bq), H);
-      Tensor k = split_heads(proj(x, L.wk, L.bk), H);
-      Tensor v = split_heads(proj(x, L.wv, L.bv), H);
-      if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      h = h + proj(attend(q, k, v, bias), L.wo, L.bo);
-      if (!pre_norm_) h = ln(h, L.attn_ln_w, L.attn_ln_b);
-      x = pre_norm_ ? ln(h, L.mlp_ln_w, L.mlp_ln_b) : h;
-      h = h + proj(activation(act_, proj(x, L.fc1_w, L.fc1_b)), L.fc2_w, L.fc2_b);
-      if (!pre_norm_) h = ln(h, L.mlp_ln_w, L.mlp_ln_b);
+    ctx.positions = (cumsum(m, 1) * m + ones({}, DType::Int64)).narrow(1, past, T);
+    const int64_t last = amax(ctx.positions).item<int64_t>();
+    if (last >= c.max_positions + 2)
+      raise<ValueError>("{}: position {} is past max_position_embeddings ({})", c.architecture, last - 2,
+                        c.max_positions);
+    ctx.bias = attention_bias(mask, T, 0, dtype_);
+    Tensor h = embed_tokens->forward(input_ids);
+    if (project_in) h = project_in->forward(h);
+    h = maybe_dropout(*this, h + embed_positions->forward(ctx.positions), o_.dropout);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      auto layer = layers[i];
+      h = run_block([layer, ctx, i](const Tensor& x) { return layer->forward(x, ctx, int64_t(i)); }, h);
     }
     h = end_layers(h, cache, T, last_positions);
-    if (lnf_w_.defined()) h = ln(h, lnf_w_, lnf_b_);
-    if (project_out_.defined()) h = proj(h, project_out_);
-    return float_logits(proj(h, embed_));
+    if (final_layer_norm) h = final_layer_norm->forward(h);
+    if (project_out) h = project_out->forward(h);
+    return lm_head->forward(h);
   }
 
+  std::shared_ptr<Scope> decoder;
+  std::shared_ptr<Embedding> embed_tokens, embed_positions;
+  std::shared_ptr<Linear> project_in, project_out, lm_head;
+  std::vector<std::shared_ptr<OPTLayer>> layers;
+  std::shared_ptr<Norm> final_layer_norm;
+
  private:
-  bool pre_norm_;
-  std::string act_;
-  Tensor embed_, positions_, project_in_, project_out_, lnf_w_, lnf_b_;
-  std::vector<OPTLayer> layers_;
+  OPTOptions o_;
 };
 
 }  // namespace
@@ -116,14 +140,18 @@ Architecture opt_architecture() {
     const std::string act = get_string(j, "activation_function", "relu");
     if (!known_activation(act)) unsupported(c, "activation_function '" + act + "'");
   };
-  auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn&) -> std::unique_ptr<CausalLM> {
+  auto build = [](const ModelConfig& c, const WeightSource& ws) -> std::unique_ptr<CausalLM> {
     json j = json::parse(c.json);
-    const bool pre_norm = get_bool(j, "do_layer_norm_before", true);
-    return std::make_unique<OPT>(c, w, pre_norm, pre_norm && !get_bool(j, "_remove_final_layer_norm", false),
-                                 get_int(j, "word_embed_proj_dim", c.hidden_size),
-                                 get_string(j, "activation_function", "relu"));
+    OPTOptions o;
+    o.pre_norm = get_bool(j, "do_layer_norm_before", true);
+    o.final_norm = o.pre_norm && !get_bool(j, "_remove_final_layer_norm", false);
+    o.proj_dim = get_int(j, "word_embed_proj_dim", c.hidden_size);
+    o.act = get_string(j, "activation_function", "relu");
+    o.dropout = get_double(j, "dropout", 0.1);
+    o.attention_dropout = get_double(j, "attention_dropout", 0.0);
+    return std::make_unique<OPT>(c, ws, o);
   };
-  return {{"OPTForCausalLM"}, parse, build};
+  return {{"OPTForCausalLM"}, "opt", parse, build};
 }
 
 }  // namespace foundry::models::hf

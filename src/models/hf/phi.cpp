@@ -1,78 +1,104 @@
 // PhiForCausalLM (HF v4.40): one LayerNorm per block feeding attention and MLP in parallel
 // (h + attn(ln x) + mlp(ln x)), rotary embeddings on the first partial_rotary_factor of each head,
 // biased projections, a final LayerNorm and an LM head with bias.
-#include "foundry/autograd/grad_mode.h"
 #include "foundry/ops/ops.h"
-#include "models/hf/common.h"
+#include "models/hf/blocks.h"
 
 namespace foundry::models::hf {
 
 namespace {
 
-struct PhiLayer {
-  Tensor ln_w, ln_b, wq, bq, wk, bk, wv, bv, wo, bo, fc1_w, fc1_b, fc2_w, fc2_b;
+struct PhiOptions {
+  int64_t rot_dim = 0;
+  std::string act;
+  double attention_dropout = 0, resid_pdrop = 0, embd_pdrop = 0;
+};
+
+class PhiAttention : public nn::Module {
+ public:
+  PhiAttention(const WeightSource& ws, const ModelConfig& c, const PhiOptions& o)
+      : H_(c.num_heads), Hkv_(c.num_kv_heads), o_(o) {
+    const int64_t C = c.hidden_size, D = c.head_dim;
+    q_proj = add_block<Linear>(*this, ws, "q_proj", C, H_ * D, true);
+    k_proj = add_block<Linear>(*this, ws, "k_proj", C, Hkv_ * D, true);
+    v_proj = add_block<Linear>(*this, ws, "v_proj", C, Hkv_ * D, true);
+    dense = add_block<Linear>(*this, ws, "dense", H_ * D, C, true);
+  }
+  std::string type_name() const override { return "PhiAttention"; }
+  Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
+    Tensor q = rope_heads(q_proj->forward(x), H_, ctx);
+    Tensor k = rope_heads(k_proj->forward(x), Hkv_, ctx);
+    Tensor v = split_heads(v_proj->forward(x), Hkv_);
+    return dense->forward(attend_layer(ctx, layer, q, k, v, is_training() ? o_.attention_dropout : 0.0));
+  }
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, dense;
+
+ private:
+  int64_t H_, Hkv_;
+  PhiOptions o_;
+};
+
+// One LayerNorm feeding attention and MLP in parallel: h + attn(ln h) + mlp(ln h).
+class PhiLayer : public nn::Module {
+ public:
+  PhiLayer(const WeightSource& ws, const ModelConfig& c, const PhiOptions& o) : o_(o) {
+    self_attn = add_block<PhiAttention>(*this, ws, "self_attn", c, o);
+    mlp = add_block<MLP>(*this, ws, "mlp", c.hidden_size, c.intermediate_size, o.act, "fc1", "fc2");
+    input_layernorm = add_block<Norm>(*this, ws, "input_layernorm", c.hidden_size, Norm::Kind::LayerNorm, c.norm_eps);
+  }
+  std::string type_name() const override { return "PhiDecoderLayer"; }
+  Tensor forward(const Tensor& h, const LayerContext& ctx, int64_t layer) {
+    Tensor x = input_layernorm->forward(h);
+    return h + maybe_dropout(*this, self_attn->forward(x, ctx, layer), o_.resid_pdrop) +
+           maybe_dropout(*this, mlp->forward(x), o_.resid_pdrop);
+  }
+  std::shared_ptr<PhiAttention> self_attn;
+  std::shared_ptr<MLP> mlp;
+  std::shared_ptr<Norm> input_layernorm;
+
+ private:
+  PhiOptions o_;
 };
 
 class Phi : public CausalLM {
  public:
-  Phi(const ModelConfig& c, const WeightFn& w, int64_t rot_dim, std::string act) : rot_dim_(rot_dim), act_(std::move(act)) {
-    config_ = c;
-    const int64_t C = c.hidden_size, F = c.intermediate_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
-    auto take = [&](const std::string& name, const Shape& shape) { return weights_[name] = w(name, shape); };
-    embed_ = take("model.embed_tokens.weight", {c.vocab_size, C});
-    for (int64_t i = 0; i < c.num_layers; ++i) {
-      const std::string p = "model.layers." + std::to_string(i) + ".";
-      PhiLayer L;
-      L.ln_w = take(p + "input_layernorm.weight", {C});
-      L.ln_b = take(p + "input_layernorm.bias", {C});
-      L.wq = take(p + "self_attn.q_proj.weight", {H * D, C});
-      L.bq = take(p + "self_attn.q_proj.bias", {H * D});
-      L.wk = take(p + "self_attn.k_proj.weight", {Hkv * D, C});
-      L.bk = take(p + "self_attn.k_proj.bias", {Hkv * D});
-      L.wv = take(p + "self_attn.v_proj.weight", {Hkv * D, C});
-      L.bv = take(p + "self_attn.v_proj.bias", {Hkv * D});
-      L.wo = take(p + "self_attn.dense.weight", {C, H * D});
-      L.bo = take(p + "self_attn.dense.bias", {C});
-      L.fc1_w = take(p + "mlp.fc1.weight", {F, C});
-      L.fc1_b = take(p + "mlp.fc1.bias", {F});
-      L.fc2_w = take(p + "mlp.fc2.weight", {C, F});
-      L.fc2_b = take(p + "mlp.fc2.bias", {C});
-      layers_.push_back(std::move(L));
-    }
-    lnf_w_ = take("model.final_layernorm.weight", {C});
-    lnf_b_ = take("model.final_layernorm.bias", {C});
-    head_w_ = take("lm_head.weight", {c.vocab_size, C});
-    head_b_ = take("lm_head.bias", {c.vocab_size});
-    dtype_ = embed_.dtype();
+  Phi(const ModelConfig& c, const WeightSource& ws, const PhiOptions& o) : CausalLM(c, ws.products()), o_(o) {
+    const WeightSource mws = ws.pp("model");
+    model = register_module("model", std::make_shared<Scope>("PhiModel"));
+    embed_tokens = add_block<Embedding>(*model, mws, "embed_tokens", c.vocab_size, c.hidden_size);
+    auto list = model->register_module("layers", std::make_shared<Scope>("ModuleList"));
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      layers.push_back(add_block<PhiLayer>(*list, mws.pp("layers"), std::to_string(i), c, o));
+    final_layernorm = add_block<Norm>(*model, mws, "final_layernorm", c.hidden_size, Norm::Kind::LayerNorm, c.norm_eps);
+    lm_head = add_block<Linear>(*this, ws, "lm_head", c.hidden_size, c.vocab_size, true);
+    dtype_ = embed_tokens->weight.dtype();
   }
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
-    autograd::NoGradGuard no_grad;
     const ModelConfig& c = config_;
+    LayerContext ctx;
     const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
-    const int64_t C = c.hidden_size;
-    auto [cos_t, sin_t] = rope_tables(c, positions_from_mask(mask, T), rot_dim_, dtype_);
-    Tensor bias = attention_bias(mask, T, 0, dtype_);
-    Tensor h = embedding(input_ids, embed_);
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const PhiLayer& L = layers_[i];
-      Tensor x = layer_norm(h, {C}, L.ln_w, L.ln_b, c.norm_eps);
-      Tensor q = apply_rope(split_heads(proj(x, L.wq, L.bq), c.num_heads), cos_t, sin_t);
-      Tensor k = apply_rope(split_heads(proj(x, L.wk, L.bk), c.num_kv_heads), cos_t, sin_t);
-      Tensor v = split_heads(proj(x, L.wv, L.bv), c.num_kv_heads);
-      if (cache) std::tie(k, v) = cache->append(int64_t(i), k, v);
-      Tensor attn = proj(attend(q, k, v, bias), L.wo, L.bo);
-      h = h + attn + proj(activation(act_, proj(x, L.fc1_w, L.fc1_b)), L.fc2_w, L.fc2_b);
+    ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
+    ctx.positions = positions_from_mask(mask, T);
+    std::tie(ctx.cos, ctx.sin) = rope_tables(c, ctx.positions, o_.rot_dim, dtype_);
+    ctx.bias = attention_bias(mask, T, 0, dtype_);
+    Tensor h = maybe_dropout(*this, embed_tokens->forward(input_ids), o_.embd_pdrop);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      auto layer = layers[i];
+      h = run_block([layer, ctx, i](const Tensor& x) { return layer->forward(x, ctx, int64_t(i)); }, h);
     }
     h = end_layers(h, cache, T, last_positions);
-    return float_logits(proj(layer_norm(h, {C}, lnf_w_, lnf_b_, c.norm_eps), head_w_, head_b_));
+    return lm_head->forward(final_layernorm->forward(h));
   }
 
+  std::shared_ptr<Scope> model;
+  std::shared_ptr<Embedding> embed_tokens;
+  std::vector<std::shared_ptr<PhiLayer>> layers;
+  std::shared_ptr<Norm> final_layernorm;
+  std::shared_ptr<Linear> lm_head;
+
  private:
-  int64_t rot_dim_;
-  std::string act_;
-  Tensor embed_, lnf_w_, lnf_b_, head_w_, head_b_;
-  std::vector<PhiLayer> layers_;
+  PhiOptions o_;
 };
 
 }  // namespace
@@ -91,14 +117,19 @@ Architecture phi_architecture() {
     if (!known_activation(act)) unsupported(c, "hidden_act '" + act + "'");
     parse_rope_scaling(j, c, false);
   };
-  auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn&) -> std::unique_ptr<CausalLM> {
+  auto build = [](const ModelConfig& c, const WeightSource& ws) -> std::unique_ptr<CausalLM> {
     json j = json::parse(c.json);
-    const int64_t rot = int64_t(double(c.head_dim) * get_double(j, "partial_rotary_factor", 0.5));
-    FOUNDRY_CHECK_AS(ValueError, rot > 0 && rot % 2 == 0,
-                     "config.json: partial_rotary_factor gives {} rotary dims; need an even number > 0", rot);
-    return std::make_unique<Phi>(c, w, rot, get_string(j, "hidden_act", "gelu_new"));
+    PhiOptions o;
+    o.rot_dim = int64_t(double(c.head_dim) * get_double(j, "partial_rotary_factor", 0.5));
+    FOUNDRY_CHECK_AS(ValueError, o.rot_dim > 0 && o.rot_dim % 2 == 0,
+                     "config.json: partial_rotary_factor gives {} rotary dims; need an even number > 0", o.rot_dim);
+    o.act = get_string(j, "hidden_act", "gelu_new");
+    o.attention_dropout = get_double(j, "attention_dropout", 0.0);
+    o.resid_pdrop = get_double(j, "resid_pdrop", 0.0);
+    o.embd_pdrop = get_double(j, "embd_pdrop", 0.0);
+    return std::make_unique<Phi>(c, ws, o);
   };
-  return {{"PhiForCausalLM"}, parse, build};
+  return {{"PhiForCausalLM"}, "phi", parse, build};
 }
 
 }  // namespace foundry::models::hf

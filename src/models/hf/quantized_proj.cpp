@@ -1,4 +1,4 @@
-// CausalLM::proj / proj_t: the weight products of every architecture. A weight is quantized when
+// WeightProducts: the weight products of every architecture when autograd does not record. A weight is quantized when
 // weight quantization is on (a copy in any format of foundry/quant/block_formats.h, made on first
 // use, transposed for [in, out] weights) or when the loader adopted quantized bytes for it (a GGUF
 // file's tensors, used in place). Then every product uses the quantized weight, so prefill and
@@ -29,9 +29,9 @@
 #include "models/hf/common.h"
 #include "quant/q8_kernels.h"
 
-namespace foundry::models {
+namespace foundry::models::hf {
 
-struct CausalLM::QuantizedWeight {
+struct WeightProducts::Quantized {
   const quant::BlockFormatTraits* format = nullptr;
   int64_t rows = 0, k = 0;
   std::vector<uint8_t> owned;
@@ -39,25 +39,25 @@ struct CausalLM::QuantizedWeight {
   Tensor keepalive;  // the storage `data` points into when it is not `owned`
 };
 
-void CausalLM::set_weight_quantization(const std::string& format) {
+void WeightProducts::set_format(const std::string& format) {
   if (!format.empty()) {
     const quant::BlockFormat f = quant::traits(format).format;  // ValueError naming the formats if unknown
     if (f == quant::BlockFormat::Q8_K)
       raise<ValueError>("q8_K is the K-quants' activation format, not a weight format");
   }
-  qformat_ = format;
+  format_ = format;
   for (auto it = quantized_.begin(); it != quantized_.end();)
     it = it->second->keepalive.defined() ? std::next(it) : quantized_.erase(it);
 }
 
-void CausalLM::adopt_quantized(const Tensor& weight, const std::string& format, const Tensor& bytes) {
+void WeightProducts::adopt(const Tensor& weight, const std::string& format, const Tensor& bytes) {
   const quant::BlockFormatTraits& t = quant::traits(format);
   FOUNDRY_CHECK_AS(ValueError, weight.dim() == 2, "adopt_quantized: weight must be 2-D, got {} dims", weight.dim());
   const int64_t rows = weight.size(0), k = weight.size(1);
   FOUNDRY_CHECK_AS(ValueError, bytes.is_contiguous() && bytes.nbytes() == quant::quantized_bytes(t, rows, k),
                    "adopt_quantized: {} bytes for a [{}, {}] {} matrix that needs {}", bytes.nbytes(), rows, k, t.name,
                    quant::quantized_bytes(t, rows, k));
-  auto q = std::make_shared<QuantizedWeight>();
+  auto q = std::make_shared<Quantized>();
   q->format = &t;
   q->rows = rows;
   q->k = k;
@@ -80,16 +80,27 @@ void release_mapped_pages(const Tensor& w) {
 
 }  // namespace
 
-const CausalLM::QuantizedWeight* CausalLM::quantized(const Tensor& w, bool transposed) const {
+bool WeightProducts::adopted(const Tensor& w) const {
+  auto it = quantized_.find(w.impl());
+  return it != quantized_.end() && it->second->keepalive.defined();
+}
+
+bool WeightProducts::any_adopted() const {
+  for (const auto& [key, q] : quantized_)
+    if (q->keepalive.defined()) return true;
+  return false;
+}
+
+const WeightProducts::Quantized* WeightProducts::quantized(const Tensor& w, bool transposed) const {
   auto it = quantized_.find(w.impl());
   if (it != quantized_.end()) return it->second.get();
-  if (qformat_.empty()) return nullptr;
-  const quant::BlockFormatTraits& t = quant::traits(qformat_);
+  if (format_.empty()) return nullptr;
+  const quant::BlockFormatTraits& t = quant::traits(format_);
   const int64_t k = transposed ? w.size(0) : w.size(1);
   if (k % t.block_size != 0) return nullptr;  // rows that are not whole blocks stay dense
   autograd::NoGradGuard no_grad;
   Tensor rows = (transposed ? w.t() : w).to(DType::Float32).contiguous();  // [out, in]
-  auto q = std::make_shared<QuantizedWeight>();
+  auto q = std::make_shared<Quantized>();
   q->format = &t;
   q->rows = rows.size(0);
   q->k = k;
@@ -117,7 +128,7 @@ bool native_bf16_gemm() {
 
 }  // namespace
 
-void CausalLM::set_quantized_prefill(const std::string& mode) {
+void WeightProducts::set_prefill(const std::string& mode) {
   FOUNDRY_CHECK_AS(ValueError, mode == "auto" || mode == "float32" || mode == "bfloat16",
                    "quantized prefill must be auto, float32 or bfloat16, got '{}'", mode);
   prefill_bf16_ = mode == "bfloat16" || (mode == "auto" && native_bf16_gemm());
@@ -177,19 +188,12 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
 
 }  // namespace
 
-Tensor CausalLM::proj(const Tensor& x, const Tensor& w, const Tensor& b) const {
-  const QuantizedWeight* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, false) : nullptr;
-  if (!q) return linear(x, w, b);
-  return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_bf16_);
+Tensor WeightProducts::product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const {
+  const Quantized* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, transposed) : nullptr;
+  if (q) return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_bf16_);
+  if (!transposed) return linear(x, w, b);
+  Tensor y = matmul(x, w);
+  return b.defined() ? y + b : y;
 }
 
-Tensor CausalLM::proj_t(const Tensor& x, const Tensor& w, const Tensor& b) const {
-  const QuantizedWeight* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, true) : nullptr;
-  if (!q) {
-    Tensor y = matmul(x, w);
-    return b.defined() ? y + b : y;
-  }
-  return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_bf16_);
-}
-
-}  // namespace foundry::models
+}  // namespace foundry::models::hf

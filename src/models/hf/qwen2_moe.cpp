@@ -4,6 +4,7 @@
 // `norm_topk_prob`.
 #include <algorithm>
 
+#include "models/hf/blocks.h"
 #include "models/hf/decoder.h"
 
 namespace foundry::models::hf {
@@ -13,7 +14,7 @@ Architecture qwen2_moe_architecture() {
     parse_decoder_common(j, c);
     if (get_bool(j, "use_sliding_window", false)) unsupported(c, "use_sliding_window = true");
   };
-  auto build = [](const ModelConfig& c, const WeightFn& w, const HasWeightFn& has) {
+  auto build = [](const ModelConfig& c, const WeightSource& ws) {
     json j = json::parse(c.json);
     DecoderSpec s;
     s.q_bias = s.k_bias = s.v_bias = true;
@@ -33,9 +34,9 @@ Architecture qwen2_moe_architecture() {
     for (int64_t i = 0; i < c.num_layers; ++i)
       s.sparse_layers.push_back(std::find(dense_only.begin(), dense_only.end(), i) == dense_only.end() &&
                                 (i + 1) % step == 0);
-    return build_decoder(c, s, w, has);
+    return build_decoder(c, s, ws);
   };
-  return {{"Qwen2MoeForCausalLM"}, parse, build};
+  return {{"Qwen2MoeForCausalLM"}, "qwen2_moe", parse, build};
 }
 
 }  // namespace foundry::models::hf

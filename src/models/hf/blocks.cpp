@@ -1,0 +1,204 @@
+#include "models/hf/blocks.h"
+
+#include <cmath>
+
+#include "foundry/autograd/grad_mode.h"
+#include "foundry/core/error.h"
+#include "foundry/nn/init.h"
+#include "foundry/ops/ops.h"
+
+namespace foundry::models::hf {
+
+bool records(const Tensor& a, const Tensor& b, const Tensor& c) {
+  if (!autograd::is_grad_enabled()) return false;
+  for (const Tensor* t : {&a, &b, &c})
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+std::optional<int64_t> config_pad_token(const ModelConfig& c) {
+  json j = json::parse(c.json);
+  auto it = j.find("pad_token_id");
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+
+// ---- WeightSource -----------------------------------------------------------------------------
+
+WeightSource WeightSource::pp(const std::string& child) const {
+  WeightSource out = *this;
+  out.prefix_ = prefix_ + child + ".";
+  return out;
+}
+
+Tensor WeightSource::get(const std::string& name, const Shape& shape, const Init& init) const {
+  return (*fetch_)(prefix_ + name, shape, init);
+}
+
+bool WeightSource::has(const std::string& name) const { return (*has_)(prefix_ + name); }
+
+// ---- Linear / Conv1D ----------------------------------------------------------------------------
+
+Linear::Linear(const WeightSource& ws, int64_t in, int64_t out, bool with_bias, bool transposed, Init init)
+    : weight(register_parameter("weight", ws.get("weight", transposed ? Shape{in, out} : Shape{out, in}, init))),
+      bias(register_parameter("bias", with_bias ? ws.get("bias", {out}, Init::zeros()) : Tensor())),
+      transposed_(transposed),
+      products_(ws.products()) {}
+
+Linear::Linear(const WeightSource& ws, const Tensor& tied_weight)
+    : weight(register_parameter("weight", tied_weight)), bias(register_parameter("bias", Tensor())),
+      products_(ws.products()) {}
+
+std::string Linear::extra_repr() const {
+  if (transposed_) return "nf=" + std::to_string(weight.size(1)) + ", nx=" + std::to_string(weight.size(0));
+  return "in_features=" + std::to_string(weight.size(1)) + ", out_features=" + std::to_string(weight.size(0)) +
+         ", bias=" + nn::py_bool(bias.defined());
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  if (records(x, weight, bias)) {
+    if (products_ && products_->adopted(weight))
+      raise<NotImplementedError>(
+          "this model's weights are quantized in memory (a GGUF file or a quantized folder): it can run but not "
+          "train; load the float checkpoint to train");
+    if (!transposed_) return linear(x, weight, bias);
+    Tensor y = matmul(x, weight);
+    return bias.defined() ? y + bias : y;
+  }
+  if (products_) return products_->product(x, weight, bias, transposed_);
+  return transposed_ ? (bias.defined() ? matmul(x, weight) + bias : matmul(x, weight)) : linear(x, weight, bias);
+}
+
+// ---- Embedding ------------------------------------------------------------------------------------
+
+Embedding::Embedding(const WeightSource& ws, int64_t num, int64_t dim, std::optional<int64_t> padding_idx)
+    : weight(register_parameter("weight", ws.get("weight", {num, dim}))), padding_idx_(padding_idx) {
+  if (padding_idx_ && (*padding_idx_ < 0 || *padding_idx_ >= num)) padding_idx_.reset();
+}
+
+std::string Embedding::extra_repr() const {
+  std::string s = std::to_string(weight.size(0)) + ", " + std::to_string(weight.size(1));
+  return padding_idx_ ? s + ", padding_idx=" + std::to_string(*padding_idx_) : s;
+}
+
+Tensor Embedding::forward(const Tensor& ids) { return embedding(ids, weight, padding_idx_); }
+
+// ---- norms --------------------------------------------------------------------------------------
+
+Norm::Norm(const WeightSource& ws, int64_t dim, Kind kind, double eps, bool with_bias)
+    : weight(register_parameter("weight", ws.get("weight", {dim}, kind == Kind::GemmaRMSNorm ? Init::zeros() : Init::ones()))),
+      bias(register_parameter("bias", kind == Kind::LayerNorm && with_bias ? ws.get("bias", {dim}, Init::zeros()) : Tensor())),
+      kind_(kind),
+      eps_(eps),
+      dim_(dim) {}
+
+std::string Norm::type_name() const {
+  return kind_ == Kind::LayerNorm ? "LayerNorm" : kind_ == Kind::RMSNorm ? "LlamaRMSNorm" : "GemmaRMSNorm";
+}
+
+std::string Norm::extra_repr() const { return "(" + std::to_string(dim_) + ",), eps=" + nn::py_float(eps_); }
+
+Tensor Norm::forward(const Tensor& x) {
+  if (kind_ == Kind::LayerNorm) return layer_norm(x, {dim_}, weight, bias, eps_);
+  if (kind_ == Kind::RMSNorm) return rms_norm(x, {dim_}, weight, eps_);
+  return rms_norm(x, {dim_}, weight + ones({}, weight.dtype()), eps_);
+}
+
+Tensor Norm::add_and_norm(Tensor& h, const Tensor& delta) {
+  if (kind_ == Kind::LayerNorm || records(h, delta, weight)) {
+    h = h + delta;
+    return forward(h);
+  }
+  return add_rms_norm_(h, delta, kind_ == Kind::RMSNorm ? weight : weight + ones({}, weight.dtype()), eps_);
+}
+
+// ---- MLPs ---------------------------------------------------------------------------------------
+
+GatedMLP::GatedMLP(const WeightSource& ws, int64_t hidden, int64_t intermediate, std::string act, bool bias,
+                   GatedNames names)
+    : act_(std::move(act)) {
+  gate = add_block<Linear>(*this, ws, names.gate, hidden, intermediate, bias);
+  up = add_block<Linear>(*this, ws, names.up, hidden, intermediate, bias);
+  down = add_block<Linear>(*this, ws, names.down, intermediate, hidden, bias);
+}
+
+Tensor GatedMLP::forward(const Tensor& x) {
+  Tensor g = gate->forward(x);
+  if (act_ == "silu" && !records(g)) return down->forward(silu_mul_(g, up->forward(x)));
+  return down->forward(activation(act_, g) * up->forward(x));
+}
+
+MLP::MLP(const WeightSource& ws, int64_t hidden, int64_t intermediate, std::string act, const std::string& in_name,
+         const std::string& out_name, bool bias, bool conv1d, double dropout, Init out_init)
+    : act_(std::move(act)), dropout_(dropout) {
+  fc_in = add_block<Linear>(*this, ws, in_name, hidden, intermediate, bias, conv1d);
+  fc_out = add_block<Linear>(*this, ws, out_name, intermediate, hidden, bias, conv1d, out_init);
+}
+
+Tensor MLP::forward(const Tensor& x) {
+  return maybe_dropout(*this, fc_out->forward(activation(act_, fc_in->forward(x))), dropout_);
+}
+
+SparseMoE::SparseMoE(const WeightSource& ws, int64_t hidden, Options o) : o_(std::move(o)) {
+  FOUNDRY_CHECK_AS(ValueError, o_.top_k > 0 && o_.top_k <= o_.experts,
+                   "config.json: experts per token ({}) must be in 1..experts ({})", o_.top_k, o_.experts);
+  gate = add_block<Linear>(*this, ws, "gate", hidden, o_.experts, false);
+  auto list = register_module("experts", std::make_shared<Scope>("ModuleList"));
+  const WeightSource ews = ws.pp("experts");
+  for (int64_t e = 0; e < o_.experts; ++e)
+    experts.push_back(add_block<GatedMLP>(*list, ews, std::to_string(e), hidden, o_.intermediate, o_.act, false,
+                                          o_.names));
+  if (o_.shared_intermediate > 0) {
+    shared_expert = add_block<GatedMLP>(*this, ws, "shared_expert", hidden, o_.shared_intermediate, o_.act);
+    shared_expert_gate = add_block<Linear>(*this, ws, "shared_expert_gate", hidden, 1, false);
+  }
+}
+
+Tensor SparseMoE::forward(const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), N = B * T, K = o_.top_k;
+  Tensor flat = x.reshape({N, C});
+  Tensor probs = softmax(gate->forward(flat).to(DType::Float32), 1);
+  auto [w, idx] = topk(probs, K, 1);
+  if (o_.normalize) w = w / sum(w, {1}, true);
+  w = w.to(x.dtype()).reshape({N * K});
+  std::vector<int64_t> chosen = idx.contiguous().to_vector<int64_t>();
+  Tensor out = zeros({N, C}, x.dtype());
+  for (int64_t e = 0; e < o_.experts; ++e) {
+    std::vector<int64_t> rows, slots;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        if (chosen[size_t(n * K + k)] == e) {
+          rows.push_back(n);
+          slots.push_back(n * K + k);
+        }
+    if (rows.empty()) continue;
+    Tensor r = tensor<int64_t>(rows, {int64_t(rows.size())});
+    Tensor scale = index_select(w, 0, tensor<int64_t>(slots, {int64_t(slots.size())})).unsqueeze(1);
+    out = index_add(out, 0, r, experts[size_t(e)]->forward(index_select(flat, 0, r)) * scale);
+  }
+  if (shared_expert) out = out + sigmoid(shared_expert_gate->forward(flat)) * shared_expert->forward(flat);
+  return out.reshape({B, T, C});
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+Tensor attend_layer(const LayerContext& ctx, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                    double dropout) {
+  const bool graph = records(q, k, v);
+  if (ctx.cache && !graph && q.size(2) == 1 && ctx.cache->streams_attention() && q.dtype() == DType::Float32)
+    return ctx.cache->append_and_attend(layer, q, k, v, ctx.bias);  // decode: streaming over the cache
+  Tensor kk = k, vv = v;
+  if (ctx.cache) std::tie(kk, vv) = ctx.cache->append(layer, k, v);
+  return attend(q, kk, vv, ctx.bias, dropout);
+}
+
+Tensor rope_heads(const Tensor& x, int64_t heads, const LayerContext& ctx) {
+  if (!records(x) && ctx.cos.size(3) == x.size(2) / heads) return split_heads(rope_rows_(x, heads, ctx.cos, ctx.sin), heads);
+  return apply_rope(split_heads(x, heads), ctx.cos, ctx.sin);
+}
+
+Tensor maybe_dropout(const nn::Module& m, const Tensor& x, double p) {
+  return p > 0 && m.is_training() ? dropout(x, p, true) : x;
+}
+
+}  // namespace foundry::models::hf

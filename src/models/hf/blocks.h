@@ -1,0 +1,202 @@
+// The shared blocks every architecture is wired from, as nn::Modules whose parameter names are
+// transformers' (a block registered as "self_attn" with a child "q_proj" gives
+// "...self_attn.q_proj.weight"). Each block runs two ways from one definition: when autograd
+// records (grad enabled and a parameter or input requires grad) it uses differentiable ops; when it
+// does not, the inference fast paths: quantized or dense weight products (WeightProducts), fused
+// residual + RMSNorm, SiLU * up written over the gate, RoPE in place, and the KV cache's streaming
+// decode attention. Nothing else in an architecture knows which path runs.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "foundry/nn/module.h"
+#include "models/hf/common.h"
+
+namespace foundry::models::hf {
+
+/// Whether an op over these tensors records a graph (grad mode on and one of them requires grad).
+bool records(const Tensor& a, const Tensor& b = {}, const Tensor& c = {});
+
+/// How a parameter of a model trained from scratch starts (HF's _init_weights): normal(0, std) for
+/// matrices and embeddings (std 0: the config's initializer_range), zeros for biases, ones for norm
+/// weights.
+struct Init {
+  enum Kind { Normal, Zeros, Ones } kind = Normal;
+  double std = 0;
+  static Init normal(double s = 0) { return {Normal, s}; }
+  static Init zeros() { return {Zeros, 0}; }
+  static Init ones() { return {Ones, 0}; }
+};
+
+/// Where parameters come from, by HF name (candle's VarBuilder): a checkpoint for a loaded model,
+/// or an initialiser for a fresh one. pp("self_attn") is the source of a child module, so a
+/// block's registered names and the names it reads are the same strings.
+class WeightSource {
+ public:
+  using Fetch = std::function<Tensor(const std::string& name, const Shape& shape, const Init& init)>;
+  using Has = std::function<bool(const std::string& name)>;
+  WeightSource(Fetch fetch, Has has, std::shared_ptr<WeightProducts> products)
+      : fetch_(std::make_shared<Fetch>(std::move(fetch))), has_(std::make_shared<Has>(std::move(has))),
+        products_(std::move(products)) {}
+  WeightSource pp(const std::string& child) const;
+  Tensor get(const std::string& name, const Shape& shape, const Init& init = {}) const;
+  bool has(const std::string& name) const;
+  const std::string& prefix() const { return prefix_; }
+  const std::shared_ptr<WeightProducts>& products() const { return products_; }
+
+ private:
+  std::shared_ptr<Fetch> fetch_;
+  std::shared_ptr<Has> has_;
+  std::shared_ptr<WeightProducts> products_;
+  std::string prefix_;
+};
+
+/// Registers `block` as child `name` of `parent` (the block is built from ws.pp(name)).
+template <class M, class... Args>
+std::shared_ptr<M> add_block(nn::Module& parent, const WeightSource& ws, const std::string& name, Args&&... args) {
+  return parent.register_module(name, std::make_shared<M>(ws.pp(name), std::forward<Args>(args)...));
+}
+
+/// A module that only holds children (transformers' LlamaModel, GPT2Model, ...), printed under
+/// the class name transformers gives it.
+class Scope : public nn::Module {
+ public:
+  explicit Scope(std::string type) : type_(std::move(type)) {}
+  std::string type_name() const override { return type_; }
+
+ private:
+  std::string type_;
+};
+
+/// The config's pad_token_id as config.json has it (transformers' embeddings use it as padding_idx).
+std::optional<int64_t> config_pad_token(const ModelConfig& c);
+
+/// nn.Linear (weight [out, in]) or GPT-2's Conv1D (weight [in, out]: `transposed`).
+class Linear : public nn::Module {
+ public:
+  Linear(const WeightSource& ws, int64_t in, int64_t out, bool bias, bool transposed = false, Init init = {});
+  /// A head sharing `weight` (a tied LM head: one tensor, two state_dict names).
+  Linear(const WeightSource& ws, const Tensor& tied_weight);
+  std::string type_name() const override { return transposed_ ? "Conv1D" : "Linear"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& x) override;
+  Tensor& weight;
+  Tensor& bias;
+
+ private:
+  bool transposed_ = false;
+  std::shared_ptr<WeightProducts> products_;
+};
+
+class Embedding : public nn::Module {
+ public:
+  Embedding(const WeightSource& ws, int64_t num, int64_t dim, std::optional<int64_t> padding_idx = std::nullopt);
+  std::string type_name() const override { return "Embedding"; }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& ids) override;
+  Tensor& weight;
+
+ private:
+  std::optional<int64_t> padding_idx_;
+};
+
+/// LayerNorm (weight, bias), RMSNorm (weight; HF's LlamaRMSNorm) or Gemma's RMSNorm scaling by
+/// (1 + weight).
+class Norm : public nn::Module {
+ public:
+  enum class Kind { LayerNorm, RMSNorm, GemmaRMSNorm };
+  Norm(const WeightSource& ws, int64_t dim, Kind kind, double eps, bool bias = true);
+  std::string type_name() const override;
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& x) override;
+  /// h += delta, then this norm of h: one fused pass in place when nothing records.
+  Tensor add_and_norm(Tensor& h, const Tensor& delta);
+  Tensor& weight;
+  Tensor& bias;
+
+ private:
+  Kind kind_;
+  double eps_;
+  int64_t dim_;
+};
+
+/// The three projections' names of a gated MLP.
+struct GatedNames {
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
+};
+
+/// down(act(gate(x)) * up(x)) (Llama's MLP; Mixtral's experts with names w1 / w3 / w2).
+class GatedMLP : public nn::Module {
+ public:
+  GatedMLP(const WeightSource& ws, int64_t hidden, int64_t intermediate, std::string act, bool bias = false,
+           GatedNames names = {});
+  std::string type_name() const override { return "MLP"; }
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Linear> gate, up, down;
+
+ private:
+  std::string act_;
+};
+
+/// fc_out(act(fc_in(x))) with optional dropout after it (GPT-2, GPT-NeoX, Phi, Falcon, BLOOM).
+class MLP : public nn::Module {
+ public:
+  MLP(const WeightSource& ws, int64_t hidden, int64_t intermediate, std::string act, const std::string& in_name,
+      const std::string& out_name, bool bias = true, bool conv1d = false, double dropout = 0, Init out_init = {});
+  std::string type_name() const override { return "MLP"; }
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Linear> fc_in, fc_out;
+
+ private:
+  std::string act_;
+  double dropout_;
+};
+
+/// Routed experts: softmax over the router's logits in float32, top-k experts per token
+/// (renormalised when `normalize`), each expert on its tokens only; Qwen2-MoE adds a shared expert
+/// scaled by sigmoid(shared_expert_gate(x)).
+class SparseMoE : public nn::Module {
+ public:
+  struct Options {
+    int64_t experts = 0, top_k = 0, intermediate = 0, shared_intermediate = 0;
+    bool normalize = true;
+    GatedNames names;
+    std::string act = "silu";
+  };
+  SparseMoE(const WeightSource& ws, int64_t hidden, Options o);
+  std::string type_name() const override { return "SparseMoeBlock"; }
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<Linear> gate, shared_expert_gate;
+  std::vector<std::shared_ptr<GatedMLP>> experts;
+  std::shared_ptr<GatedMLP> shared_expert;
+
+ private:
+  Options o_;
+};
+
+/// What every layer of one forward shares: sizes, the mask-derived positions and attention bias,
+/// rotary tables, the KV cache.
+struct LayerContext {
+  int64_t B = 0, T = 0, past = 0;
+  Tensor mask;       ///< [B, past + T] bool
+  Tensor positions;  ///< [B, T] int64
+  Tensor bias;       ///< additive attention bias [B, 1 or H, T, past + T]
+  Tensor cos, sin;   ///< rotary tables [B, 1, T, rot] (undefined without rotary positions)
+  KVCache* cache = nullptr;
+};
+
+/// Attention of q [B, H, T, D] over k, v [B, Hkv, T, D] and the cached positions of `layer`
+/// (appending k, v to the cache): [B, T, H * D]. Decoding one token over a streaming-capable cache
+/// reads it in place (KVCache::append_and_attend); `dropout` applies to the attention weights.
+Tensor attend_layer(const LayerContext& ctx, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                    double dropout = 0);
+
+/// Rotary embedding of x [B, T, heads * D] (a projection's output) -> [B, heads, T, D].
+Tensor rope_heads(const Tensor& x, int64_t heads, const LayerContext& ctx);
+
+/// dropout(x, p) in training mode, x otherwise.
+Tensor maybe_dropout(const nn::Module& m, const Tensor& x, double p);
+
+}  // namespace foundry::models::hf

@@ -1,0 +1,122 @@
+// CausalLM: what every architecture's module tree shares — the forward entry points (logits, and
+// HF's shifted loss with labels), per-block gradient checkpointing, weight-product settings, the
+// KV cache factory, and writing the model back as an HF folder.
+#include <filesystem>
+
+#include "foundry/autograd/checkpoint.h"
+#include "foundry/autograd/grad_mode.h"
+#include "foundry/io/atomic_file.h"
+#include "foundry/io/safetensors.h"
+#include "foundry/ops/ops.h"
+#include "foundry/quant/block_formats.h"
+#include "models/hf/blocks.h"
+
+namespace foundry::models {
+
+namespace fs = std::filesystem;
+
+CausalLM::CausalLM(const ModelConfig& c, std::shared_ptr<hf::WeightProducts> products)
+    : config_(c), products_(std::move(products)) {}
+
+Tensor CausalLM::forward(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) {
+  // Nothing records when no parameter requires grad: the blocks take their inference paths.
+  bool any_trainable = false;
+  if (autograd::is_grad_enabled())
+    for (const Tensor& p : parameters())
+      if (p.requires_grad()) {
+        any_trainable = true;
+        break;
+      }
+  if (!any_trainable) {
+    autograd::NoGradGuard no_grad;
+    return hf::float_logits(run(input_ids, attention_mask, cache, last_positions));
+  }
+  return hf::float_logits(run(input_ids, attention_mask, cache, last_positions));
+}
+
+Tensor CausalLM::causal_lm_loss(const Tensor& logits, const Tensor& labels) {
+  FOUNDRY_CHECK_AS(ValueError, logits.dim() == 3 && labels.dim() == 2 && labels.size(0) == logits.size(0) &&
+                                   labels.size(1) == logits.size(1),
+                   "labels must be [batch, tokens] = [{}, {}], got {}", logits.size(0), logits.size(1),
+                   shape_str(labels.sizes()));
+  FOUNDRY_CHECK_AS(TypeError, !is_floating(labels.dtype()) && labels.dtype() != DType::Bool,
+                   "labels must be integer token ids, got {}", dtype_name(labels.dtype()));
+  const int64_t T = logits.size(1), V = logits.size(2);
+  Tensor shifted = logits.narrow(1, 0, T - 1).reshape({-1, V});
+  Tensor targets = labels.narrow(1, 1, T - 1).to(DType::Int64).reshape({-1});
+  return cross_entropy(shifted.to(DType::Float32), targets, Tensor(), -100);
+}
+
+CausalLMOutput CausalLM::operator()(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& labels) {
+  CausalLMOutput out;
+  out.logits = forward(input_ids, attention_mask);
+  if (labels.defined()) out.loss = causal_lm_loss(out.logits, labels);
+  return out;
+}
+
+Tensor CausalLM::run_block(const std::function<Tensor(const Tensor&)>& layer, const Tensor& h) {
+  if (!gradient_checkpointing_ || !is_training() || !autograd::is_grad_enabled()) return layer(h);
+  // The first pass runs without recording, where blocks may update their input in place (the
+  // fused residual + norm): give them a copy, so the input saved for the recomputation stays intact.
+  return autograd::checkpoint(
+      [layer](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer(in[0].clone())}; }, {h})[0];
+}
+
+KVCache CausalLM::make_cache(int64_t batch, int64_t capacity) const {
+  return KVCache(config_.num_layers, batch, config_.num_kv_heads, capacity, config_.head_dim, dtype_, kv_format_);
+}
+
+void CausalLM::set_kv_cache_format(const std::string& format) {
+  if (!format.empty()) {
+    const quant::BlockFormatTraits& t = quant::traits(format);  // ValueError naming the formats if unknown
+    FOUNDRY_CHECK_AS(ValueError, config_.head_dim % t.block_size == 0 && t.format != quant::BlockFormat::Q8_K,
+                     "KV cache format {}: head_dim {} is not whole blocks of {} values", t.name, config_.head_dim,
+                     t.block_size);
+  }
+  kv_format_ = format;
+}
+
+std::map<std::string, Tensor> CausalLM::weights() const {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : named_parameters()) out[name] = t;
+  return out;
+}
+
+void CausalLM::set_weight_quantization(const std::string& format) { products_->set_format(format); }
+
+const std::string& CausalLM::weight_quantization() const { return products_->format(); }
+
+void CausalLM::set_quantized_prefill(const std::string& mode) { products_->set_prefill(mode); }
+
+bool CausalLM::has_adopted_quantized_weights() const { return products_->any_adopted(); }
+
+void CausalLM::freeze_if_quantized() {
+  if (products_->format().empty() && !products_->any_adopted()) return;
+  for (Tensor& p : parameters()) p.requires_grad_(false);
+}
+
+void CausalLM::adopt_quantized(const std::string& name, const std::string& format, const Tensor& bytes) {
+  for (auto& [n, t] : named_parameters())
+    if (n == name) return products_->adopt(t, format, bytes);
+  raise<ValueError>("adopt_quantized: the model has no parameter '{}'", name);
+}
+
+void save_pretrained(const CausalLM& model, const std::string& dir, const std::vector<std::string>& tokenizer_files,
+                     bool keep_dtype) {
+  FOUNDRY_CHECK_AS(ValueError, !model.has_adopted_quantized_weights(),
+                   "save_pretrained: the model computes with quantized weights it holds no float copy of");
+  fs::create_directories(dir);
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [name, t] : model.named_parameters()) {  // tied tensors once, under their first name
+    Tensor v = t.detach();
+    tensors[name] = (keep_dtype ? v : v.to(DType::Float32)).contiguous();
+  }
+  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  for (const std::string& f : tokenizer_files)
+    io::write_file_atomic((fs::path(dir) / fs::path(f).filename()).string(), io::read_file(f));
+  hf::json config = hf::json::parse(model.config().json);
+  config["torch_dtype"] = keep_dtype ? dtype_name(model.dtype()) : "float32";
+  io::write_file_atomic((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
+}
+
+}  // namespace foundry::models
