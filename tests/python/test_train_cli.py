@@ -1,0 +1,148 @@
+"""`foundry train` for any architecture: a fresh Llama / Mistral / Qwen2 / GPT-NeoX from HF config
+keys in the TOML [model] table, continued training of a pretrained folder (init_from), the --export
+folder (config.json, model.safetensors with transformers' names, tokenizer files) loading back in
+Foundry with the trained weights, and clear refusals (GGUF or quantized init_from, GPT-2-only keys
+on another architecture).
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import test_pretrained as tp
+
+
+pytestmark = tp.pytestmark
+
+TEXT = "the quick brown fox jumps over the lazy dog. " * 200 + "pack my box with five dozen liquor jugs. " * 200
+
+
+def write_run(tmp_path, model_toml, steps=30, tokenizer="byte", sample_tokens=8):
+    data = tmp_path / "corpus.txt"
+    data.write_text(TEXT)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f"""
+[data]
+path = "{data}"
+tokenizer = "{tokenizer}"
+val_fraction = 0.1
+
+[model]
+{model_toml}
+
+[train]
+batch_size = 4
+max_steps = {steps}
+lr = 3e-3
+min_lr = 3e-4
+warmup_steps = 5
+out_dir = "{tmp_path / 'run'}"
+progress = false
+log_every = 1
+
+[eval]
+every = 1000
+batches = 2
+checkpoint_every = 0
+
+[sample]
+tokens = {sample_tokens}
+prompt = "the"
+""")
+    return str(cfg)
+
+
+def losses(tmp_path):
+    rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    return [r["loss"] for r in rows if "loss" in r]
+
+
+FRESH = {
+    "llama": 'architecture = "llama"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 64\n'
+             'num_hidden_layers = 2\nnum_attention_heads = 4\nnum_key_value_heads = 2\nmax_position_embeddings = 64',
+    "mistral": 'architecture = "mistral"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 48\n'
+               'num_hidden_layers = 2\nnum_attention_heads = 4\nnum_key_value_heads = 1\nsliding_window = 8',
+    "qwen2": 'architecture = "Qwen2ForCausalLM"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 48\n'
+             'num_hidden_layers = 1\nnum_attention_heads = 2\ntie_word_embeddings = true',
+    "gpt_neox": 'architecture = "gpt_neox"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 64\n'
+                'num_hidden_layers = 2\nnum_attention_heads = 4\nrotary_pct = 0.5',
+}
+
+
+@pytest.mark.parametrize("name", sorted(FRESH))
+def test_fresh_architecture_trains_and_exports(tmp_path, name):
+    import foundry
+    out = tmp_path / "export"
+    p = tp.run("train", "--config", write_run(tmp_path, FRESH[name]), "--export", str(out))
+    arch = json.load(open(out / "config.json"))["architectures"][0]
+    assert f"model: {arch}" in p.stdout
+    ls = losses(tmp_path)
+    assert len(ls) == 30 and np.mean(ls[-5:]) < np.mean(ls[:5]) - 0.5, ls
+    cfg = json.load(open(out / "config.json"))
+    assert cfg["model_type"] == name and cfg["vocab_size"] == 256
+    model = foundry.models.from_pretrained(str(out))
+    names = {n for n, _ in model.named_parameters()}
+    stored = set(foundry.load_file(str(out / "model.safetensors")).keys())
+    assert stored == names  # transformers' names, tied tensors once
+    # The export holds the trained weights: the final checkpoint's validation loss is reproduced.
+    ids = torch.tensor([list(TEXT[:17].encode())])
+    with foundry.no_grad():
+        logits = model(foundry.tensor(ids[:, :-1].tolist())).logits
+    loss = torch.nn.functional.cross_entropy(torch.from_numpy(logits.numpy()[0]), ids[0, 1:])
+    assert loss.item() < 4.2  # well below log(256) = 5.5 of an untrained model
+    g = tp.run("generate", "--model", str(out), "--input-ids", "116,104,101", "--max-new-tokens", "4",
+               "--temperature", "0", "--ignore-eos", "--print-ids")
+    assert len(json.loads(g.stdout.strip().splitlines()[-1])) == 4
+
+
+def test_init_from_continues_a_pretrained_folder(tmp_path):
+    import foundry
+    cfg = dict(tp.LLAMA, vocab_size=260)
+    w = tp.llama_weights(cfg, torch.Generator().manual_seed(3))
+    folder = tmp_path / "base"
+    tp.write_folder(str(folder), cfg, w)
+    (folder / "tokenizer_config.json").write_text("{}")
+    out = tmp_path / "export"
+    tp.run("train", "--config", write_run(tmp_path, f'init_from = "{folder}"\nblock_size = 16', steps=20, sample_tokens=0), "--export",
+           str(out))
+    ls = losses(tmp_path)
+    assert ls[-1] < ls[0]
+    # First step's loss is the pretrained model's: the weights were loaded, not initialised.
+    assert ls[0] > 5.0  # random pretrained weights predict bytes badly
+    assert json.load(open(out / "config.json"))["architectures"] == ["LlamaForCausalLM"]
+    assert (out / "tokenizer_config.json").exists()  # the folder's tokenizer files travel with it
+    trained = foundry.load_file(str(out / "model.safetensors"))
+    assert set(trained) == set(w)
+    moved = [k for k in w if not np.array_equal(trained[k].numpy(), w[k].numpy())]
+    assert len(moved) == len(w)
+
+
+def test_init_from_gguf_and_quantized_folders_are_refused(tmp_path):
+    cfg = dict(tp.LLAMA, vocab_size=260)
+    folder = tmp_path / "base"
+    tp.write_folder(str(folder), cfg, tp.llama_weights(cfg, torch.Generator().manual_seed(3)))
+    gguf = tmp_path / "m.gguf"
+    tp.run("convert", "--model", str(folder), "--to", str(gguf), "--type", "q8_0")
+    p = tp.run("train", "--config", write_run(tmp_path, f'init_from = "{gguf}"\nblock_size = 16'), check=False)
+    assert p.returncode != 0 and "GGUF" in p.stderr
+    q = tmp_path / "q"
+    tp.run("quantize", "--model", str(folder), "--out", str(q), "--type", "int8")
+    p = tp.run("train", "--config", write_run(tmp_path, f'init_from = "{q}"\nblock_size = 16'), check=False)
+    assert p.returncode != 0 and "quantized" in p.stderr
+
+
+def test_gpt2_keys_on_another_architecture_say_what_to_change(tmp_path):
+    p = tp.run("train", "--config", write_run(tmp_path, FRESH["llama"] + "\ndropout = 0.1"), check=False)
+    assert p.returncode != 0 and "attention_dropout" in p.stderr
+    p = tp.run("train", "--config", write_run(tmp_path, 'architecture = "nope"'), check=False)
+    assert p.returncode != 0 and "unknown architecture 'nope'" in p.stderr and "llama" in p.stderr
+    p = tp.run("train", "--config", write_run(tmp_path, 'architecture = "llama"\nhidden_size = 32'), check=False)
+    assert p.returncode != 0 and "missing 'num_hidden_layers'" in p.stderr  # a missing HF key is named
+
+
+def test_block_size_longer_than_the_positions_is_refused(tmp_path):
+    p = tp.run("train", "--config", write_run(tmp_path, FRESH["llama"].replace("block_size = 16", "block_size = 128")),
+               check=False)
+    assert p.returncode != 0 and "block_size 128" in p.stderr
