@@ -257,7 +257,7 @@ def test_dropout_train_vs_eval(tmp_path):
     assert np.array_equal(logits(), a)
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_gradient_checkpointing_same_gradients(tmp_path, name):
     cfg, w, forward, folder, ids, mask, labels = prepare(tmp_path, name)
 
@@ -276,13 +276,14 @@ def test_gradient_checkpointing_same_gradients(tmp_path, name):
         loss2, grads2 = loss_and_grads(ckpt)
         assert abs(loss2 - loss) <= 1e-6
         assert grads2.keys() == grads.keys()
-        for k in grads:
-            assert np.abs(grads2[k] - grads[k]).max() <= 1e-6, k
+        for k in grads:  # equal up to float32 summation order (the recomputed blocks add up the same terms)
+            err = np.abs(grads2[k] - grads[k]).max()
+            assert err <= 1e-6 + 1e-5 * np.abs(grads[k]).max(), (k, err, np.abs(grads[k]).max())
         foundry.optim.AdamW(ckpt.parameters(), lr=LR).zero_grad()
         ckpt.gradient_checkpointing_disable()
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_bf16_autocast_trains(tmp_path, name):
     cfg, w, forward, folder, ids, mask, labels = prepare(tmp_path, name)
     ref = reference_step(cfg, w, forward, ids, mask, labels)
