@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.h"
+#include "foundry/autograd/grad_mode.h"
 #include "foundry/core/error.h"
 #include "foundry/core/parallel.h"
 #include "foundry/io/npy.h"
@@ -264,6 +265,7 @@ void add_forward(CLI::App& app) {
       if (t < 0 || t >= model->config().vocab_size)
         raise<ValueError>("forward: token id {} is outside the vocabulary (size {})", t, model->config().vocab_size);
     Tensor m = mask.empty() ? Tensor() : tensor<int64_t>(flat_mask, {B, T});
+    autograd::NoGradGuard no_grad;  // inference: the blocks' fast paths
     Tensor logits = model->forward(tensor<int64_t>(flat, {B, T}), m);
     io::save_npy(*out, logits.contiguous());
   });

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "foundry/core/parallel.h"
+#include "foundry/autograd/grad_mode.h"
 #include "foundry/models/generate.h"
 #include "foundry/ops/ops.h"
 
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   manual_seed(0);
   std::vector<int64_t> ids = randint(0, V, {std::max(prefill, prompt)}).to_vector<int64_t>();
   std::vector<double> times;
+  autograd::NoGradGuard no_grad;  // inference, as the PyTorch side's torch.no_grad()
   for (int rep = 0; rep < 3; ++rep) {
     auto t = clock::now();
     model->forward(tensor<int64_t>(std::vector<int64_t>(ids.begin(), ids.begin() + prefill), {1, prefill}), {}, nullptr, 1);

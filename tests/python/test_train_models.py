@@ -338,3 +338,23 @@ def test_labels_ignore_index_all_ignored_row(tmp_path, name):
     loss.backward()
     assert_grads_match({n: None if p.grad is None else p.grad.detach().numpy() for n, p in model.named_parameters()},
                        ref["grads"])
+
+
+def test_create_fresh_model_initialised_as_transformers(tmp_path):
+    """foundry.models.create: a config.json object -> a fresh model in training mode, HF's
+    _init_weights (normal(0, initializer_range), zero biases, unit norms, GPT-2's residual
+    projections at 0.02 / sqrt(2 n_layer)); save_pretrained writes a folder that loads back."""
+    foundry.manual_seed(0)
+    model = foundry.models.create({"model_type": "gpt2", "vocab_size": 300, "n_positions": 64, "n_embd": 64,
+                                   "n_layer": 8, "n_head": 4})
+    assert model.training is True and model.architecture == "GPT2LMHeadModel"
+    p = {n: t.detach().numpy() for n, t in model.named_parameters()}
+    assert abs(p["transformer.wte.weight"].std() - 0.02) < 0.002
+    assert abs(p["transformer.h.0.mlp.c_proj.weight"].std() - 0.02 / 4) < 0.0005
+    assert np.all(p["transformer.h.0.ln_1.weight"] == 1) and np.all(p["transformer.h.0.attn.c_attn.bias"] == 0)
+    model.save_pretrained(str(tmp_path / "m"))
+    back = foundry.models.from_pretrained(str(tmp_path / "m"))
+    for n, t in back.named_parameters():
+        assert np.array_equal(t.detach().numpy(), p[n]), n
+    with pytest.raises(Exception, match="unknown architecture"):
+        foundry.models.create({"model_type": "nope"})

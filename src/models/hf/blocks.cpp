@@ -182,8 +182,26 @@ Tensor SparseMoE::forward(const Tensor& x) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
+LayerContext layer_context(const ModelConfig& c, const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache) {
+  const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
+  LayerContext ctx;
+  ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
+  ctx.causal = past == 0 && T > 1 && (!attention_mask.defined() || all(mask).item<bool>());
+  return ctx;
+}
+
 Tensor attend_layer(const LayerContext& ctx, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
                     double dropout) {
+  if (ctx.causal && !ctx.cache) {
+    // Causal SDPA: no [B, 1, T, T] bias to build or read (and its flash kernel under autocast).
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1);
+    Tensor kk = k, vv = v;
+    if (Hkv != H) {
+      kk = k.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
+      vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
+    }
+    return scaled_dot_product_attention(q, kk, vv, Tensor(), dropout, true).transpose(1, 2).reshape({B, T, H * D});
+  }
   const bool graph = records(q, k, v);
   if (ctx.cache && !graph && q.size(2) == 1 && ctx.cache->streams_attention() && q.dtype() == DType::Float32)
     return ctx.cache->append_and_attend(layer, q, k, v, ctx.bias);  // decode: streaming over the cache

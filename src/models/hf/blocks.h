@@ -185,7 +185,15 @@ struct LayerContext {
   Tensor bias;       ///< additive attention bias [B, 1 or H, T, past + T]
   Tensor cos, sin;   ///< rotary tables [B, 1, T, rot] (undefined without rotary positions)
   KVCache* cache = nullptr;
+  /// The bias is plain causal masking (no padding, nothing cached, no window or ALiBi in effect):
+  /// attention runs as causal SDPA without a materialised bias (architectures with ALiBi, or
+  /// windows shorter than T, set it false).
+  bool causal = false;
 };
+
+/// Checks input_ids [B, T] and starts a forward's context: sizes, the full mask, the cache, and
+/// `causal` when the mask is all ones and nothing is cached.
+LayerContext layer_context(const ModelConfig& c, const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache);
 
 /// Attention of q [B, H, T, D] over k, v [B, Hkv, T, D] and the cached positions of `layer`
 /// (appending k, v to the cache): [B, T, H * D]. Decoding one token over a streaming-capable cache

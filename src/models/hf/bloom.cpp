@@ -79,9 +79,10 @@ class Bloom : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx;
-    const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
-    ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
+    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
+    const int64_t T = ctx.T;
+    const Tensor& mask = ctx.mask;
+    ctx.causal = false;  // ALiBi
     ctx.bias = attention_bias(mask, T, 0, dtype_) + alibi_bias(mask, c.num_heads, 1.0, dtype_);  // [B, H, T, S]
     Tensor h = word_embeddings_layernorm->forward(word_embeddings->forward(input_ids));
     for (size_t i = 0; i < blocks.size(); ++i) {

@@ -109,11 +109,12 @@ class Falcon : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx;
-    const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
-    ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
+    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
+    const int64_t T = ctx.T;
+    const Tensor& mask = ctx.mask;
     ctx.bias = attention_bias(mask, T, 0, dtype_);
     // ALiBi: Falcon scales the bias by 1/sqrt(D) together with the scores.
+    ctx.causal = ctx.causal && !o_.alibi;
     if (o_.alibi) ctx.bias = ctx.bias + alibi_bias(mask, c.num_heads, 1.0 / std::sqrt(double(c.head_dim)), dtype_);
     else std::tie(ctx.cos, ctx.sin) = rope_tables(c, positions_from_mask(mask, T), c.head_dim, dtype_);
     Tensor h = word_embeddings->forward(input_ids);

@@ -80,9 +80,9 @@ class GPT2 : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx;
-    const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
-    ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
+    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
+    const int64_t T = ctx.T;
+    const Tensor& mask = ctx.mask;
     ctx.positions = positions_from_mask(mask, T);
     const int64_t last = amax(ctx.positions).item<int64_t>();
     if (last >= c.max_positions)

@@ -82,9 +82,9 @@ class GPTNeoX : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx;
-    const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
-    ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
+    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
+    const int64_t T = ctx.T;
+    const Tensor& mask = ctx.mask;
     ctx.positions = positions_from_mask(mask, T);
     std::tie(ctx.cos, ctx.sin) = rope_tables(c, ctx.positions, o_.rot_dim, dtype_);
     ctx.bias = attention_bias(mask, T, 0, dtype_);

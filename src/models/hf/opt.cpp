@@ -92,12 +92,12 @@ class OPT : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx;
-    const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
-    ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
+    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
+    const int64_t T = ctx.T;
+    const Tensor& mask = ctx.mask;
     // OPTLearnedPositionalEmbedding: cumsum(mask) * mask - 1, plus the offset of 2.
     Tensor m = mask.to(DType::Int64);
-    ctx.positions = (cumsum(m, 1) * m + ones({}, DType::Int64)).narrow(1, past, T);
+    ctx.positions = (cumsum(m, 1) * m + ones({}, DType::Int64)).narrow(1, ctx.past, T);
     const int64_t last = amax(ctx.positions).item<int64_t>();
     if (last >= c.max_positions + 2)
       raise<ValueError>("{}: position {} is past max_position_embeddings ({})", c.architecture, last - 2,
