@@ -166,8 +166,6 @@ class CausalLM : public nn::Module {
   CausalLM(const ModelConfig& c, std::shared_ptr<hf::WeightProducts> products);
   /// The architecture's forward: logits (any float dtype) of the last `last_positions` positions.
   virtual Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) = 0;
-  /// h = layer(h), through autograd::checkpoint when gradient checkpointing is on and it pays.
-  Tensor run_block(const std::function<Tensor(const Tensor&)>& layer, const Tensor& h);
   ModelConfig config_;
   DType dtype_ = DType::Float32;
   std::shared_ptr<hf::WeightProducts> products_;

@@ -204,6 +204,22 @@ Tensor attend_layer(const LayerContext& ctx, int64_t layer, const Tensor& q, con
 /// Rotary embedding of x [B, T, heads * D] (a projection's output) -> [B, heads, T, D].
 Tensor rope_heads(const Tensor& x, int64_t heads, const LayerContext& ctx);
 
+/// h = layer(h), through autograd::checkpoint when the model's gradient checkpointing is on, it
+/// trains and autograd records.
+Tensor checkpointed(const CausalLM& model, const std::function<Tensor(const Tensor&)>& layer, const Tensor& h);
+
+/// Every layer over h in turn (layer->forward(h, ctx, index), each checkpointed when enabled), then
+/// the cache advanced and the last `last_positions` positions kept (end_layers).
+template <class Layer>
+Tensor run_layers(const CausalLM& model, const std::vector<std::shared_ptr<Layer>>& layers, const LayerContext& ctx,
+                  Tensor h, int64_t last_positions) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    std::shared_ptr<Layer> layer = layers[i];
+    h = checkpointed(model, [layer, ctx, i](const Tensor& x) { return layer->forward(x, ctx, int64_t(i)); }, h);
+  }
+  return end_layers(h, ctx.cache, ctx.T, last_positions);
+}
+
 /// dropout(x, p) in training mode, x otherwise.
 Tensor maybe_dropout(const nn::Module& m, const Tensor& x, double p);
 

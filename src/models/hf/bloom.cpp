@@ -85,11 +85,7 @@ class Bloom : public CausalLM {
     ctx.causal = false;  // ALiBi
     ctx.bias = attention_bias(mask, T, 0, dtype_) + alibi_bias(mask, c.num_heads, 1.0, dtype_);  // [B, H, T, S]
     Tensor h = word_embeddings_layernorm->forward(word_embeddings->forward(input_ids));
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      auto block = blocks[i];
-      h = run_block([block, ctx, i](const Tensor& x) { return block->forward(x, ctx, int64_t(i)); }, h);
-    }
-    h = end_layers(h, cache, T, last_positions);
+    h = run_layers(*this, blocks, ctx, h, last_positions);
     return lm_head->forward(ln_f->forward(h));
   }
 

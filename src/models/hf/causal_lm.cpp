@@ -54,13 +54,17 @@ CausalLMOutput CausalLM::operator()(const Tensor& input_ids, const Tensor& atten
   return out;
 }
 
-Tensor CausalLM::run_block(const std::function<Tensor(const Tensor&)>& layer, const Tensor& h) {
-  if (!gradient_checkpointing_ || !is_training() || !autograd::is_grad_enabled()) return layer(h);
+namespace hf {
+
+Tensor checkpointed(const CausalLM& model, const std::function<Tensor(const Tensor&)>& layer, const Tensor& h) {
+  if (!model.gradient_checkpointing() || !model.is_training() || !autograd::is_grad_enabled()) return layer(h);
   // The first pass runs without recording, where blocks may update their input in place (the
   // fused residual + norm): give them a copy, so the input saved for the recomputation stays intact.
   return autograd::checkpoint(
       [layer](const std::vector<Tensor>& in) { return std::vector<Tensor>{layer(in[0].clone())}; }, {h})[0];
 }
+
+}  // namespace hf
 
 KVCache CausalLM::make_cache(int64_t batch, int64_t capacity) const {
   return KVCache(config_.num_layers, batch, config_.num_kv_heads, capacity, config_.head_dim, dtype_, kv_format_);

@@ -106,11 +106,7 @@ class Decoder : public CausalLM {
     Tensor h = embed_tokens->forward(input_ids);
     // HF rounds the normaliser to the compute dtype first.
     if (spec_.scale_embeddings) h = h * full({}, std::sqrt(double(c.hidden_size)), h.dtype());
-    for (size_t i = 0; i < layers.size(); ++i) {
-      auto layer = layers[i];
-      h = run_block([layer, ctx, i](const Tensor& x) { return layer->forward(x, ctx, int64_t(i)); }, h);
-    }
-    h = end_layers(h, cache, T, last_positions);
+    h = run_layers(*this, layers, ctx, h, last_positions);
     return lm_head->forward(norm_->forward(h));
   }
 

@@ -118,11 +118,7 @@ class Falcon : public CausalLM {
     if (o_.alibi) ctx.bias = ctx.bias + alibi_bias(mask, c.num_heads, 1.0 / std::sqrt(double(c.head_dim)), dtype_);
     else std::tie(ctx.cos, ctx.sin) = rope_tables(c, positions_from_mask(mask, T), c.head_dim, dtype_);
     Tensor h = word_embeddings->forward(input_ids);
-    for (size_t i = 0; i < layers.size(); ++i) {
-      auto layer = layers[i];
-      h = run_block([layer, ctx, i](const Tensor& x) { return layer->forward(x, ctx, int64_t(i)); }, h);
-    }
-    h = end_layers(h, cache, T, last_positions);
+    h = run_layers(*this, layers, ctx, h, last_positions);
     return lm_head->forward(ln_f->forward(h));
   }
 

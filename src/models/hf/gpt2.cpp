@@ -89,11 +89,7 @@ class GPT2 : public CausalLM {
       raise<ValueError>("{}: position {} is past n_positions ({})", c.architecture, last, c.max_positions);
     ctx.bias = attention_bias(mask, T, 0, dtype_);
     Tensor h = maybe_dropout(*this, wte->forward(input_ids) + wpe->forward(ctx.positions), o_.embd_pdrop);
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      auto block = blocks[i];
-      h = run_block([block, ctx, i](const Tensor& x) { return block->forward(x, ctx, int64_t(i)); }, h);
-    }
-    h = end_layers(h, cache, T, last_positions);
+    h = run_layers(*this, blocks, ctx, h, last_positions);
     return lm_head->forward(ln_f->forward(h));
   }
 

@@ -106,11 +106,7 @@ class OPT : public CausalLM {
     Tensor h = embed_tokens->forward(input_ids);
     if (project_in) h = project_in->forward(h);
     h = maybe_dropout(*this, h + embed_positions->forward(ctx.positions), o_.dropout);
-    for (size_t i = 0; i < layers.size(); ++i) {
-      auto layer = layers[i];
-      h = run_block([layer, ctx, i](const Tensor& x) { return layer->forward(x, ctx, int64_t(i)); }, h);
-    }
-    h = end_layers(h, cache, T, last_positions);
+    h = run_layers(*this, layers, ctx, h, last_positions);
     if (final_layer_norm) h = final_layer_norm->forward(h);
     if (project_out) h = project_out->forward(h);
     return lm_head->forward(h);

@@ -83,11 +83,7 @@ class Phi : public CausalLM {
     std::tie(ctx.cos, ctx.sin) = rope_tables(c, ctx.positions, o_.rot_dim, dtype_);
     ctx.bias = attention_bias(mask, T, 0, dtype_);
     Tensor h = maybe_dropout(*this, embed_tokens->forward(input_ids), o_.embd_pdrop);
-    for (size_t i = 0; i < layers.size(); ++i) {
-      auto layer = layers[i];
-      h = run_block([layer, ctx, i](const Tensor& x) { return layer->forward(x, ctx, int64_t(i)); }, h);
-    }
-    h = end_layers(h, cache, T, last_positions);
+    h = run_layers(*this, layers, ctx, h, last_positions);
     return lm_head->forward(final_layernorm->forward(h));
   }
 
