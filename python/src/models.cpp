@@ -199,7 +199,7 @@ void bind_models(py::module_& m) {
       .def_property_readonly("architecture", [](const CausalLM& m) { return m.config().architecture; })
       .def_property_readonly("vocab_size", [](const CausalLM& m) { return m.config().vocab_size; })
       .def_property_readonly("config_json", [](const CausalLM& m) { return m.config().json; })
-      .def("num_parameters", &CausalLM::num_parameters)
+      .def("num_parameters", [](const CausalLM& m) { return m.num_parameters(); })
       .def("__repr__", [](const CausalLM& m) {
         return "PretrainedModel(" + m.config().architecture + ", " + std::to_string(m.num_parameters()) + " parameters)";
       });

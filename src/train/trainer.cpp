@@ -96,12 +96,10 @@ std::string model_config_json(const ModelSpec& spec) {
                       "hidden_dropout, ...)",
                       arch);
   }
-  if (!j.contains("vocab_size") || j["vocab_size"].get<int64_t>() < spec.vocab_size) {
-    FOUNDRY_CHECK_AS(ValueError, !j.contains("vocab_size"),
-                     "[model] vocab_size {} is smaller than the tokenizer's vocabulary ({})",
-                     j["vocab_size"].get<int64_t>(), spec.vocab_size);
-    j["vocab_size"] = spec.vocab_size;
-  }
+  if (!j.contains("vocab_size")) j["vocab_size"] = spec.vocab_size;
+  FOUNDRY_CHECK_AS(ValueError, j["vocab_size"].is_number_integer() && j["vocab_size"].get<int64_t>() >= spec.vocab_size,
+                   "[model] vocab_size {} must be an integer no smaller than the tokenizer's vocabulary ({})",
+                   j["vocab_size"].dump(), spec.vocab_size);
   return j.dump();
 }
 

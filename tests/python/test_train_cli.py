@@ -104,6 +104,7 @@ def test_init_from_continues_a_pretrained_folder(tmp_path):
     folder = tmp_path / "base"
     tp.write_folder(str(folder), cfg, w)
     (folder / "tokenizer_config.json").write_text("{}")
+    original = (folder / "model.safetensors").read_bytes()
     out = tmp_path / "export"
     tp.run("train", "--config", write_run(tmp_path, f'init_from = "{folder}"\nblock_size = 16', steps=20, sample_tokens=0), "--export",
            str(out))
@@ -117,6 +118,8 @@ def test_init_from_continues_a_pretrained_folder(tmp_path):
     assert set(trained) == set(w)
     moved = [k for k in w if not np.array_equal(trained[k].numpy(), w[k].numpy())]
     assert len(moved) == len(w)
+    # Training wrote private copies of the mapped pages: the pretrained file is untouched.
+    assert (folder / "model.safetensors").read_bytes() == original
 
 
 def test_init_from_gguf_and_quantized_folders_are_refused(tmp_path):

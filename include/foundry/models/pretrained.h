@@ -135,7 +135,6 @@ class CausalLM : public nn::Module {
   KVCache make_cache(int64_t batch, int64_t capacity) const;
   /// Parameters by their HF names (tied tensors once).
   std::map<std::string, Tensor> weights() const;
-  int64_t num_parameters() const { return nn::Module::num_parameters(); }
   DType dtype() const { return dtype_; }
   /// Weight products use `format` ("q8_0", "q4_K", ...) copies of the weights, quantized on first
   /// use: up to kQuantizedMaxRows activation rows (decode) with the quantized matrix-vector kernels,

@@ -56,17 +56,12 @@ std::string Linear::extra_repr() const {
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  if (records(x, weight, bias)) {
-    if (products_ && products_->adopted(weight))
-      raise<NotImplementedError>(
-          "this model's weights are quantized in memory (a GGUF file or a quantized folder): it can run but not "
-          "train; load the float checkpoint to train");
-    if (!transposed_) return linear(x, weight, bias);
-    Tensor y = matmul(x, weight);
-    return bias.defined() ? y + bias : y;
-  }
-  if (products_) return products_->product(x, weight, bias, transposed_);
-  return transposed_ ? (bias.defined() ? matmul(x, weight) + bias : matmul(x, weight)) : linear(x, weight, bias);
+  if (!records(x, weight, bias)) return products_->product(x, weight, bias, transposed_);
+  if (products_->adopted(weight))
+    raise<NotImplementedError>(
+        "this model's weights are quantized in memory (a GGUF file or a quantized folder): it can run but not "
+        "train; load the float checkpoint to train");
+  return WeightProducts::dense(x, weight, bias, transposed_);
 }
 
 // ---- Embedding ------------------------------------------------------------------------------------
@@ -182,26 +177,25 @@ Tensor SparseMoE::forward(const Tensor& x) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
-LayerContext layer_context(const ModelConfig& c, const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache) {
+LayerContext layer_context(const ModelConfig& c, const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache,
+                           DType dtype, const AttentionPositions& p) {
   const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
   LayerContext ctx;
   ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
-  ctx.causal = past == 0 && T > 1 && (!attention_mask.defined() || all(mask).item<bool>());
+  ctx.positions = positions_from_mask(mask, T);
+  if (p.rotary_dims > 0) std::tie(ctx.cos, ctx.sin) = rope_tables(c, ctx.positions, p.rotary_dims, dtype);
+  ctx.causal = !cache && T > 1 && !p.alibi_scale && (p.window == 0 || T - 1 <= p.window) &&
+               (!attention_mask.defined() || all(mask).item<bool>());
+  if (!ctx.causal) {
+    ctx.bias = attention_bias(mask, T, p.window, dtype);
+    if (p.alibi_scale) ctx.bias = ctx.bias + alibi_bias(mask, c.num_heads, *p.alibi_scale, dtype);  // [B, H, T, S]
+  }
   return ctx;
 }
 
 Tensor attend_layer(const LayerContext& ctx, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
                     double dropout) {
-  if (ctx.causal && !ctx.cache) {
-    // Causal SDPA: no [B, 1, T, T] bias to build or read (and its flash kernel under autocast).
-    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1);
-    Tensor kk = k, vv = v;
-    if (Hkv != H) {
-      kk = k.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
-      vv = v.unsqueeze(2).expand({B, Hkv, H / Hkv, T, D}).reshape({B, H, T, D});
-    }
-    return scaled_dot_product_attention(q, kk, vv, Tensor(), dropout, true).transpose(1, 2).reshape({B, T, H * D});
-  }
+  if (ctx.causal) return attend(q, k, v, Tensor(), dropout, /*causal=*/true);
   const bool graph = records(q, k, v);
   if (ctx.cache && !graph && q.size(2) == 1 && ctx.cache->streams_attention() && q.dtype() == DType::Float32)
     return ctx.cache->append_and_attend(layer, q, k, v, ctx.bias);  // decode: streaming over the cache

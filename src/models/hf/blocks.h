@@ -185,15 +185,22 @@ struct LayerContext {
   Tensor bias;       ///< additive attention bias [B, 1 or H, T, past + T]
   Tensor cos, sin;   ///< rotary tables [B, 1, T, rot] (undefined without rotary positions)
   KVCache* cache = nullptr;
-  /// The bias is plain causal masking (no padding, nothing cached, no window or ALiBi in effect):
-  /// attention runs as causal SDPA without a materialised bias (architectures with ALiBi, or
-  /// windows shorter than T, set it false).
+  /// Plain causal masking (no padding, no cache, no window cutting in, no ALiBi): attention runs as
+  /// causal SDPA and `bias` is left undefined (nothing [B, 1, T, T] to build or read).
   bool causal = false;
 };
 
-/// Checks input_ids [B, T] and starts a forward's context: sizes, the full mask, the cache, and
-/// `causal` when the mask is all ones and nothing is cached.
-LayerContext layer_context(const ModelConfig& c, const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache);
+/// How an architecture encodes positions in attention.
+struct AttentionPositions {
+  int64_t rotary_dims = 0;            ///< rotary tables over the first rotary_dims of each head (0: none)
+  int64_t window = 0;                 ///< sliding window (0: none)
+  std::optional<double> alibi_scale;  ///< ALiBi bias, times this scale
+};
+
+/// Checks input_ids [B, T] and starts a forward's context: sizes, the full mask, the cache, the
+/// positions from the mask, the rotary tables, and the attention bias unless plain causal.
+LayerContext layer_context(const ModelConfig& c, const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache,
+                           DType dtype, const AttentionPositions& positions = {});
 
 /// Attention of q [B, H, T, D] over k, v [B, Hkv, T, D] and the cached positions of `layer`
 /// (appending k, v to the cache): [B, T, H * D]. Decoding one token over a streaming-capable cache

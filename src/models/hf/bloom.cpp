@@ -79,11 +79,7 @@ class Bloom : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
-    const int64_t T = ctx.T;
-    const Tensor& mask = ctx.mask;
-    ctx.causal = false;  // ALiBi
-    ctx.bias = attention_bias(mask, T, 0, dtype_) + alibi_bias(mask, c.num_heads, 1.0, dtype_);  // [B, H, T, S]
+    const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_, {.alibi_scale = 1.0});
     Tensor h = word_embeddings_layernorm->forward(word_embeddings->forward(input_ids));
     h = run_layers(*this, blocks, ctx, h, last_positions);
     return lm_head->forward(ln_f->forward(h));

@@ -368,10 +368,10 @@ Tensor rope_rows_(Tensor x, int64_t heads, const Tensor& cos_t, const Tensor& si
   return x;
 }
 
-Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, double dropout) {
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, double dropout, bool causal) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2);
-  if (T == 1 && dropout == 0) {
+  if (T == 1 && dropout == 0 && !causal) {
     // Decoding: each kv head's query group as the rows of two small products, no KV copies
     // (the tiled kernel's blocking only pays off for many queries).
     const int64_t rep = H / Hkv;
@@ -386,7 +386,7 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b
     kk = k.unsqueeze(2).expand({B, Hkv, rep, S, D}).reshape({B, H, S, D});
     vv = v.unsqueeze(2).expand({B, Hkv, rep, S, D}).reshape({B, H, S, D});
   }
-  Tensor o = scaled_dot_product_attention(q, kk, vv, bias, dropout);
+  Tensor o = scaled_dot_product_attention(q, kk, vv, bias, dropout, causal);
   return o.transpose(1, 2).reshape({B, T, H * D});
 }
 

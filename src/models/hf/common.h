@@ -60,6 +60,8 @@ std::string get_string(const json& j, const std::string& key, const std::string&
 class WeightProducts {
  public:
   Tensor product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const;
+  /// The float product (differentiable): x W^T + b, or x W + b when transposed.
+  static Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed);
   void set_format(const std::string& format);
   const std::string& format() const { return format_; }
   void set_prefill(const std::string& mode);
@@ -95,9 +97,10 @@ std::pair<Tensor, Tensor> rope_tables(const ModelConfig& c, const Tensor& positi
 Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 
 /// softmax(q k^T / sqrt(D) + bias) v for q [B, H, T, D] and k, v [B, Hkv, S, D] (grouped-query:
-/// each kv head serves H / Hkv query heads), with dropout on the attention weights. Returns
-/// [B, T, H * D].
-Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, double dropout = 0);
+/// each kv head serves H / Hkv query heads), with dropout on the attention weights; `causal`
+/// (T = S, no bias) masks by position inside the kernel instead. Returns [B, T, H * D].
+Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, double dropout = 0,
+              bool causal = false);
 
 // Inference-only fused kernels (callers use them only when autograd does not record; float32
 // contiguous inputs, else the unfused ops):

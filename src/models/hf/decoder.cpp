@@ -96,13 +96,8 @@ class Decoder : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
-    const int64_t T = ctx.T;
-    const Tensor& mask = ctx.mask;
-    ctx.positions = positions_from_mask(mask, T);
-    std::tie(ctx.cos, ctx.sin) = rope_tables(c, ctx.positions, c.head_dim, dtype_);
-    ctx.bias = attention_bias(mask, T, c.sliding_window, dtype_);
-    if (c.sliding_window > 0 && T - 1 > c.sliding_window) ctx.causal = false;  // the window cuts in
+    const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_,
+                                           {.rotary_dims = c.head_dim, .window = c.sliding_window});
     Tensor h = embed_tokens->forward(input_ids);
     // HF rounds the normaliser to the compute dtype first.
     if (spec_.scale_embeddings) h = h * full({}, std::sqrt(double(c.hidden_size)), h.dtype());

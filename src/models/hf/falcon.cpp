@@ -109,14 +109,11 @@ class Falcon : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
-    const int64_t T = ctx.T;
-    const Tensor& mask = ctx.mask;
-    ctx.bias = attention_bias(mask, T, 0, dtype_);
     // ALiBi: Falcon scales the bias by 1/sqrt(D) together with the scores.
-    ctx.causal = ctx.causal && !o_.alibi;
-    if (o_.alibi) ctx.bias = ctx.bias + alibi_bias(mask, c.num_heads, 1.0 / std::sqrt(double(c.head_dim)), dtype_);
-    else std::tie(ctx.cos, ctx.sin) = rope_tables(c, positions_from_mask(mask, T), c.head_dim, dtype_);
+    AttentionPositions p;
+    if (o_.alibi) p.alibi_scale = 1.0 / std::sqrt(double(c.head_dim));
+    else p.rotary_dims = c.head_dim;
+    const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_, p);
     Tensor h = word_embeddings->forward(input_ids);
     h = run_layers(*this, layers, ctx, h, last_positions);
     return lm_head->forward(ln_f->forward(h));

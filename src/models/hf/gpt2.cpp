@@ -80,14 +80,10 @@ class GPT2 : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
-    const int64_t T = ctx.T;
-    const Tensor& mask = ctx.mask;
-    ctx.positions = positions_from_mask(mask, T);
+    const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_);
     const int64_t last = amax(ctx.positions).item<int64_t>();
     if (last >= c.max_positions)
       raise<ValueError>("{}: position {} is past n_positions ({})", c.architecture, last, c.max_positions);
-    ctx.bias = attention_bias(mask, T, 0, dtype_);
     Tensor h = maybe_dropout(*this, wte->forward(input_ids) + wpe->forward(ctx.positions), o_.embd_pdrop);
     h = run_layers(*this, blocks, ctx, h, last_positions);
     return lm_head->forward(ln_f->forward(h));

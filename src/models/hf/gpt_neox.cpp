@@ -82,12 +82,7 @@ class GPTNeoX : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
-    const int64_t T = ctx.T;
-    const Tensor& mask = ctx.mask;
-    ctx.positions = positions_from_mask(mask, T);
-    std::tie(ctx.cos, ctx.sin) = rope_tables(c, ctx.positions, o_.rot_dim, dtype_);
-    ctx.bias = attention_bias(mask, T, 0, dtype_);
+    const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_, {.rotary_dims = o_.rot_dim});
     Tensor h = maybe_dropout(*this, embed_in->forward(input_ids), o_.hidden_dropout);
     h = run_layers(*this, layers, ctx, h, last_positions);
     return embed_out->forward(final_layer_norm->forward(h));

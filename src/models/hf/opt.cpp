@@ -92,20 +92,17 @@ class OPT : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
-    const int64_t T = ctx.T;
-    const Tensor& mask = ctx.mask;
+    const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_);
     // OPTLearnedPositionalEmbedding: cumsum(mask) * mask - 1, plus the offset of 2.
-    Tensor m = mask.to(DType::Int64);
-    ctx.positions = (cumsum(m, 1) * m + ones({}, DType::Int64)).narrow(1, ctx.past, T);
-    const int64_t last = amax(ctx.positions).item<int64_t>();
+    Tensor m = ctx.mask.to(DType::Int64);
+    Tensor positions = (cumsum(m, 1) * m + ones({}, DType::Int64)).narrow(1, ctx.past, ctx.T);
+    const int64_t last = amax(positions).item<int64_t>();
     if (last >= c.max_positions + 2)
       raise<ValueError>("{}: position {} is past max_position_embeddings ({})", c.architecture, last - 2,
                         c.max_positions);
-    ctx.bias = attention_bias(mask, T, 0, dtype_);
     Tensor h = embed_tokens->forward(input_ids);
     if (project_in) h = project_in->forward(h);
-    h = maybe_dropout(*this, h + embed_positions->forward(ctx.positions), o_.dropout);
+    h = maybe_dropout(*this, h + embed_positions->forward(positions), o_.dropout);
     h = run_layers(*this, layers, ctx, h, last_positions);
     if (final_layer_norm) h = final_layer_norm->forward(h);
     if (project_out) h = project_out->forward(h);

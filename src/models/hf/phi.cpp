@@ -76,12 +76,7 @@ class Phi : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
-    LayerContext ctx = layer_context(c, input_ids, attention_mask, cache);
-    const int64_t T = ctx.T;
-    const Tensor& mask = ctx.mask;
-    ctx.positions = positions_from_mask(mask, T);
-    std::tie(ctx.cos, ctx.sin) = rope_tables(c, ctx.positions, o_.rot_dim, dtype_);
-    ctx.bias = attention_bias(mask, T, 0, dtype_);
+    const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_, {.rotary_dims = o_.rot_dim});
     Tensor h = maybe_dropout(*this, embed_tokens->forward(input_ids), o_.embd_pdrop);
     h = run_layers(*this, layers, ctx, h, last_positions);
     return lm_head->forward(final_layernorm->forward(h));

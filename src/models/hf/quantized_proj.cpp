@@ -191,6 +191,10 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
 Tensor WeightProducts::product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const {
   const Quantized* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, transposed) : nullptr;
   if (q) return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_bf16_);
+  return dense(x, w, b, transposed);
+}
+
+Tensor WeightProducts::dense(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) {
   if (!transposed) return linear(x, w, b);
   Tensor y = matmul(x, w);
   return b.defined() ? y + b : y;
