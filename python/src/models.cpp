@@ -11,7 +11,6 @@
 #include "foundry/models/generate.h"
 #include "foundry/models/pretrained.h"
 #include "foundry/ops/autocast.h"
-#include "foundry/optim/optimizer.h"
 
 namespace py = pybind11;
 
@@ -43,23 +42,7 @@ Tensor batch_of(py::object obj) {
   return t.dim() == 1 ? t.unsqueeze(0) : t;
 }
 
-void bind_optim(py::module_& m) {
-  py::module_ om = m.def_submodule("optim", "optimizers over foundry tensors (PyTorch 1.13 semantics)");
-  py::class_<optim::AdamW>(om, "AdamW")
-      .def(py::init([](std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps,
-                       double weight_decay, bool amsgrad) {
-             return std::make_unique<optim::AdamW>(
-                 std::move(params), optim::AdamWOptions{.lr = lr, .betas = betas, .eps = eps,
-                                                        .weight_decay = weight_decay, .amsgrad = amsgrad});
-           }),
-           py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = std::pair<double, double>{0.9, 0.999},
-           py::arg("eps") = 1e-8, py::arg("weight_decay") = 1e-2, py::arg("amsgrad") = false)
-      .def("step", [](optim::AdamW& o) {
-        py::gil_scoped_release nogil;
-        o.step();
-      })
-      .def("zero_grad", &optim::AdamW::zero_grad, py::arg("set_to_none") = true);
-
+void bind_autocast(py::module_& m) {
   struct Autocast {
     bool enabled;
     DType dtype;
@@ -76,8 +59,11 @@ void bind_optim(py::module_& m) {
 
 }  // namespace
 
+void bind_optim(py::module_& m);
+
 void bind_models(py::module_& m) {
   bind_optim(m);
+  bind_autocast(m);
   py::module_ mm = m.def_submodule("models", "Hugging Face models: from_pretrained(dir), create(config)");
   py::class_<models::CausalLMOutput>(mm, "CausalLMOutput", "HF's output: loss (with labels) and logits")
       .def_readonly("loss", &models::CausalLMOutput::loss)

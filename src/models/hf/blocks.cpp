@@ -55,12 +55,17 @@ std::string Linear::extra_repr() const {
          ", bias=" + nn::py_bool(bias.defined());
 }
 
-Tensor Linear::forward(const Tensor& x) {
+Tensor Linear::forward(const Tensor& x) { return adapter_ ? adapter_->forward(*this, x) : base_forward(x); }
+
+Tensor Linear::base_forward(const Tensor& x) {
   if (!records(x, weight, bias)) return products_->product(x, weight, bias, transposed_);
-  if (products_->adopted(weight))
-    raise<NotImplementedError>(
-        "this model's weights are quantized in memory (a GGUF file or a quantized folder): it can run but not "
-        "train; load the float checkpoint to train");
+  if (products_->quantized_for(weight, transposed_)) {
+    if (weight.requires_grad())
+      raise<NotImplementedError>(
+          "this model's weights are quantized in memory (a GGUF file, a quantized folder or --quantize): they can "
+          "run and pass gradients (QLoRA) but not train themselves; load the float checkpoint to train them");
+    return products_->differentiable_product(x, weight, bias, transposed_);
+  }
   return WeightProducts::dense(x, weight, bias, transposed_);
 }
 

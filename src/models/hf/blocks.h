@@ -73,7 +73,18 @@ class Scope : public nn::Module {
 /// The config's pad_token_id as config.json has it (transformers' embeddings use it as padding_idx).
 std::optional<int64_t> config_pad_token(const ModelConfig& c);
 
-/// nn.Linear (weight [out, in]) or GPT-2's Conv1D (weight [in, out]: `transposed`).
+class Linear;
+
+/// A wrapper that takes over a projection's forward (peft's LoRA layers, modules_to_save copies):
+/// the architecture still calls its projection, which hands x to the wrapper.
+class LinearAdapter {
+ public:
+  virtual ~LinearAdapter() = default;
+  virtual Tensor forward(Linear& base, const Tensor& x) = 0;
+};
+
+/// nn.Linear (weight [out, in]) or GPT-2's Conv1D (weight [in, out]: `transposed`). An adapter
+/// (peft's LoRA layers) may hook its output; the architectures keep calling the projection itself.
 class Linear : public nn::Module {
  public:
   Linear(const WeightSource& ws, int64_t in, int64_t out, bool bias, bool transposed = false, Init init = {});
@@ -82,12 +93,23 @@ class Linear : public nn::Module {
   std::string type_name() const override { return transposed_ ? "Conv1D" : "Linear"; }
   std::string extra_repr() const override;
   Tensor forward(const Tensor& x) override;
+  /// The projection alone (x W^T + b), without the adapter. A frozen weight held quantized
+  /// (QLoRA) still passes gradients to x: each tile of rows is dequantized in turn, forward and
+  /// backward, so no float copy of the whole matrix is made.
+  Tensor base_forward(const Tensor& x);
+  void set_adapter(LinearAdapter* adapter) { adapter_ = adapter; }
+  LinearAdapter* adapter() const { return adapter_; }
+  bool transposed() const { return transposed_; }
+  int64_t in_features() const { return weight.size(transposed_ ? 0 : 1); }
+  int64_t out_features() const { return weight.size(transposed_ ? 1 : 0); }
+  const std::shared_ptr<WeightProducts>& products() const { return products_; }
   Tensor& weight;
   Tensor& bias;
 
  private:
   bool transposed_ = false;
   std::shared_ptr<WeightProducts> products_;
+  LinearAdapter* adapter_ = nullptr;
 };
 
 class Embedding : public nn::Module {

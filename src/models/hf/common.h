@@ -65,13 +65,22 @@ class WeightProducts {
   void set_format(const std::string& format);
   const std::string& format() const { return format_; }
   void set_prefill(const std::string& mode);
-  void adopt(const Tensor& w, const std::string& format, const Tensor& bytes);
+  /// Products with w read `bytes`: W's rows ([out, in]; for a transposed [in, out] weight, of W^T)
+  /// quantized in `format`.
+  void adopt(const Tensor& w, const std::string& format, const Tensor& bytes, bool transposed = false);
   /// Whether products with w read adopted quantized bytes (w itself is then a placeholder).
   bool adopted(const Tensor& w) const;
   bool any_adopted() const;
+  /// Whether products with w read quantized bytes (adopted, or quantized by the format).
+  bool quantized_for(const Tensor& w, bool transposed) const;
+  /// x W^T + b with W's quantized bytes, recording for autograd: gradients reach x (and b), never
+  /// W (a frozen base, QLoRA). Forward and backward dequantize W a tile of rows at a time.
+  Tensor differentiable_product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const;
+
+ /// One weight's quantized rows (owned, or adopted bytes kept alive).
+  struct Quantized;
 
  private:
-  struct Quantized;
   const Quantized* quantized(const Tensor& w, bool transposed) const;
   std::string format_;
   bool prefill_bf16_ = false;

@@ -22,6 +22,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "foundry/autograd/grad_mode.h"
+#include "foundry/autograd/node.h"
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
@@ -50,10 +51,10 @@ void WeightProducts::set_format(const std::string& format) {
     it = it->second->keepalive.defined() ? std::next(it) : quantized_.erase(it);
 }
 
-void WeightProducts::adopt(const Tensor& weight, const std::string& format, const Tensor& bytes) {
+void WeightProducts::adopt(const Tensor& weight, const std::string& format, const Tensor& bytes, bool transposed) {
   const quant::BlockFormatTraits& t = quant::traits(format);
   FOUNDRY_CHECK_AS(ValueError, weight.dim() == 2, "adopt_quantized: weight must be 2-D, got {} dims", weight.dim());
-  const int64_t rows = weight.size(0), k = weight.size(1);
+  const int64_t rows = weight.size(transposed ? 1 : 0), k = weight.size(transposed ? 0 : 1);
   FOUNDRY_CHECK_AS(ValueError, bytes.is_contiguous() && bytes.nbytes() == quant::quantized_bytes(t, rows, k),
                    "adopt_quantized: {} bytes for a [{}, {}] {} matrix that needs {}", bytes.nbytes(), rows, k, t.name,
                    quant::quantized_bytes(t, rows, k));
@@ -192,6 +193,105 @@ Tensor WeightProducts::product(const Tensor& x, const Tensor& w, const Tensor& b
   const Quantized* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, transposed) : nullptr;
   if (q) return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_bf16_);
   return dense(x, w, b, transposed);
+}
+
+bool WeightProducts::quantized_for(const Tensor& w, bool transposed) const {
+  if (quantized_.count(w.impl())) return true;
+  if (format_.empty() || w.dim() != 2) return false;
+  return (transposed ? w.size(0) : w.size(1)) % quant::traits(format_).block_size == 0;
+}
+
+namespace {
+
+// Rows [r0, r1) of a quantized [rows, k] matrix as float32 [r1 - r0, k].
+Tensor dequantized_rows(const quant::BlockFormatTraits& t, const uint8_t* w, int64_t k, int64_t r0, int64_t r1) {
+  const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
+  Tensor out = empty({r1 - r0, k}, DType::Float32);
+  float* d = out.data<float>();
+  parallel_for(r0, r1, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) t.dequantize(w + r * row_bytes, d + (r - r0) * k, k);
+  });
+  return out;
+}
+
+// Rows per tile: about 4 MB of float32 weights at a time.
+int64_t tile_rows(int64_t k) { return std::max<int64_t>(16, (int64_t(1) << 20) / std::max<int64_t>(k, 1)); }
+
+// y = x W^T over a quantized W, one tile of W's rows at a time; x [m, k] float32 contiguous.
+Tensor tiled_product(const Tensor& x, const quant::BlockFormatTraits& t, const uint8_t* w, int64_t rows, int64_t k) {
+  Tensor y = empty({x.size(0), rows}, DType::Float32);
+  for (int64_t r0 = 0; r0 < rows; r0 += tile_rows(k)) {
+    const int64_t r1 = std::min(rows, r0 + tile_rows(k));
+    Tensor part = matmul(x, dequantized_rows(t, w, k, r0, r1).t());
+    if (r1 - r0 == rows) return part;
+    y.narrow(1, r0, r1 - r0).copy_(part);
+  }
+  return y;
+}
+
+// dx = dy W over a quantized W, tile by tile; dy [m, rows] float32.
+Tensor tiled_input_grad(const Tensor& dy, const quant::BlockFormatTraits& t, const uint8_t* w, int64_t rows, int64_t k) {
+  Tensor dx;
+  for (int64_t r0 = 0; r0 < rows; r0 += tile_rows(k)) {
+    const int64_t r1 = std::min(rows, r0 + tile_rows(k));
+    Tensor part = matmul(dy.narrow(1, r0, r1 - r0), dequantized_rows(t, w, k, r0, r1));
+    dx = dx.defined() ? dx.add_(part) : part;
+  }
+  return dx;
+}
+
+}  // namespace
+
+class QuantizedProductBackward : public autograd::Node {
+ public:
+  std::shared_ptr<WeightProducts::Quantized> q;
+  Shape x_sizes;
+  DType x_dtype = DType::Float32, b_dtype = DType::Float32;
+  std::string name() const override { return "QuantizedProductBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    autograd::NoGradGuard no_grad;
+    const Tensor& g = grads[0];
+    std::vector<Tensor> out(2);
+    if (!g.defined()) return out;
+    Tensor dy = g.to(DType::Float32).contiguous().reshape({-1, q->rows});
+    if (next_edges[0].valid())
+      out[0] = tiled_input_grad(dy, *q->format, q->data, q->rows, q->k).reshape(IntList(x_sizes)).to(x_dtype);
+    if (next_edges[1].valid()) out[1] = sum(dy, {0}).to(b_dtype);
+    return out;
+  }
+};
+
+Tensor WeightProducts::differentiable_product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const {
+  FOUNDRY_CHECK_AS(ValueError, quantized(w, transposed) != nullptr, "differentiable_product: the weight is not quantized");
+  const std::shared_ptr<Quantized> q = quantized_.at(w.impl());
+  FOUNDRY_CHECK_AS(ValueError, x.size(-1) == q->k, "linear: input features {} but the quantized weight has {}", x.size(-1),
+                   q->k);
+  Tensor y;
+  {
+    autograd::NoGradGuard no_grad;
+    y = tiled_product(x.to(DType::Float32).contiguous().reshape({-1, q->k}), *q->format, q->data, q->rows, q->k);
+    if (b.defined()) y = y + b.to(DType::Float32);
+    Shape out_shape(x.sizes());
+    out_shape.back() = q->rows;
+    y = y.reshape(IntList(out_shape));
+    if (x.dtype() != DType::Float32) y = y.to(x.dtype());
+  }
+  const bool bias_grad = b.defined() && b.requires_grad();
+  if (!autograd::is_grad_enabled() || (!x.requires_grad() && !bias_grad)) return y;
+  auto node = std::make_shared<QuantizedProductBackward>();
+  node->q = q;
+  node->x_sizes = Shape(x.sizes());
+  node->x_dtype = x.dtype();
+  node->b_dtype = b.defined() ? b.dtype() : DType::Float32;
+  node->next_edges.push_back(x.requires_grad() ? autograd::gradient_edge(x) : autograd::Edge{});
+  node->next_edges.push_back(bias_grad ? autograd::gradient_edge(b) : autograd::Edge{});
+  node->outputs.push_back({Shape(y.sizes()), y.dtype()});
+  Tensor out = y.detach();
+  autograd::AutogradMeta& m = out.impl()->autograd_meta();
+  m.requires_grad = true;
+  m.grad_fn = node;
+  m.output_nr = 0;
+  return out;
 }
 
 Tensor WeightProducts::dense(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) {
