@@ -202,6 +202,16 @@ void bind_peft(py::module_& m) {
       .def("__repr__", [](const PeftModel& m) { return m.str(); });
 
   pm.def(
+      "quantize_base",
+      [](std::shared_ptr<CausalLM> model, const std::string& format) {
+        py::gil_scoped_release nogil;
+        return peft::quantize_base(*model, format);
+      },
+      py::arg("model"), py::arg("format") = "nf4",
+      "QLoRA: every projection but the LM head computes from `format` bytes (nf4: bitsandbytes' NF4 with "
+      "double quantization; int8: LLM.int8 row codes; or a GGML block format) and drops its float weight; "
+      "returns how many were quantized");
+  pm.def(
       "get_peft_model",
       [](std::shared_ptr<CausalLM> model, const LoraConfig& config, const std::string& adapter_name) {
         return std::make_shared<PeftModel>(model, config, adapter_name);

@@ -58,7 +58,13 @@ std::string Linear::extra_repr() const {
 Tensor Linear::forward(const Tensor& x) { return adapter_ ? adapter_->forward(*this, x) : base_forward(x); }
 
 Tensor Linear::base_forward(const Tensor& x) {
-  if (!records(x, weight, bias)) return products_->product(x, weight, bias, transposed_);
+  if (!records(x, weight, bias)) {
+    // Training over a quantized frozen base (QLoRA) computes in float32 from the dequantized
+    // tiles, as the recorded products do, not with inference's bf16 prefill or q8 activations.
+    if (is_training() && products_->quantized_for(weight, transposed_))
+      return products_->differentiable_product(x, weight, bias, transposed_);
+    return products_->product(x, weight, bias, transposed_);
+  }
   if (products_->quantized_for(weight, transposed_)) {
     if (weight.requires_grad())
       raise<NotImplementedError>(
