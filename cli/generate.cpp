@@ -18,6 +18,7 @@
 #include "foundry/models/perplexity.h"
 #include "foundry/models/quantized_folder.h"
 #include "foundry/models/pretrained.h"
+#include "foundry/models/tokenizer_files.h"
 #include "foundry/ops/ops.h"
 #include "foundry/text/tokenizer.h"
 
@@ -43,19 +44,6 @@ std::vector<int64_t> parse_ids(const std::string& s) {
   }
   if (ids.empty()) raise<ValueError>("--input-ids: no ids given");
   return ids;
-}
-
-// tokenizer.json, else SentencePiece's tokenizer.model, else GPT-2's vocab.json + merges.txt; for
-// a GGUF file, the tokenizer in its metadata.
-std::unique_ptr<text::Tokenizer> folder_tokenizer(const std::string& dir) {
-  if (models::is_gguf_file(dir)) return models::load_gguf_tokenizer(dir);
-  const fs::path d(dir);
-  for (const char* name : {"tokenizer.json", "tokenizer.model"})
-    if (fs::exists(d / name)) return std::make_unique<text::Tokenizer>(text::Tokenizer::from_file((d / name).string()));
-  if (fs::exists(d / "vocab.json") && fs::exists(d / "merges.txt"))
-    return std::make_unique<text::Tokenizer>(
-        text::Tokenizer::from_gpt2_files((d / "vocab.json").string(), (d / "merges.txt").string()));
-  return nullptr;
 }
 
 models::LoadOptions load_options(const std::string& dtype, const std::string& quantize = "",
@@ -131,7 +119,7 @@ void add_generate(CLI::App& app) {
   cmd->callback([o, cmd, seed] {
     if (o->prompt.empty() && o->input_ids.empty()) raise<ValueError>("generate: give --prompt or --input-ids");
     auto model = models::load_pretrained(o->model, load_options(o->dtype, o->quantize, o->kv_cache, o->quantized_prefill));
-    auto tok = folder_tokenizer(o->model);
+    auto tok = models::folder_tokenizer(o->model);
     std::vector<int64_t> prompt_ids;
     if (!o->prompt.empty()) {
       if (!tok) raise<ValueError>("generate: --prompt needs a tokenizer in {}; use --input-ids", o->model);
@@ -342,7 +330,7 @@ void add_perplexity(CLI::App& app) {
       for (unsigned char ch : text) ids.push_back(ch);
     } else {
       std::unique_ptr<text::Tokenizer> tok = o->tokenizer.empty()
-                                                 ? folder_tokenizer(o->model)
+                                                 ? models::folder_tokenizer(o->model)
                                                  : std::make_unique<text::Tokenizer>(text::Tokenizer::from_file(o->tokenizer));
       if (!tok) raise<ValueError>("perplexity: {} has no tokenizer; pass --tokenizer", o->model);
       for (uint32_t id : tok->encode_ids(text, false)) ids.push_back(id);

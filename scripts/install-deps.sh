@@ -14,6 +14,8 @@ packages=(
   nlohmann-json3-dev libfmt-dev libpcre2-dev libutf8proc-dev libcli11-dev libtomlplusplus-dev
   # python bindings and parity references
   pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
+  # chat templates: jinja2 (what transformers renders them with) is the reference
+  python3-jinja2
   # tokenizer references (HF tokenizers/tiktoken come from npm, see tests/text)
   sentencepiece python3-sentencepiece
   ocl-icd-opencl-dev opencl-headers  # libdnnl-dev's CMake config needs OpenCL to configure

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "convert.h"
+#include "foundry/models/chat_template.h"
 #include "foundry/models/generate.h"
 #include "foundry/models/pretrained.h"
 #include "foundry/ops/autocast.h"
@@ -208,6 +209,24 @@ void bind_models(py::module_& m) {
       "KV cache in that format; quantized_prefill='float32' / 'bfloat16' / 'auto' picks the prefill GEMM's "
       "precision with quantized weights");
   mm.def("supported_architectures", &models::supported_architectures);
+  py::class_<models::ChatTemplate>(mm, "ChatTemplate",
+                                   "a Hugging Face chat template (Jinja), rendered as apply_chat_template does")
+      .def(py::init<const std::string&>(), py::arg("source"))
+      .def(
+          "render",
+          [](const models::ChatTemplate& t, py::kwargs context) {
+            return t.render(py::module_::import("json").attr("dumps")(context).cast<std::string>());
+          },
+          "renders with the keyword arguments as variables (messages=[...], bos_token=..., ...)")
+      .def(
+          "apply",
+          [](const models::ChatTemplate& t, py::object messages, bool add_generation_prompt, const std::string& bos,
+             const std::string& eos) {
+            return t.apply(py::module_::import("json").attr("dumps")(messages).cast<std::string>(),
+                           add_generation_prompt, bos, eos);
+          },
+          py::arg("messages"), py::arg("add_generation_prompt") = false, py::arg("bos_token") = "",
+          py::arg("eos_token") = "");
   mm.def(
       "create",
       [](py::object config) -> std::shared_ptr<CausalLM> {

@@ -1,0 +1,133 @@
+"""Chat templates rendered by Foundry's Jinja subset against jinja2 itself, configured as
+transformers' apply_chat_template configures it (trim_blocks, lstrip_blocks, raise_exception,
+tojson with Python's separators): real templates from the shared tokenizer folders and the
+published templates of the model families Foundry loads."""
+import glob
+import json
+import os
+
+import pytest
+
+foundry = pytest.importorskip("foundry")
+if not hasattr(foundry, "models"):
+    pytest.skip("foundry is not built", allow_module_level=True)
+jinja2 = pytest.importorskip("jinja2")
+from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
+
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "tokenizers")
+
+
+def jinja_render(source, **context):
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(source).render(**context)
+
+
+TEMPLATES = {
+    "chatml_qwen2": (
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+        "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"),
+    "llama2": (
+        "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+        "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
+        "{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
+        "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+        "{% if loop.index0 == 0 and system_message != false %}"
+        "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+        "{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}"
+        "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+        "{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"),
+    "mistral": (
+        "{{ bos_token }}{% for message in messages %}"
+        "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+        "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+        "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
+        "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"),
+    "gemma": (
+        "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}"
+        "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+        "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}"
+        "{% set role = message['role'] %}{% endif %}"
+        "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"),
+    "zephyr_multiline": (
+        "{% for message in messages %}\n{% if message['role'] == 'user' %}\n"
+        "{{ '<|user|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n"
+        "{{ '<|system|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n"
+        "{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\n{% endif %}\n"
+        "{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}"),
+    "namespace_and_filters": (
+        "{%- set ns = namespace(found=false, n=0) -%}\n"
+        "{%- for m in messages if m.role != 'system' -%}\n"
+        "  {%- set ns.n = ns.n + 1 -%}\n"
+        "  {%- if m['content'] is string and 'secret' in m.content %}{% set ns.found = true %}{% endif -%}\n"
+        "{%- endfor -%}\n"
+        "n={{ ns.n }} found={{ ns.found }} roles={{ messages | map(attribute='role') | join(',') }}\n"
+        "{{ messages[-1] | tojson }} {{ messages | length }} {{ (messages | first).role | upper }}\n"
+        "{% for k, v in {'a': 1, 'b': [1, 2]}.items() %}{{ k }}={{ v }};{% endfor %}\n"
+        "{{ 'x' if messages | selectattr('role', 'equalto', 'user') | list | length > 1 else 'y' }}"
+        " {{ undefined_thing | default('dflt') }} {{ 7 // 2 }} {{ 7 % 3 }} {{ 2 ** 3 }} {{ 'a,b'.split(',') }}"),
+}
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello there"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " What is 2+2? "},
+     {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3+3, it's a secret?"}],
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! How can I help?"}],
+]
+
+
+def shared_templates():
+    out = {}
+    for path in sorted(glob.glob(os.path.join(SHARED, "*", "tokenizer_config.json"))):
+        t = json.load(open(path)).get("chat_template")
+        if isinstance(t, str):
+            out[os.path.basename(os.path.dirname(path))] = t
+    return out
+
+
+def cases():
+    all_templates = dict(TEMPLATES, **shared_templates())
+    return [(name, i) for name in all_templates for i in range(len(CONVERSATIONS))], all_templates
+
+
+CASES, ALL = cases()
+
+
+@pytest.mark.parametrize("name,conversation", CASES)
+@pytest.mark.parametrize("add_generation_prompt", [False, True])
+def test_renders_as_jinja2(name, conversation, add_generation_prompt):
+    source, messages = ALL[name], CONVERSATIONS[conversation]
+    context = dict(messages=messages, add_generation_prompt=add_generation_prompt, bos_token="<s>", eos_token="</s>")
+    try:
+        want = jinja_render(source, **context)
+    except jinja2.exceptions.TemplateError as e:
+        with pytest.raises(Exception, match=str(e)[:20].replace("(", ".").replace(")", ".")):
+            foundry.models.ChatTemplate(source).render(**context)
+        return
+    assert foundry.models.ChatTemplate(source).render(**context) == want
+    assert foundry.models.ChatTemplate(source).apply(messages, add_generation_prompt, "<s>", "</s>") == want
+
+
+@pytest.mark.parametrize("source,message", [
+    ("{% for x in y %}", "endfor"),
+    ("{{ x | no_such_filter }}", "no_such_filter"),
+    ("{% macro m() %}{% endmacro %}", "macro"),
+    ("{{ 'unterminated }}", "unterminated"),
+])
+def test_unsupported_or_malformed_templates_fail_clearly(source, message):
+    with pytest.raises(Exception, match=message):
+        foundry.models.ChatTemplate(source).render(y=[1], x=1)
