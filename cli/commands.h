@@ -3,6 +3,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <memory>
+#include <string>
+
+#include "foundry/models/pretrained.h"
+
 namespace foundry::cli {
 
 void add_ops_command(CLI::App& app);
@@ -10,6 +15,12 @@ void add_demo_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_prepare_command(CLI::App& app);
-void add_generate_commands(CLI::App& app);  ///< generate, forward, info, convert
+void add_generate_commands(CLI::App& app);  ///< generate, forward, info, convert, quantize, perplexity
+void add_finetune_commands(CLI::App& app);  ///< finetune, merge
+
+/// The model of `dir` with the LoRA adapter in `adapter` ("": none): its layers wrapped
+/// (unmerged), or merged into the float weights at load when `merge` (then quantized if asked).
+std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const models::LoadOptions& options,
+                                             const std::string& adapter = "", bool merge = false);
 
 }  // namespace foundry::cli

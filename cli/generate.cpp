@@ -65,7 +65,8 @@ std::string id_list_json(const std::vector<int64_t>& ids) {
 void add_generate(CLI::App& app) {
   struct Opts {
     std::string model, prompt, input_ids, draft_model, early_stopping = "false", dtype = "float32", quantize, kv_cache,
-        quantized_prefill = "auto";
+        quantized_prefill = "auto", adapter;
+    bool merge = false;
     int64_t max_new_tokens = 32, top_k = 0, num_beams = 1, num_return_sequences = 1, no_repeat_ngram_size = 0,
             lookahead = 4;
     double temperature = 1.0, top_p = 1.0, min_p = 0.0, typical_p = 1.0, repetition_penalty = 1.0,
@@ -79,6 +80,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--model", o->model, "Hugging Face model folder")->required();
   cmd->add_option("--dtype", o->dtype, "compute dtype: float32 (default) or native (the checkpoint's own)")
       ->check(CLI::IsMember({"float32", "native"}));
+  cmd->add_option("--adapter", o->adapter, "a LoRA adapter folder (PEFT layout) applied to the model");
+  cmd->add_flag("--merge", o->merge, "merge the adapter into the weights at load (default: separate LoRA layers)");
   cmd->add_option("--quantize", o->quantize,
                   "compute with quantized copies of the weights: q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, nf4, "
                   "f16 or bf16 (llama.cpp's formats)")
@@ -118,7 +121,8 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--stream", o->stream, "print tokens as they are generated");
   cmd->callback([o, cmd, seed] {
     if (o->prompt.empty() && o->input_ids.empty()) raise<ValueError>("generate: give --prompt or --input-ids");
-    auto model = models::load_pretrained(o->model, load_options(o->dtype, o->quantize, o->kv_cache, o->quantized_prefill));
+    auto model = load_model(o->model, load_options(o->dtype, o->quantize, o->kv_cache, o->quantized_prefill), o->adapter,
+                            o->merge);
     auto tok = models::folder_tokenizer(o->model);
     std::vector<int64_t> prompt_ids;
     if (!o->prompt.empty()) {
@@ -204,11 +208,15 @@ void add_generate(CLI::App& app) {
 
 void add_forward(CLI::App& app) {
   auto model_dir = std::make_shared<std::string>(), inputs = std::make_shared<std::string>(),
-       out = std::make_shared<std::string>(), dtype = std::make_shared<std::string>("float32");
+       out = std::make_shared<std::string>(), dtype = std::make_shared<std::string>("float32"),
+       adapter = std::make_shared<std::string>();
+  auto merge = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("forward", "logits of a batch of token ids as a float32 .npy [batch, seq, vocab]");
   cmd->add_option("--model", *model_dir, "Hugging Face model folder")->required();
   cmd->add_option("--inputs", *inputs, "JSON {\"input_ids\": [[...]], \"attention_mask\": [[...]]}")->required();
   cmd->add_option("--out", *out, "output .npy")->required();
+  cmd->add_option("--adapter", *adapter, "a LoRA adapter folder (PEFT layout) applied to the model");
+  cmd->add_flag("--merge", *merge, "merge the adapter into the weights at load");
   cmd->add_option("--dtype", *dtype, "compute dtype: float32 (default) or native (the checkpoint's own)")
       ->check(CLI::IsMember({"float32", "native"}));
   cmd->callback([=] {
@@ -248,7 +256,7 @@ void add_forward(CLI::App& app) {
         flat_mask.insert(flat_mask.end(), r.begin(), r.end());
       }
     }
-    auto model = models::load_pretrained(*model_dir, load_options(*dtype));
+    auto model = load_model(*model_dir, load_options(*dtype), *adapter, *merge);
     for (int64_t t : flat)
       if (t < 0 || t >= model->config().vocab_size)
         raise<ValueError>("forward: token id {} is outside the vocabulary (size {})", t, model->config().vocab_size);
@@ -306,7 +314,8 @@ void add_convert(CLI::App& app) {
 
 void add_perplexity(CLI::App& app) {
   struct Options {
-    std::string model, data, tokenizer, quantize, quantized_prefill = "auto";
+    std::string model, data, tokenizer, quantize, quantized_prefill = "auto", adapter;
+    bool merge = false;
     int64_t context = 128, max_tokens = 0;
     int threads = 0;
   };
@@ -316,6 +325,8 @@ void add_perplexity(CLI::App& app) {
   cmd->add_option("--data", o->data, "text file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--tokenizer", o->tokenizer, "\"byte\" (ids = UTF-8 bytes) or a tokenizer file (default: the model's)");
   cmd->add_option("--quantize", o->quantize, "compute with weights quantized to this format (as generate --quantize)");
+  cmd->add_option("--adapter", o->adapter, "a LoRA adapter folder (PEFT layout) applied to the model");
+  cmd->add_flag("--merge", o->merge, "merge the adapter into the weights at load");
   cmd->add_option("--quantized-prefill", o->quantized_prefill, "auto, float32 or bfloat16 (as generate)")
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
   cmd->add_option("--context", o->context, "tokens per window (default 128)");
@@ -323,7 +334,7 @@ void add_perplexity(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->callback([o] {
     if (o->threads > 0) set_num_threads(o->threads);
-    auto model = models::load_pretrained(o->model, load_options("float32", o->quantize, "", o->quantized_prefill));
+    auto model = load_model(o->model, load_options("float32", o->quantize, "", o->quantized_prefill), o->adapter, o->merge);
     const std::string text = io::read_file(o->data);
     std::vector<int64_t> ids;
     if (o->tokenizer == "byte") {

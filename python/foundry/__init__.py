@@ -22,7 +22,7 @@ from ._C import gguf, models, quant  # noqa: F401
 # Optimizers and bfloat16 autocast for training models (docs/training.md).
 from ._C import optim, autocast  # noqa: F401
 # LoRA fine-tuning with PEFT's names and adapter files (docs/finetuning.md).
-from ._C import peft  # noqa: F401
+from ._C import peft, finetune  # noqa: F401
 # File formats (docs/formats.md): safetensors as the `safetensors` package names it, sharded
 # checkpoints, NumPy files, training checkpoints. Malformed files raise OSError.
 from ._C import load_file, save_file, load, save, safe_open, SafetensorsFile  # noqa: F401

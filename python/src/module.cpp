@@ -27,6 +27,7 @@ void bind_models(py::module_& m);
 void bind_quant(py::module_& m);
 void bind_gguf(py::module_& m);
 void bind_peft(py::module_& m);
+void bind_finetune(py::module_& m);
 }
 
 namespace {
@@ -314,6 +315,7 @@ PYBIND11_MODULE(_C, m) {
   foundry::python::bind_quant(m);
   foundry::python::bind_gguf(m);
   foundry::python::bind_peft(m);
+  foundry::python::bind_finetune(m);
 
   py::module_ ag = m.def_submodule("autograd", "automatic differentiation");
   ag.def("grad", [](std::vector<Tensor> outputs, std::vector<Tensor> inputs, py::object grad_outputs,

@@ -24,6 +24,14 @@ std::unique_ptr<text::Tokenizer> folder_tokenizer(const std::string& dir) {
   return nullptr;
 }
 
+std::vector<std::string> folder_tokenizer_file_paths(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                        "vocab.json", "merges.txt", "generation_config.json"})
+    if (fs::exists(fs::path(dir) / f)) out.push_back((fs::path(dir) / f).string());
+  return out;
+}
+
 namespace {
 
 // A special token entry: "text", or {"content": "text", ...} (AddedToken's serialisation).

@@ -15,6 +15,7 @@
 #include "foundry/io/checkpoint.h"
 #include "foundry/io/npy.h"
 #include "foundry/models/gguf.h"
+#include "foundry/models/tokenizer_files.h"
 #include "foundry/ops/autocast.h"
 #include "foundry/ops/ops.h"
 #include "foundry/optim/optimizer.h"
@@ -63,15 +64,6 @@ double unigram_loss(const data::TokenShard& train, const data::TokenShard& val, 
 Tensor next_token_loss(const Tensor& logits, const Tensor& targets) {
   const int64_t V = logits.size(-1);
   return cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
-}
-
-// HF tokenizer files of a folder, copied into an export of a model trained from it.
-std::vector<std::string> folder_tokenizer_files(const std::string& dir) {
-  std::vector<std::string> out;
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                        "vocab.json", "merges.txt", "generation_config.json"})
-    if (std::filesystem::exists(std::filesystem::path(dir) / f)) out.push_back((std::filesystem::path(dir) / f).string());
-  return out;
 }
 
 }  // namespace
@@ -334,7 +326,7 @@ TrainResult Trainer::run(int64_t stop_after) {
     if (!cfg_.export_dir.empty()) {
       std::vector<std::string> tokenizer_files;
       if (cfg_.tokenizer != "char" && cfg_.tokenizer != "byte") tokenizer_files.push_back(cfg_.tokenizer);
-      else if (!cfg_.model.init_from.empty()) tokenizer_files = folder_tokenizer_files(cfg_.model.init_from);
+      else if (!cfg_.model.init_from.empty()) tokenizer_files = models::folder_tokenizer_file_paths(cfg_.model.init_from);
       models::save_pretrained(*model_, cfg_.export_dir, tokenizer_files);
     }
     st_->metrics << json{{"step", st_->step}, {"val_loss", result.final_val_loss},

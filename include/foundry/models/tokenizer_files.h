@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace foundry::text {
 class Tokenizer;
@@ -14,6 +15,10 @@ namespace foundry::models {
 /// tokenizer.json, else SentencePiece's tokenizer.model, else GPT-2's vocab.json + merges.txt; for
 /// a GGUF file, the tokenizer in its metadata. Null when the folder has none.
 std::unique_ptr<text::Tokenizer> folder_tokenizer(const std::string& dir);
+
+/// The tokenizer (and generation) files of a folder, as paths: what a model derived from it
+/// (trained further, merged with an adapter) carries along.
+std::vector<std::string> folder_tokenizer_file_paths(const std::string& dir);
 
 /// What tokenizer_config.json says about chat formatting: the Jinja chat template (a string, or
 /// the "default" entry of a list of named templates) and the bos / eos token texts.
