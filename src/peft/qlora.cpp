@@ -70,6 +70,8 @@ int64_t quantize_base(models::CausalLM& model, const std::string& format) {
     if (k % t.block_size != 0 || (format == "nf4" && k % quant::kNF4BlockSize != 0)) continue;
     Tensor rows = (linear->transposed() ? linear->weight.t() : linear->weight).detach().to(DType::Float32).contiguous();
     Tensor bytes = quantize_rows(rows, format);
+    rows = Tensor();
+    models::hf::release_mapped_pages(linear->weight);
     const Shape shape(linear->weight.sizes());
     linear->weight = zeros({1}, DType::Float32).expand(IntList(shape));  // a placeholder: no float copy stays
     linear->weight.requires_grad_(false);

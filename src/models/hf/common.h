@@ -54,6 +54,10 @@ std::string get_string(const json& j, const std::string& key, const std::string&
 /// Throws for a config value that would change the math in a way this implementation lacks.
 [[noreturn]] void unsupported(const ModelConfig& c, const std::string& what);
 
+/// Hands the resident pages of a memory-mapped (copy-on-write, unwritten) weight back to the
+/// kernel; reading it again faults them in from the file. No-op for other tensors.
+void release_mapped_pages(const Tensor& w);
+
 /// Every weight product of a model: dense (x W^T + b, or x W + b for [in, out] weights) or through
 /// a quantized copy of W (set_weight_quantization) or quantized bytes adopted for it (GGUF, NF4).
 /// Used when autograd does not record; see quantized_proj.cpp.

@@ -67,8 +67,6 @@ void WeightProducts::adopt(const Tensor& weight, const std::string& format, cons
   quantized_[weight.impl()] = std::move(q);
 }
 
-namespace {
-
 // Drops the resident pages wholly inside a memory-mapped weight (clean file pages: reading them
 // again faults them back in from the file, so this frees memory without changing any value).
 void release_mapped_pages(const Tensor& w) {
@@ -78,8 +76,6 @@ void release_mapped_pages(const Tensor& w) {
   const uintptr_t first = (begin + page - 1) / page * page, last = (begin + uintptr_t(w.nbytes())) / page * page;
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
-
-}  // namespace
 
 bool WeightProducts::adopted(const Tensor& w) const {
   auto it = quantized_.find(w.impl());
