@@ -187,10 +187,12 @@ void add_generate(CLI::App& app) {
         if (auto at = text.find(s); at != std::string::npos) text.resize(at);
       std::printf("%s\n", text.c_str());
     }
-    std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %zu tokens in %.3f s (%.1f tokens/s)\n",
+    std::fprintf(stderr,
+                 "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %lld steps in %.3f s (%.1f tokens/s); "
+                 "%zu tokens generated\n",
                  (long long)r.prefill_tokens, r.prefill_seconds, double(r.prefill_tokens) / std::max(r.prefill_seconds, 1e-9),
-                 r.tokens[0].size(), r.decode_seconds,
-                 double(r.tokens[0].size()) / std::max(r.decode_seconds + r.prefill_seconds, 1e-9));
+                 (long long)r.decode_steps, r.decode_seconds, double(r.decode_steps) / std::max(r.decode_seconds, 1e-9),
+                 r.tokens[0].size());
     if (!o->draft_model.empty())
       std::fprintf(stderr, "speculative: %lld of %lld draft tokens accepted (%.1f%%)\n", (long long)r.draft_accepted,
                    (long long)r.draft_proposed, 100.0 * double(r.draft_accepted) / double(std::max<int64_t>(r.draft_proposed, 1)));

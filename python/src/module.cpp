@@ -318,11 +318,18 @@ PYBIND11_MODULE(_C, m) {
   foundry::python::bind_finetune(m);
 
   py::module_ ag = m.def_submodule("autograd", "automatic differentiation");
-  ag.def("grad", [](std::vector<Tensor> outputs, std::vector<Tensor> inputs, py::object grad_outputs,
+  // torch.autograd.grad / backward take a tensor or a sequence of tensors for each argument.
+  auto tensor_seq = [](py::handle h) {
+    if (py::isinstance<Tensor>(h)) return std::vector<Tensor>{h.cast<Tensor>()};
+    std::vector<Tensor> out;
+    for (py::handle t : py::iter(h)) out.push_back(t.is_none() ? Tensor() : t.cast<Tensor>());
+    return out;
+  };
+  ag.def("grad", [tensor_seq](py::object outputs_arg, py::object inputs_arg, py::object grad_outputs,
                     py::object retain_graph, bool create_graph, bool allow_unused) {
+    const std::vector<Tensor> outputs = tensor_seq(outputs_arg), inputs = tensor_seq(inputs_arg);
     std::vector<Tensor> gos;
-    if (!grad_outputs.is_none())
-      for (py::handle h : grad_outputs) gos.push_back(h.is_none() ? Tensor() : h.cast<Tensor>());
+    if (!grad_outputs.is_none()) gos = tensor_seq(grad_outputs);
     std::optional<bool> retain;
     if (!retain_graph.is_none()) retain = retain_graph.cast<bool>();
     std::vector<Tensor> r;
@@ -335,10 +342,10 @@ PYBIND11_MODULE(_C, m) {
     return out;
   }, py::arg("outputs"), py::arg("inputs"), py::arg("grad_outputs") = py::none(), py::arg("retain_graph") = py::none(),
      py::arg("create_graph") = false, py::arg("allow_unused") = false);
-  ag.def("backward", [](std::vector<Tensor> outputs, py::object grads, bool retain_graph, bool create_graph) {
+  ag.def("backward", [tensor_seq](py::object outputs_arg, py::object grads, bool retain_graph, bool create_graph) {
+    const std::vector<Tensor> outputs = tensor_seq(outputs_arg);
     std::vector<Tensor> gs;
-    if (!grads.is_none())
-      for (py::handle h : grads) gs.push_back(h.is_none() ? Tensor() : h.cast<Tensor>());
+    if (!grads.is_none()) gs = tensor_seq(grads);
     py::gil_scoped_release nogil;
     autograd::backward(outputs, gs, retain_graph, create_graph);
   }, py::arg("tensors"), py::arg("grad_tensors") = py::none(), py::arg("retain_graph") = false, py::arg("create_graph") = false);

@@ -233,7 +233,7 @@ void register_scan_ops(Registry& r) {
   r.add({.schema_text = "cumprod(Tensor input, int dim, *, ScalarType? dtype=None) -> Tensor",
          .family = "reduction",
          .doc = "Running product along dim (integers accumulate in int64). With zeros in the input the gradient "
-                "comes from an exact quadratic kernel that is not differentiable again.",
+                "is the exact quadratic form (products with each x_i left out), differentiable again.",
          .saves = {"input"},
          .saves_outputs = {0},
          .prepare = cum_prepare,
@@ -249,37 +249,26 @@ void register_scan_ops(Registry& r) {
                  Tensor gy = c.grad() * y;
                  return std::vector<Tensor>{flip(cumsum(flip(gy, {d}), d), {d}) / x};
                }
-               // With zeros: for each position i, d y_k / d x_i = prod_{j <= k, j != i} x_j. Exact,
-               // quadratic in the dim size (not differentiable again).
-               DimRows rx = dim_rows(x.detach(), d, "cumprod");
-               DimRows rg = dim_rows(c.grad().detach(), d, "cumprod");
-               Tensor xd = rx.data.to(DType::Float64), gd = rg.data.to(DType::Float64);
-               Tensor out = zeros(xd.sizes(), DType::Float64);
-               const double* xp = xd.data<double>();
-               const double* gp = gd.data<double>();
-               double* op = out.data<double>();
-               for (int64_t row = 0; row < rx.rows; ++row) {
-                 const double* xr = xp + row * rx.n;
-                 const double* gr = gp + row * rx.n;
-                 for (int64_t i = 0; i < rx.n; ++i) {
-                   double prefix = 1;
-                   for (int64_t j = 0; j < i; ++j) prefix *= xr[j];
-                   double acc = 0, run = prefix;
-                   for (int64_t k = i; k < rx.n; ++k) {
-                     if (k > i) run *= xr[k];
-                     acc += gr[k] * run;
-                   }
-                   op[row * rx.n + i] = acc;
-                 }
-               }
-               return std::vector<Tensor>{rx.restore(out).to(x.dtype())};
+               // With zeros: d y_k / d x_i = prod_{j <= k, j != i} x_j. For every i at once, the
+               // running products of x with x_i replaced by 1 (an [n, n] matrix per row), masked to
+               // k >= i and weighted by g: quadratic in the dim size, built from differentiable ops,
+               // so it is differentiable again (its own backward meets the same case one order up).
+               Tensor xm = movedim(x, {d}, {-1}), gm = movedim(c.grad(), {d}, {-1});
+               const int64_t n = xm.size(-1);
+               Tensor diagonal = eye(n, std::nullopt, DType::Bool);
+               Shape square(xm.sizes());
+               square.push_back(n);  // [..., i, k]
+               Tensor replaced = where(diagonal, ones({}, x.dtype()), xm.unsqueeze(-2).expand(IntList(square)));
+               Tensor upper = triu(ones({n, n}, x.dtype()));  // k >= i
+               Tensor gx = sum(gm.unsqueeze(-2) * cumprod(replaced, -1) * upper, {-1});
+               return std::vector<Tensor>{movedim(gx, {-1}, {d})};
              },
          .dtypes = kNumericTypes,
          .samples = [cum_samples](DType dt, Generator& g) {
            auto s = cum_samples(dt, g);
            if (is_floating(dt)) {
              Tensor z = tensor<double>({0.5, 0.0, 1.5, 2.0, 0.0, 1.2}, {2, 3}).to(dt);
-             s.push_back({{z, int64_t(1), Value()}, "zeros", false});
+             s.push_back({{z, int64_t(1), Value()}, "zeros"});
            }
            return s;
          }});

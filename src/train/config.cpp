@@ -141,12 +141,21 @@ TrainConfig load_train_config(const std::string& path) {
   r.get("sample", "prompt", c.prompt);
   r.check_unknown();
   c.model.hf_config = r.model_keys_json();
-  FOUNDRY_CHECK_AS(ValueError, c.model.block_size > 0, "{}: model.block_size must be positive", path);
-  FOUNDRY_CHECK_AS(ValueError, c.precision == "float32" || c.precision == "bfloat16",
-                   "{}: train.precision must be \"float32\" or \"bfloat16\", got \"{}\"", path, c.precision);
-  FOUNDRY_CHECK_AS(ValueError, c.max_steps > 0 && c.batch_size > 0 && c.grad_accum_steps > 0,
-                   "{}: max_steps, batch_size and grad_accum_steps must be positive", path);
+  check_train_config(c, path);
   return c;
+}
+
+void check_train_config(const TrainConfig& c, const std::string& where) {
+  FOUNDRY_CHECK_AS(ValueError, c.model.block_size > 0, "{}: model.block_size must be positive", where);
+  FOUNDRY_CHECK_AS(ValueError, c.precision == "float32" || c.precision == "bfloat16",
+                   "{}: precision must be \"float32\" or \"bfloat16\", got \"{}\"", where, c.precision);
+  FOUNDRY_CHECK_AS(ValueError, c.max_steps > 0 && c.batch_size > 0 && c.grad_accum_steps > 0,
+                   "{}: max_steps, batch_size and grad_accum_steps must be positive", where);
+  FOUNDRY_CHECK_AS(ValueError, c.val_fraction > 0 && c.val_fraction < 1, "{}: val_fraction must be in (0, 1), got {}",
+                   where, c.val_fraction);
+  FOUNDRY_CHECK_AS(ValueError, c.lr > 0 && c.min_lr >= 0, "{}: lr must be positive and min_lr not negative", where);
+  FOUNDRY_CHECK_AS(ValueError, c.temperature >= 0 && c.top_k >= 0 && c.sample_tokens >= 0,
+                   "{}: sample temperature, top_k and tokens must not be negative", where);
 }
 
 }  // namespace foundry::train

@@ -96,6 +96,7 @@ std::string model_config_json(const ModelSpec& spec) {
 }
 
 Trainer::Trainer(TrainConfig config) : cfg_(std::move(config)), st_(std::make_unique<State>()) {
+  check_train_config(cfg_, "train");
   if (cfg_.threads > 0) set_num_threads(cfg_.threads);
   std::filesystem::create_directories(cfg_.out_dir);
   // Data: prepared once into <out_dir>/data (train.bin, val.bin, meta.json).

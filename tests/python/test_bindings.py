@@ -93,3 +93,22 @@ def test_promotion_table_matches_torch():
             want = torch.promote_types(getattr(torch, a), getattr(torch, b))
             got = foundry.promote_types(a, b)
             assert got.name == str(want).split(".")[1], (a, b)
+
+
+def test_autograd_grad_takes_a_tensor_or_a_sequence():
+    """torch.autograd.grad(outputs, inputs, grad_outputs): each a tensor or a sequence of tensors."""
+    import torch
+    x = foundry.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = (x * x).sum()
+    (g,) = foundry.autograd.grad(y, x, retain_graph=True)
+    assert np.allclose(g.numpy(), [2.0, 4.0, 6.0])
+    (g2,) = foundry.autograd.grad([y], [x], retain_graph=True)
+    assert np.allclose(g2.numpy(), g.numpy())
+    z = x * 3
+    (g3,) = foundry.autograd.grad(z, x, grad_outputs=foundry.tensor([1.0, 0.0, 2.0]))
+    tx = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (want,) = torch.autograd.grad(tx * 3, tx, grad_outputs=torch.tensor([1.0, 0.0, 2.0]))
+    assert np.allclose(g3.numpy(), want.numpy())
+    w = foundry.tensor([1.0, -1.0], requires_grad=True)
+    foundry.autograd.backward((w * w).sum())
+    assert np.allclose(w.grad.numpy(), [2.0, -2.0])

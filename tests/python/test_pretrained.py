@@ -655,7 +655,20 @@ def test_logits_and_greedy_match_reference(tmp_path, name):
                 m = torch.ones(1, len(seq), dtype=torch.long)
                 nxt = int(forward(cfg, w, torch.tensor([[nxt]]), m, cache)[0, -1].argmax())
     assert got_ids == seq[len(prompt):]
-    assert "decode:" in p.stderr and "tokens/s" in p.stderr
+    assert_phase_rates(p.stderr)
+
+
+def assert_phase_rates(stderr):
+    """Each phase's rate is its own count over its own time (not decode tokens over prefill + decode)."""
+    import re
+    m = re.search(r"prefill: (\d+) tokens in ([\d.]+) s \(([\d.]+) tokens/s\); decode: (\d+) steps in ([\d.]+) s "
+                  r"\(([\d.]+) tokens/s\)", stderr)
+    assert m, stderr
+    n, sec, rate, steps, dsec, drate = (float(x) for x in m.groups())
+    assert steps > 0
+    for count, seconds, shown in ((n, sec, rate), (steps, dsec, drate)):
+        if seconds >= 0.01:  # printed with 3 decimals
+            assert abs(shown - count / seconds) <= 0.06 * shown + 0.1, (count, seconds, shown)
 
 
 def test_sampling_is_reproducible_for_a_seed(tmp_path):

@@ -149,3 +149,14 @@ def test_block_size_longer_than_the_positions_is_refused(tmp_path):
     p = tp.run("train", "--config", write_run(tmp_path, FRESH["llama"].replace("block_size = 16", "block_size = 128")),
                check=False)
     assert p.returncode != 0 and "block_size 128" in p.stderr
+
+
+@pytest.mark.parametrize("flag,value,allowed", [
+    ("--precision", "bf16", '"float32" or "bfloat16"'),
+    ("--precision", "fp16", '"float32" or "bfloat16"'),
+])
+def test_enumerated_options_from_the_command_line_are_checked(tmp_path, flag, value, allowed):
+    """An unknown value is refused (it used to train in float32 silently), naming the allowed ones."""
+    p = tp.run("train", "--config", write_run(tmp_path, FRESH["llama"], steps=2), flag, value, check=False)
+    assert p.returncode != 0 and allowed in p.stderr and value in p.stderr
+    assert not os.path.exists(tmp_path / "run" / "metrics.jsonl")

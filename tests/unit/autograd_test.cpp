@@ -221,3 +221,14 @@ TEST(Autocast, ProductsRunInBFloat16WithFloat32Gradients) {
   Tensor ref = log_softmax(matmul(x, w.detach()), -1);
   EXPECT_TRUE(allclose(l.detach(), ref, 5e-2, 5e-2));
 }
+
+// cumprod's gradient with zeros in the input (one zero, two in a row, at either end) is itself
+// differentiable: second derivatives agree with finite differences.
+TEST(Autograd, CumprodWithZerosIsTwiceDifferentiable) {
+  Tensor x = tensor<double>({0.5, 0.0, 1.5, 2.0, 0.0, 1.2, 0.0, 0.0, 0.7, 1.1, -0.8, 0.0}, {3, 4}).requires_grad_();
+  auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{cumprod(in[0], 1)}; };
+  EXPECT_TRUE(autograd::gradcheck(fn, {x}));
+  EXPECT_TRUE(autograd::gradgradcheck(fn, {x}));
+  auto along0 = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{cumprod(in[0], 0)}; };
+  EXPECT_TRUE(autograd::gradgradcheck(along0, {x}));
+}

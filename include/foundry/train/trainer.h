@@ -82,6 +82,11 @@ struct TrainConfig {
 /// tables raise ValueError naming them.
 TrainConfig load_train_config(const std::string& toml_path);
 
+/// Checks every value of a run configuration with a fixed set of allowed values or a range
+/// (precision float32 | bfloat16, positive sizes, ...), whether it came from TOML or the command
+/// line; `where` names the source in the ValueError.
+void check_train_config(const TrainConfig& config, const std::string& where);
+
 /// The config.json object of the model a TrainConfig trains (fresh models: the [model] keys with
 /// the trainer's defaults filled in; vocab_size from the tokenizer).
 std::string model_config_json(const ModelSpec& spec);
