@@ -335,8 +335,15 @@ def test_convert_k_quants_with_llama_cpp_fallbacks(tmp_path):
             foundry.quant.dequantize(foundry.quant.quantize(up, typ), typ, up.shape[1]).tobytes()
         got = foundry.models.from_pretrained(out)(foundry.tensor(ids)).numpy()
         errors[typ] = np.linalg.norm(got - ref) / np.linalg.norm(ref)
-    # Random weights amplify rounding through the layers; the finer the format, the closer.
-    assert errors["q6_K"] < errors["q5_K"] < errors["q4_K"] < 1.0, errors
+    # Random weights amplify rounding through the layers; the finer the format, the closer. Each
+    # is bounded by its own step: the worst relative error of the formats the file holds (the
+    # K-quant, and its fallback for ffn_down) on these weights, times a margin for what two random
+    # layers at hidden 256 amplify (measured up to ~9.3x).
+    fallback_name = {"q4_K": "q5_0", "q5_K": "q5_1", "q6_K": "q8_0"}
+    for typ, err in errors.items():
+        bound = max(tp.weight_quantization_error(w, typ, 256), tp.weight_quantization_error(w, fallback_name[typ]))
+        assert err < 16 * bound, (typ, err, bound)
+    assert errors["q6_K"] < errors["q5_K"] < errors["q4_K"], errors
 
 
 @pytest.mark.parametrize("typ", ["q8_0", "q4_K"])
@@ -367,7 +374,9 @@ def test_gguf_weights_stay_quantized_and_match_the_folder_quantized_in_memory(tm
         ids = foundry.tensor([[int(v) for v in np.random.default_rng(n).integers(0, cfg["vocab_size"], n)]])
         a, b, d = (m(ids).numpy() for m in (from_file, in_memory, dense))
         assert np.array_equal(a, b), (n, np.abs(a - b).max())
-        assert np.linalg.norm(a - d) / np.linalg.norm(d) < 0.6  # quantized, but the same model
+        # quantized, but the same model: within a margin of the format's own weight error (random
+        # weights at hidden 256 amplify it ~9x through the layers)
+        assert np.linalg.norm(a - d) / np.linalg.norm(d) < 16 * tp.weight_quantization_error(w, typ, 256 if "K" in typ else 32)
     gen = [tp.run("generate", "--model", m, "--input-ids", "5,17,33", "--max-new-tokens", "6", "--temperature", "0",
                   "--ignore-eos", "--print-ids", *extra).stdout.strip().splitlines()[-1]
            for m, extra in ((out, ()), (folder, ("--quantize", typ)))]

@@ -1060,6 +1060,18 @@ def test_quantized_prefill_is_float_math_on_the_dequantized_weights(tmp_path, fm
     assert np.linalg.norm(bf16 - want) < 0.5 * np.linalg.norm(want - dense)  # random weights amplify both
 
 
+def weight_quantization_error(w, fmt, block=32):
+    """The largest relative error (Frobenius) `fmt` makes on the projection matrices of w."""
+    import foundry
+    errs = []
+    for k, v in w.items():
+        if v.dim() == 2 and "embed" not in k and v.shape[1] % block == 0:
+            x = v.numpy()
+            d = foundry.quant.dequantize(foundry.quant.quantize(x, fmt), fmt, x.shape[1])
+            errs.append(np.linalg.norm(d - x) / np.linalg.norm(x))
+    return max(errs)
+
+
 def test_q4_0_decoding_runs_and_is_coarser_than_q8_0(tmp_path):
     import foundry
     cfg, make_weights, _ = CASES["llama"]
@@ -1071,7 +1083,12 @@ def test_q4_0_decoding_runs_and_is_coarser_than_q8_0(tmp_path):
     a = dense(ids).detach().numpy()
     err = {q: np.linalg.norm(foundry.models.from_pretrained(folder, quantize=q)(ids).detach().numpy() - a) / np.linalg.norm(a)
            for q in ("q8_0", "q4_0")}
-    assert 0 < err["q8_0"] < err["q4_0"] < 1.0, err
+    # Bounded by each format's own step: the worst relative weight error it makes on these matrices,
+    # times a margin for two layers and the q8_0 activations of decode (measured ~3-4x).
+    w = make_weights(cfg, torch.Generator().manual_seed(81))
+    for q in ("q8_0", "q4_0"):
+        assert 0 < err[q] < 8 * weight_quantization_error(w, q), (q, err)
+    assert err["q8_0"] < err["q4_0"], err
     q4 = foundry.models.from_pretrained(folder, quantize="q4_0")
     g = q4.generate([5, 6, 7], max_new_tokens=10, ignore_eos=True)[0]
     p = run("generate", "--model", folder, "--input-ids", "5,6,7", "--max-new-tokens", "10", "--temperature", "0",

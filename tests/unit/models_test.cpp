@@ -127,8 +127,9 @@ TEST(Models, DecodingWithQuantizedCachesStaysClose) {
       seq.push_back(argmax(step.reshape({-1})).item<int64_t>());
       step = model->forward(tensor<int64_t>({seq.back()}, {1, 1}), {}, &cache, 1);
       Tensor full_logits = model->forward(tensor<int64_t>(seq, {1, int64_t(seq.size())}));
-      EXPECT_TRUE(allclose(step.select(1, 0), full_logits.select(1, int64_t(seq.size()) - 1), tol, tol))
-          << format << " step " << i;
+      // The documented bounds are absolute (docs/quantization.md): rtol 0.
+      const double err = amax(abs(step.select(1, 0) - full_logits.select(1, int64_t(seq.size()) - 1))).item<double>();
+      EXPECT_LT(err, tol) << format << " step " << i;
     }
   }
 }
