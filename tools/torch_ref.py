@@ -41,13 +41,70 @@ def baddbmm(input, batch1, batch2, beta=1, alpha=1):
     return torch.baddbmm(input, batch1, batch2, beta=beta, alpha=alpha)
 
 
+def index_put(input, indices, values, accumulate=False):
+    """torch.index_put with None entries in `indices` (a whole dimension, as `:` in Python indexing),
+    which torch.index_put itself does not take: each None becomes an arange placed where NumPy's
+    advanced-indexing rules put that dimension in the result (index tensors adjacent: their
+    broadcast dims replace them in place; separated by a None: they go first)."""
+    indices = list(indices) + [None] * (input.dim() - len(indices))
+    if all(i is not None for i in indices):
+        return torch.index_put(input, tuple(indices), values, accumulate)
+    adv = [k for k, i in enumerate(indices) if i is not None]
+    if not adv:  # every dimension whole: x[...] = values
+        return input + values if accumulate else input * 0 + values.expand_as(input)
+    bshape = torch.broadcast_shapes(*[indices[k].shape for k in adv])
+    adjacent = adv == list(range(adv[0], adv[-1] + 1))
+    slices = [k for k, i in enumerate(indices) if i is None]
+    # Result dims: ('slice', d) or the block of broadcast index dims.
+    layout = ([("s", d) for d in slices if d < adv[0]] + [("a", None)] + [("s", d) for d in slices if d > adv[-1]]
+              if adjacent else [("a", None)] + [("s", d) for d in slices])
+    total = len(slices) + len(bshape)
+    pos, at = {}, 0
+    for kind, d in layout:
+        pos[(kind, d)] = at
+        at += len(bshape) if kind == "a" else 1
+    full = []
+    for k, i in enumerate(indices):
+        if i is None:
+            shape = [1] * total
+            shape[pos[("s", k)]] = input.shape[k]
+            full.append(torch.arange(input.shape[k]).reshape(shape))
+        else:
+            p = pos[("a", None)]
+            full.append(i.expand(bshape).reshape([1] * p + list(bshape) + [1] * (total - p - len(bshape))))
+    return torch.index_put(input, tuple(full), values, accumulate)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """F.conv_transpose2d; bfloat16 computed in float32 and rounded, because PyTorch 1.13's CPU
+    bfloat16 transposed convolution mistakes the weight's layout ("expected input to have
+    <out_channels> channels") where float32 runs the same call."""
+    args = (stride, padding, output_padding, groups, dilation)
+    if input.dtype == torch.bfloat16:
+        f = [t if t is None else t.float() for t in (input, weight, bias)]
+        return F.conv_transpose2d(f[0], f[1], f[2], *args).to(torch.bfloat16)
+    return F.conv_transpose2d(input, weight, bias, *args)
+
+
 SPECIAL = {"numpy_slice": numpy_slice, "unique": unique}
-# Ops whose plain torch.<name> reference misbehaves in PyTorch 1.13.
-OVERRIDES = {"baddbmm": baddbmm}
+# Ops whose plain torch.<name> reference misbehaves in PyTorch 1.13, or needs its call adapted.
+OVERRIDES = {"baddbmm": baddbmm, "index_put": index_put, "conv_transpose2d": conv_transpose2d}
+
+# Errors PyTorch 1.13 documents for inputs it does not support on CPU (a dtype without a kernel,
+# an unsigned type with negative limits): the only reasons a sample may go uncompared.
+DOCUMENTED_REJECTIONS = (
+    "not implemented for '",                      # dtype without a CPU kernel
+    "is not implemented for half on CPU",         # multinomial
+    "cannot do hardtanh on an unsigned type",
+)
+
+
+def documented_rejection(message):
+    return any(d in message for d in DOCUMENTED_REJECTIONS)
 
 
 def resolve(name, ref):
-    if name in OVERRIDES and (not ref or ref == "torch." + name):
+    if name in OVERRIDES:
         return OVERRIDES[name], False
     if not ref:
         return getattr(torch, name), False
@@ -63,14 +120,34 @@ def resolve(name, ref):
     return obj, ref.startswith("torch.ops.")
 
 
+def _as_tensors(values):
+    """Python numbers as 0-d tensors (for functions that take tensors only, where Foundry accepts a
+    wrapped scalar: a 0-d tensor promotes as a Python scalar does)."""
+    return [torch.tensor(v) if isinstance(v, (bool, int, float)) and not isinstance(v, torch.dtype) else v
+            for v in values]
+
+
 def call(fn, positional_only, op, values):
+    try:
+        return _call(fn, positional_only, op, values)
+    except TypeError as e:
+        if "must be Tensor, not" not in str(e):
+            raise
+        return _call(fn, positional_only, op, [values[0]] + _as_tensors(values[1:]))
+
+
+def _call(fn, positional_only, op, values):
     if positional_only:
         # torch.ops.aten.*: positional, except keyword-only parameters (aten calls `input` self).
         pos = [v for p, v in zip(op["params"], values) if not p["kwarg_only"]]
         kw = {("self" if p["name"] == "input" else p["name"]): v
               for p, v in zip(op["params"], values) if p["kwarg_only"]}
         return fn(*pos, **kw)
-    kwargs = {p["name"]: v for p, v in zip(op["params"], values)}
+    # An optional argument given as None is left out (PyTorch then uses its default; passing
+    # dim=None by keyword selects the named-dimension overloads instead).
+    kwargs = {p["name"]: v for p, v in zip(op["params"], values) if v is not None}
+    if "dim" not in kwargs and kwargs.get("keepdim") is False:
+        del kwargs["keepdim"]  # all(x, keepdim=False) has no overload; all(x) is the full reduction
     try:
         return fn(**kwargs)
     except TypeError as e:

@@ -33,14 +33,14 @@ def main():
     write_folder(FOLDER, LLAMA)
     print("Llama-110M shape, B=4 x T=128, LoRA r=8 (alpha 16), AdamW on the adapter, %d threads" % THREADS)
     print()
-    print("| targets | configuration | ms/step | tokens/s | peak RSS MB | speed vs PyTorch f32 | RSS vs PyTorch f32 |")
-    print("|---|---|---|---|---|---|---|")
+    print("| targets | configuration | ms/step | tokens/s | peak RSS MB | speed vs PyTorch, same precision | "
+          "speed vs PyTorch f32 | RSS vs PyTorch f32 |")
+    print("|---|---|---|---|---|---|---|---|")
     for targets in ("q_proj,v_proj", "all-linear"):
         torch32 = run(["/usr/bin/python3", os.path.join(HERE, "torch_lora.py"), FOLDER, str(THREADS), targets, "float32"])
-        rows = [("PyTorch 1.13 float32", torch32)]
-        rows.append(("PyTorch 1.13 bf16 autocast",
-                     run(["/usr/bin/python3", os.path.join(HERE, "torch_lora.py"), FOLDER, str(THREADS), targets,
-                          "bfloat16"])))
+        torch16 = run(["/usr/bin/python3", os.path.join(HERE, "torch_lora.py"), FOLDER, str(THREADS), targets,
+                       "bfloat16"])
+        rows = [("PyTorch 1.13 float32", torch32), ("PyTorch 1.13 bf16 autocast", torch16)]
         base = [binary, "--model", FOLDER, "--threads", str(THREADS), "--targets", targets]
         rows.append(("Foundry float32", run(base)))
         rows.append(("Foundry bf16 autocast", run(base + ["--precision", "bfloat16"])))
@@ -49,10 +49,15 @@ def main():
         rows.append(("Foundry QLoRA nf4 base + gradient checkpointing",
                      run(base + ["--quantize", "nf4", "--checkpointing"])))
         for label, r in rows:
-            print("| %s | %s | %.0f | %.0f | %.0f | %.2fx | %.2fx |" % (
-                targets, label, r["ms"], r["tokens_per_s"], r["peak_rss_mb"], torch32["ms"] / r["ms"],
-                r["peak_rss_mb"] / torch32["peak_rss_mb"]))
+            same = torch16 if "bf16" in label else torch32
+            print("| %s | %s | %.0f | %.0f | %.0f | %.2fx | %.2fx | %.2fx |" % (
+                targets, label, r["ms"], r["tokens_per_s"], r["peak_rss_mb"], same["ms"] / r["ms"],
+                torch32["ms"] / r["ms"], r["peak_rss_mb"] / torch32["peak_rss_mb"]))
         sys.stdout.flush()
+    sys.path.insert(0, os.path.join(HERE, ".."))
+    import torch_blas
+    print()
+    print(torch_blas.describe())
 
 
 if __name__ == "__main__":

@@ -42,7 +42,9 @@ def shapes(cfg):
                 s[p + n + ".weight"], s[p + n + ".bias"] = (a, b), (b,)
         return s
     C, V, F = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
-    s = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,), "lm_head.weight": (V, C)}
+    s = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,)}
+    if not cfg.get("tie_word_embeddings", True):  # a tied model has no lm_head.weight of its own
+        s["lm_head.weight"] = (V, C)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         s[p + "input_layernorm.weight"] = s[p + "post_attention_layernorm.weight"] = (C,)
@@ -53,8 +55,16 @@ def shapes(cfg):
     return s
 
 
+def stored_names(path):
+    with open(os.path.join(path, "model.safetensors"), "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return sorted(k for k in json.loads(f.read(n)) if k != "__metadata__")
+
+
 def write_folder(path, cfg):
-    if os.path.exists(os.path.join(path, "config.json")) and json.load(open(os.path.join(path, "config.json"))) == cfg:
+    """Random weights for cfg (reused when the folder already holds exactly them)."""
+    if os.path.exists(os.path.join(path, "config.json")) and json.load(open(os.path.join(path, "config.json"))) == cfg \
+            and stored_names(path) == sorted(shapes(cfg)):
         return
     os.makedirs(path, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -106,3 +116,7 @@ def main():
 
 if __name__ == "__main__":
     main()
+    sys.path.insert(0, os.path.join(HERE, ".."))
+    import torch_blas
+    print()
+    print(torch_blas.describe())

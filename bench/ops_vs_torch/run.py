@@ -51,3 +51,8 @@ for case, threads, f, t in rows:
     print("| %s | %d | %.3f | %.3f | %.2fx | %s | %s |" % (
         case, threads, f["ms"], t["ms"], t["ms"] / f["ms"], "%.1f" % gbs if gbs else "-",
         "%.1f" % gflops if gflops else "-"))
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import torch_blas  # noqa: E402
+print()
+print(torch_blas.describe())

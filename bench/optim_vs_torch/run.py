@@ -57,3 +57,8 @@ for threads in (1, 2):
     f, t = ours["clip_grad_norm"], theirs["clip_grad_norm"]
     print("| clip_grad_norm_ | %d | %s | %.1f | %s | %.2fx | - | - |" % (
         threads, ms(f), f["bytes"] / f["ms"] / 1e6, ms(t), t["ms"] / f["ms"]))
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import torch_blas  # noqa: E402
+print()
+print(torch_blas.describe())

@@ -1,17 +1,19 @@
 #!/usr/bin/python3
-"""bench/quant_decode: quantized CPU inference, every weight format side by side.
+"""bench/quant_decode: quantized CPU inference, every weight format side by side, with llama.cpp
+in the same run on the same machine.
 
-The Llama-style ~110M shape (dim 768, 12 layers, 12 heads, SwiGLU 2048, vocab 32000, tied output,
-as the llama.cpp reference figures below) and GPT-2 124M, random weights, run by `bench_infer`
-(one process per row) with 1 and 2 threads: prefill of 128 tokens, greedy decode of 128 tokens
-after a 32-token prompt, peak RSS. "Weight GB/s" is decode tokens/s times the bytes of weight
-matrices one token reads (every projection and the output matrix in the row's format; embedding
-rows and norms are negligible) and is printed next to this machine's read bandwidth, measured in the
-same run (`bench_infer --stream-mb`, summing a 1 GiB float array), as a fraction of it.
+The Llama-style ~110M shape (dim 768, 12 layers, 12 heads, SwiGLU 2048, vocab 32000, tied output:
+the folder stores no lm_head.weight) and GPT-2 124M, random weights, run by `bench_infer` (one
+process per row) with 1 and 2 threads: prefill of 128 tokens, greedy decode of 128 tokens after a
+32-token prompt, peak RSS. "Weight GB/s" is decode tokens/s times the bytes of weight matrices one
+token reads (every projection and the output matrix once, in the row's format; embedding rows and
+norms are negligible) next to this machine's read bandwidth, measured in the same run
+(`bench_infer --stream-mb`, summing a 1 GiB float array), as a fraction of it.
 
-The llama.cpp columns are the issue's figures (llama-bench pp128 / tg128 on 2 vCPUs of a Sapphire
-Rapids Xeon with AMX, same Llama shape, random weights); llama.cpp is not installable here, and
-this machine's CPU may differ (printed), so compare the bandwidth fractions too.
+llama.cpp: `../shared/tools/llama.cpp/build.sh` (a native build, cached) and `llama-bench -p 128
+-n 128 -r 3` on GGUF files written by `foundry convert` from the same folder (f32, f16, bf16, q8_0,
+q4_0, q4_K; the same weights Foundry quantizes at load), Llama rows only (convert writes Llama-family
+GGUFs). Without ../shared the llama.cpp columns are left out.
 Usage: /usr/bin/python3 bench/quant_decode/run.py [build/bin/bench_infer]
 """
 import json
@@ -30,23 +32,45 @@ LLAMA_TIED = dict(infer.LLAMA, tie_word_embeddings=True)
 # Bytes per weight of each format (block bytes / block values).
 BYTES_PER_WEIGHT = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "bf16 native": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
                     "q4_K": 144 / 256, "nf4": 36 / 64}
-# llama.cpp (issue 6): tokens/s (pp128 1t, pp128 2t, tg128 1t, tg128 2t) for the Llama shape.
-LLAMA_CPP = {"f32": (533, 966, 31.9, 59.3), "f16": (478, 916, 38.1, 75.6), "bf16": (478, 916, 38.1, 75.6),
-             "bf16 native": (478, 916, 38.1, 75.6), "q8_0": (1267, 2062, 133, 263),
-             "q4_0": (1122, 1901, 293, 501)}  # f16 / bf16 rows: llama.cpp's F16; q4_0: its "Q4_0 pure"
+# The GGUF type llama.cpp runs for each row (its f16 / bf16 types compute with 16-bit weights; the
+# "bf16 native" row compares with its BF16 file too).
+LLAMA_CPP_TYPE = {"f32": "f32", "f16": "f16", "bf16": "bf16", "bf16 native": "bf16", "q8_0": "q8_0",
+                  "q4_0": "q4_0", "q4_K": "q4_K"}
 
 
 def matrix_weights(cfg):
-    """Weights of the matrices one decode token reads: every 2-D weight but the embeddings' rows
-    (the tied output matrix counts once, as the LM head)."""
+    """Weights of the matrices one decode token reads: every projection, and the output matrix once
+    (a tied model's embedding is its LM head; an untied model's embedding is read a row at a time)."""
     total = 0
+    tied = cfg.get("tie_word_embeddings", True)
     for name, shape in infer.shapes(cfg).items():
         if len(shape) != 2 or "wpe" in name:
             continue
-        if ("embed_tokens" in name or "wte" in name) and not (cfg.get("tie_word_embeddings", True)):
+        if ("embed_tokens" in name or "wte" in name) and not tied:
             continue
         total += shape[0] * shape[1]
     return total
+
+
+def llama_cpp_dir():
+    script = os.path.join(HERE, "..", "..", "..", "shared", "tools", "llama.cpp", "build.sh")
+    if not os.path.exists(script):
+        return None
+    out = subprocess.run(["bash", script], capture_output=True, text=True)
+    if out.returncode != 0:
+        print("llama.cpp build failed:", out.stderr[-2000:], file=sys.stderr)
+        return None
+    return out.stdout.strip().splitlines()[-1]
+
+
+def llama_bench(llama_dir, gguf, threads):
+    """(pp128 tokens/s, tg128 tokens/s) from llama-bench."""
+    out = subprocess.run([os.path.join(llama_dir, "llama-bench"), "-m", gguf, "-t", str(threads), "-p", "128",
+                          "-n", "128", "-r", "3", "-o", "json"], capture_output=True, text=True, check=True).stdout
+    rows = json.loads(out)
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0)
+    return pp, tg
 
 
 def write_bf16_copy(src, dst):
@@ -93,19 +117,28 @@ def cpu_name():
 def main():
     stream = {t: infer.run([binary, "--stream-mb", "1024", "--threads", str(t)], t)["read_gb_s"] for t in (1, 2)}
     print(f"CPU: {cpu_name()}; read bandwidth (sum of a 1 GiB array): {stream[1]:.1f} GB/s (1 thread), "
-          f"{stream[2]:.1f} GB/s (2 threads)\n")
+          f"{stream[2]:.1f} GB/s (2 threads)")
+    llama_dir = llama_cpp_dir()
+    foundry_cli = os.path.join(os.path.dirname(os.path.abspath(binary)), "foundry")
+    print(f"llama.cpp: {llama_dir or 'not available (no ../shared/tools/llama.cpp): columns left out'}\n")
     # "bf16 native": a bf16 checkpoint computed in bf16 (--dtype native); the others quantize the
     # float32 folder's weights at load (--quantize; f16 / bf16 dots take f16 / bf16 activations).
     formats = ["f32", "f16", "bf16", "bf16 native", "q8_0", "q4_0", "q4_K", "nf4"]
     print("| model | format | threads | prefill tok/s | decode tok/s | weight GB/s (of read bandwidth) | peak RSS MB "
-          "| llama.cpp pp / tg | prefill vs llama.cpp | decode vs llama.cpp |")
+          "| llama.cpp pp / tg (same run) | prefill vs llama.cpp | decode vs llama.cpp |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, cfg in (("Llama-110M (tied)", LLAMA_TIED), ("GPT-2 124M", infer.GPT2)):
         folder = f"/tmp/foundry_bench_{cfg['model_type']}_tied" if cfg is LLAMA_TIED else \
             f"/tmp/foundry_bench_{cfg['model_type']}"
         infer.write_folder(folder, cfg)
         weights = matrix_weights(cfg)
+        ggufs = {}
         for fmt in formats:
+            gtype = LLAMA_CPP_TYPE.get(fmt) if llama_dir and cfg is LLAMA_TIED else None
+            if gtype and gtype not in ggufs:
+                ggufs[gtype] = f"{folder}-{gtype}.gguf"
+                subprocess.run([foundry_cli, "convert", "--model", folder, "--to", ggufs[gtype], "--type", gtype],
+                               check=True, capture_output=True)
             for threads in (1, 2):
                 if fmt == "f32":
                     args = ["--model", folder]
@@ -116,10 +149,10 @@ def main():
                     args = ["--model", folder, "--quantize", fmt]
                 r = infer.run([binary, *args, "--threads", str(threads)], threads)
                 gbs = r["decode_tps"] * weights * BYTES_PER_WEIGHT[fmt] / 1e9
-                ref = LLAMA_CPP.get(fmt) if cfg is LLAMA_TIED else None
-                ref_text = f"{ref[threads - 1]:.0f} / {ref[threads + 1]:.1f}" if ref else "-"
-                pp = f"{r['prefill_tps'] / ref[threads - 1]:.2f}x" if ref else "-"
-                tg = f"{r['decode_tps'] / ref[threads + 1]:.2f}x" if ref else "-"
+                ref = llama_bench(llama_dir, ggufs[gtype], threads) if gtype else None
+                ref_text = f"{ref[0]:.0f} / {ref[1]:.1f}" if ref else "-"
+                pp = f"{r['prefill_tps'] / ref[0]:.2f}x" if ref else "-"
+                tg = f"{r['decode_tps'] / ref[1]:.2f}x" if ref else "-"
                 print(f"| {name} | {fmt} | {threads} | {r['prefill_tps']:.0f} | {r['decode_tps']:.1f} | "
                       f"{gbs:.1f} ({gbs / stream[threads]:.0%}) | {r['peak_rss_mb']:.0f} | {ref_text} | {pp} | {tg} |",
                       flush=True)

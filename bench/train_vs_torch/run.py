@@ -19,17 +19,27 @@ def run(cmd, threads):
     return json.loads(out.strip().splitlines()[-1])
 
 
+# Each Foundry row is compared with PyTorch in the same precision (bf16 autocast against PyTorch's
+# CPU bf16 autocast), and also with PyTorch float32.
 rows = []
 for threads in (1, 2):
-    t = run(["/usr/bin/python3", os.path.join(HERE, "torch_step.py"), str(threads)], threads)
-    rows.append(("PyTorch 1.13 float32", threads, t, t))
-    for label, extra in (("Foundry float32", []), ("Foundry bfloat16 autocast", ["--precision", "bfloat16"]),
-                         ("Foundry float32 + activation checkpointing", ["--checkpointing"])):
+    t32 = run(["/usr/bin/python3", os.path.join(HERE, "torch_step.py"), str(threads)], threads)
+    t16 = run(["/usr/bin/python3", os.path.join(HERE, "torch_step.py"), str(threads), "bfloat16"], threads)
+    rows.append(("PyTorch 1.13 float32", threads, t32, t32, t32))
+    rows.append(("PyTorch 1.13 bfloat16 autocast", threads, t16, t16, t32))
+    for label, extra, same in (("Foundry float32", [], t32), ("Foundry bfloat16 autocast", ["--precision", "bfloat16"], t16),
+                               ("Foundry float32 + activation checkpointing", ["--checkpointing"], t32)):
         f = run([binary, "--threads", str(threads)] + extra, threads)
-        rows.append((label, threads, f, t))
+        rows.append((label, threads, f, same, t32))
 
-print("| configuration | threads | ms/step | tokens/s | peak RSS MB | speed vs PyTorch | RSS vs PyTorch |")
-print("|---|---|---|---|---|---|---|")
-for label, threads, f, t in rows:
-    print("| %s | %d | %.0f | %.0f | %.0f | %.2fx | %.2fx |" % (label, threads, f["ms"], f["tokens_per_s"],
-          f["peak_rss_mb"], t["ms"] / f["ms"], f["peak_rss_mb"] / t["peak_rss_mb"]))
+print("| configuration | threads | ms/step | tokens/s | peak RSS MB | speed vs PyTorch, same precision | "
+      "speed vs PyTorch float32 | RSS vs PyTorch, same precision |")
+print("|---|---|---|---|---|---|---|---|")
+for label, threads, f, same, t32 in rows:
+    print("| %s | %d | %.0f | %.0f | %.0f | %.2fx | %.2fx | %.2fx |" % (
+        label, threads, f["ms"], f["tokens_per_s"], f["peak_rss_mb"], same["ms"] / f["ms"], t32["ms"] / f["ms"],
+        f["peak_rss_mb"] / same["peak_rss_mb"]))
+sys.path.insert(0, os.path.join(HERE, ".."))
+import torch_blas  # noqa: E402
+print()
+print(torch_blas.describe())

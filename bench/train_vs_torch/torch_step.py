@@ -1,4 +1,5 @@
-"""PyTorch 1.13 side of bench/train_vs_torch: the same GPT-2 124M (HF layout), eager, AdamW."""
+"""PyTorch 1.13 side of bench/train_vs_torch: the same GPT-2 124M (HF layout), eager, AdamW.
+Usage: torch_step.py THREADS [float32|bfloat16]  (bfloat16: torch.cpu.amp autocast, float32 master weights)"""
 import json
 import math
 import resource
@@ -10,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 threads, batch, seq, steps, warmup = int(sys.argv[1]), 4, 64, 10, 2
+bf16 = len(sys.argv) > 2 and sys.argv[2] == "bfloat16"
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 V, T, L, H, C = 50257, 1024, 12, 12, 768
@@ -53,7 +55,9 @@ times = []
 for s in range(warmup + steps):
     t0 = time.perf_counter()
     opt.zero_grad()
-    loss = F.cross_entropy(model(x).view(-1, V), y.view(-1))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(x)
+    loss = F.cross_entropy(logits.float().view(-1, V), y.view(-1))
     loss.backward()
     opt.step()
     ms = (time.perf_counter() - t0) * 1000
