@@ -63,6 +63,17 @@ def llama_cpp_dir():
     return out.stdout.strip().splitlines()[-1]
 
 
+def add_llama_tokenizer(folder):
+    """llama.cpp loads no GGUF without a tokenizer: the Llama-2 32k SentencePiece model (vocab 32000,
+    the bench shape's) from ../shared goes into the folder, and `foundry convert` writes its keys."""
+    src = os.path.join(HERE, "..", "..", "..", "shared", "data", "tokenizers", "sentencepiece", "llama2.tokenizer.model")
+    dst = os.path.join(folder, "tokenizer.model")
+    if os.path.exists(src) and not os.path.exists(dst):
+        with open(src, "rb") as f, open(dst, "wb") as g:
+            g.write(f.read())
+    return os.path.exists(dst)
+
+
 def llama_bench(llama_dir, gguf, threads):
     """(pp128 tokens/s, tg128 tokens/s) from llama-bench."""
     out = subprocess.run([os.path.join(llama_dir, "llama-bench"), "-m", gguf, "-t", str(threads), "-p", "128",
@@ -132,9 +143,10 @@ def main():
             f"/tmp/foundry_bench_{cfg['model_type']}"
         infer.write_folder(folder, cfg)
         weights = matrix_weights(cfg)
+        with_llama = llama_dir and cfg is LLAMA_TIED and add_llama_tokenizer(folder)
         ggufs = {}
         for fmt in formats:
-            gtype = LLAMA_CPP_TYPE.get(fmt) if llama_dir and cfg is LLAMA_TIED else None
+            gtype = LLAMA_CPP_TYPE.get(fmt) if with_llama else None
             if gtype and gtype not in ggufs:
                 ggufs[gtype] = f"{folder}-{gtype}.gguf"
                 subprocess.run([foundry_cli, "convert", "--model", folder, "--to", ggufs[gtype], "--type", gtype],

@@ -21,6 +21,10 @@ const quick = process.argv.includes('--quick');
 // disturbed one). Override with --repeat=N.
 const repArg = process.argv.find((a) => a.startsWith('--repeat='));
 const REPEAT = repArg ? parseInt(repArg.slice(9), 10) : 3;
+// Whole rounds (Foundry and the references), alternating which side runs first, so both see the
+// same machine conditions; the summary reports the range of each ratio over the rounds.
+const roundsArg = process.argv.find((a) => a.startsWith('--rounds='));
+const ROUNDS = roundsArg ? parseInt(roundsArg.slice(9), 10) : 3;
 const buildDir = path.resolve(args[0] || 'build');
 const dataDir = path.resolve(args[1] || path.join(__dirname, '..', '..', '..', 'shared', 'data'));
 const npmDir = path.join(buildDir, 'npm-ref');
@@ -98,31 +102,61 @@ function runFoundry() {
   return [...best.values()];
 }
 
-const rows = [];
 const fmt = (x, d = 1) => x.toFixed(d);
-const foundry = runFoundry();
-for (const t of tokenizers) {
-  const f = (mode) => foundry.find((r) => r.tokenizer === t.name && r.mode === mode);
-  const f1 = f('encode (1 thread)'), fi = f('ids only (1 thread)'), fb = f('batch (all threads)');
-  const r = { name: t.name, f1: f1.mb_s, fids: fi.mb_s, fbatch: fb.mb_s, ftok: f1.tok_s };
-  if (t.hf) {
-    const h1 = runHF(t, 1), hb = runHF(t, 0);
-    r.h1 = bytes / h1.seconds / 1e6; r.hb = bytes / hb.seconds / 1e6; r.htok = h1.tokens / h1.seconds;
-    r.tokens_equal = h1.tokens === f1.tokens;
+
+function measureRound(foundryFirst) {
+  const rows = [];
+  let foundry = foundryFirst ? runFoundry() : null;
+  const refs = new Map();
+  for (const t of tokenizers) {
+    const r = {};
+    if (t.hf) {
+      const h1 = runHF(t, 1), hb = runHF(t, 0);
+      r.h1 = bytes / h1.seconds / 1e6; r.hb = bytes / hb.seconds / 1e6; r.htok = h1.tokens / h1.seconds; r.htokens = h1.tokens;
+    }
+    if (t.tiktoken) {
+      const k = runTiktoken(t);
+      r.tk = bytes / k.seconds / 1e6; r.tktok = k.tokens / k.seconds;
+    }
+    refs.set(t.name, r);
   }
-  if (t.tiktoken) {
-    const k = runTiktoken(t);
-    r.tk = bytes / k.seconds / 1e6; r.tktok = k.tokens / k.seconds;
+  if (!foundry) foundry = runFoundry();
+  for (const t of tokenizers) {
+    const f = (mode) => foundry.find((r) => r.tokenizer === t.name && r.mode === mode);
+    const f1 = f('encode (1 thread)'), fi = f('ids only (1 thread)'), fb = f('batch (all threads)');
+    const r = Object.assign({ name: t.name, f1: f1.mb_s, fids: fi.mb_s, fbatch: fb.mb_s, ftok: f1.tok_s }, refs.get(t.name));
+    if (r.htokens !== undefined) r.tokens_equal = r.htokens === f1.tokens;
+    rows.push(r);
   }
-  rows.push(r);
+  return rows;
 }
 
-console.log(`corpus: ${lines.length} lines, ${(bytes / 1e6).toFixed(2)} MB; machine: ${require('os').cpus().length} cores, load average ${require('os').loadavg()[0].toFixed(1)}; best of ${REPEAT} runs`);
-console.log('tokenizer | Foundry encode 1T MB/s (Mtok/s) | Foundry ids 1T | HF 1T MB/s (Mtok/s) | ratio F/HF | tiktoken MB/s | ratio Fids/tiktoken | Foundry batch | HF batch | ratio');
-for (const r of rows) {
-  const cells = [r.name, `${fmt(r.f1)} (${fmt(r.ftok / 1e6, 2)})`, fmt(r.fids)];
-  cells.push(r.h1 ? `${fmt(r.h1)} (${fmt(r.htok / 1e6, 2)})` : '-', r.h1 ? `${fmt(r.f1 / r.h1, 2)}x` : '-');
-  cells.push(r.tk ? fmt(r.tk) : '-', r.tk ? `${fmt(r.fids / r.tk, 2)}x` : '-');
-  cells.push(fmt(r.fbatch), r.hb ? fmt(r.hb) : '-', r.hb ? `${fmt(r.fbatch / r.hb, 2)}x` : '-');
-  console.log(cells.join(' | '));
+function printRound(rows, title) {
+  console.log(title);
+  console.log('tokenizer | Foundry encode 1T MB/s (Mtok/s) | Foundry ids 1T | HF 1T MB/s (Mtok/s) | ratio F/HF | tiktoken MB/s | ratio Fids/tiktoken | Foundry batch | HF batch | ratio');
+  for (const r of rows) {
+    const cells = [r.name, `${fmt(r.f1)} (${fmt(r.ftok / 1e6, 2)})`, fmt(r.fids)];
+    cells.push(r.h1 ? `${fmt(r.h1)} (${fmt(r.htok / 1e6, 2)})` : '-', r.h1 ? `${fmt(r.f1 / r.h1, 2)}x` : '-');
+    cells.push(r.tk ? fmt(r.tk) : '-', r.tk ? `${fmt(r.fids / r.tk, 2)}x` : '-');
+    cells.push(fmt(r.fbatch), r.hb ? fmt(r.hb) : '-', r.hb ? `${fmt(r.fbatch / r.hb, 2)}x` : '-');
+    console.log(cells.join(' | '));
+  }
+}
+
+console.log(`corpus: ${lines.length} lines, ${(bytes / 1e6).toFixed(2)} MB; machine: ${require('os').cpus().length} cores, load average ${require('os').loadavg()[0].toFixed(1)}; ${ROUNDS} rounds (sides alternating), best of ${REPEAT} runs per measurement`);
+const rounds = [];
+for (let i = 0; i < ROUNDS; i++) {
+  const rows = measureRound(i % 2 === 0);
+  printRound(rows, `round ${i + 1} (${i % 2 === 0 ? 'Foundry' : 'references'} first; load average ${require('os').loadavg()[0].toFixed(1)})`);
+  rounds.push(rows);
+}
+const range = (vals) => {
+  const v = vals.slice().sort((a, b) => a - b);
+  return `${fmt(v[0], 2)}-${fmt(v[v.length - 1], 2)}x (median ${fmt(v[Math.floor(v.length / 2)], 2)}x)`;
+};
+console.log('summary over rounds: tokenizer | Foundry/HF 1 thread | Foundry ids/tiktoken 1 thread | Foundry/HF batch');
+for (const t of tokenizers) {
+  const rs = rounds.map((rows) => rows.find((r) => r.name === t.name));
+  console.log([t.name, t.hf ? range(rs.map((r) => r.f1 / r.h1)) : '-', t.tiktoken ? range(rs.map((r) => r.fids / r.tk)) : '-',
+               t.hf ? range(rs.map((r) => r.fbatch / r.hb)) : '-'].join(' | '));
 }
