@@ -1,0 +1,25 @@
+"""The benchmark scripts' own arithmetic: bench/quant_decode's bytes-per-token count (the tied
+output matrix once; a tied folder stores no lm_head.weight, so it really runs tied)."""
+import importlib.util
+import os
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, path))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quant_decode_counts_the_tied_output_once():
+    qd = load("bench/quant_decode/run.py", "quant_decode_bench")
+    shapes = qd.infer.shapes(qd.LLAMA_TIED)
+    assert "lm_head.weight" not in shapes  # the folder is tied for real
+    C, F, L, V = 768, 2048, 12, 32000
+    per_layer = 4 * C * C + 3 * C * F
+    assert qd.matrix_weights(qd.LLAMA_TIED) == L * per_layer + V * C  # 109.5M, not 134.1M
+    untied = dict(qd.LLAMA_TIED, tie_word_embeddings=False)
+    assert "lm_head.weight" in qd.infer.shapes(untied)
+    assert qd.matrix_weights(untied) == L * per_layer + V * C  # the embedding is read a row at a time
