@@ -153,7 +153,7 @@ void check_train_config(const TrainConfig& c, const std::string& where) {
                    "{}: max_steps, batch_size and grad_accum_steps must be positive", where);
   FOUNDRY_CHECK_AS(ValueError, c.val_fraction > 0 && c.val_fraction < 1, "{}: val_fraction must be in (0, 1), got {}",
                    where, c.val_fraction);
-  FOUNDRY_CHECK_AS(ValueError, c.lr > 0 && c.min_lr >= 0, "{}: lr must be positive and min_lr not negative", where);
+  FOUNDRY_CHECK_AS(ValueError, c.lr >= 0 && c.min_lr >= 0, "{}: lr and min_lr must not be negative", where);
   FOUNDRY_CHECK_AS(ValueError, c.temperature >= 0 && c.top_k >= 0 && c.sample_tokens >= 0,
                    "{}: sample temperature, top_k and tokens must not be negative", where);
 }
