@@ -1,5 +1,6 @@
 // foundry: the command-line front end of the framework.
 #include <cstdio>
+#include <exception>
 
 #include "commands.h"
 #include "foundry/core/error.h"
@@ -19,6 +20,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const foundry::Error& e) {
+    std::fprintf(stderr, "foundry: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {  // a library's own exception (JSON, filesystem, ...): never terminate
     std::fprintf(stderr, "foundry: error: %s\n", e.what());
     return 1;
   }

@@ -1,6 +1,7 @@
 // Foundry side of bench/finetune_vs_torch: LoRA training steps on an HF folder (frozen base, float
 // or quantized in memory), AdamW on the adapter only. Prints one JSON line: median ms/step over
 // `steps` after `warmup` steps, tokens/s, peak RSS.
+#include "../bench_main.h"
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -19,14 +20,14 @@
 
 using namespace foundry;
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   std::string model_dir, targets = "q_proj,v_proj", precision = "float32", quantize;
   int threads = 2, warmup = 2, steps = 6;
   bool checkpointing = false;
   int64_t batch = 4, seq = 128, r = 8;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto next = [&] { return std::string(argv[++i]); };
+    auto next = [&] { return bench::option_value(argc, argv, i); };
     if (a == "--model") model_dir = next();
     else if (a == "--targets") targets = next();
     else if (a == "--precision") precision = next();
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     else if (a == "--seq") seq = std::stoll(next());
     else if (a == "--r") r = std::stoll(next());
     else if (a == "--checkpointing") checkpointing = true;
+    else bench::unknown_option(a);
   }
   set_num_threads(threads);
   manual_seed(0);
@@ -83,4 +85,12 @@ int main(int argc, char** argv) {
   std::printf("{\"ms\": %.2f, \"tokens_per_s\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f, \"trainable\": %zu}\n", ms,
               double(batch * seq) / (ms / 1000.0), double(ru.ru_maxrss) / 1024.0, loss, params.size());
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return foundry::bench::guarded_main(argc, argv, 
+      "usage: bench_finetune --model DIR [--targets q_proj,v_proj|all-linear] [--precision float32|bfloat16]\n"
+      "                      [--quantize nf4|int8|FMT] [--checkpointing] [--threads N] [--steps N] [--warmup N]\n"
+      "                      [--batch N] [--seq N] [--r N]\n"
+      "LoRA training steps over an HF folder; prints one JSON line (ms, tokens_per_s, peak_rss_mb).\n", [&] { return run(argc, argv); });
 }

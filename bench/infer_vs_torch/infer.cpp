@@ -2,6 +2,7 @@
 // prefill `prefill` tokens, then decode `decode` tokens greedily after a `prompt`-token prompt.
 // Prints one JSON line. `--stream-mb N` instead measures the read bandwidth of summing an N MB
 // float32 array (STREAM-style; the best of 10 passes).
+#include "../bench_main.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,14 +16,14 @@
 
 using namespace foundry;
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   std::string dir, quantize, dtype = "float32";
   int64_t stream_mb = 0;
   int threads = 1;
   int64_t prefill = 128, prompt = 32, decode = 128;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&] { return std::string(argv[++i]); };
+    auto next = [&] { return bench::option_value(argc, argv, i); };
     if (a == "--model") dir = next();
     else if (a == "--threads") threads = std::stoi(next());
     else if (a == "--prefill") prefill = std::stoll(next());
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     else if (a == "--quantize") quantize = next();
     else if (a == "--dtype") dtype = next();
     else if (a == "--stream-mb") stream_mb = std::stoll(next());
+    else bench::unknown_option(a);
   }
   set_num_threads(threads);
   using clock = std::chrono::steady_clock;
@@ -81,4 +83,12 @@ int main(int argc, char** argv) {
   std::printf("{\"load_s\": %.4f, \"prefill_tps\": %.1f, \"decode_tps\": %.2f, \"peak_rss_mb\": %.1f}\n", load_s,
               prefill_tps, decode_tps, peak_kb / 1024);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return foundry::bench::guarded_main(argc, argv, 
+      "usage: bench_infer --model DIR [--threads N] [--prefill N] [--prompt N] [--decode N] [--quantize FMT]\n"
+      "                   [--dtype float32|native]\n"
+      "       bench_infer --stream-mb MB [--threads N]   (read bandwidth: sum of an MB-sized array)\n"
+      "Prints one JSON line: load_s, prefill_tps, decode_tps, peak_rss_mb.\n", [&] { return run(argc, argv); });
 }

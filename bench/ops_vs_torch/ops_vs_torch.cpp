@@ -1,6 +1,7 @@
 // Foundry side of bench/ops_vs_torch: times each case with a fixed thread count and prints one
 // JSON object per line ({"case", "ms", "bytes", "flops"}). bench/ops_vs_torch/run.py runs this
 // next to PyTorch 1.13 and prints the comparison table.
+#include "../bench_main.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,12 +40,14 @@ void report(const char* name, double ms, double bytes, double flops) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   int threads = 1;
   std::string only;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    const std::string a = argv[i];
+    if (a == "--threads") threads = std::stoi(bench::option_value(argc, argv, i));
+    else if (a == "--only") only = bench::option_value(argc, argv, i);
+    else bench::unknown_option(a);
   }
   set_num_threads(threads);
   manual_seed(0);
@@ -109,4 +112,10 @@ int main(int argc, char** argv) {
            0, flops);
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return foundry::bench::guarded_main(argc, argv, 
+      "usage: bench_ops_vs_torch [--threads N] [--only CASE]\n"
+      "Times each op case; prints one JSON line per case (ms, bytes, flops).\n", [&] { return run(argc, argv); });
 }

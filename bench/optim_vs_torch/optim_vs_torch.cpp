@@ -8,6 +8,7 @@
 //   adamw_reference    fused=false: torch's single-tensor algorithm written with Foundry ops
 //   clip_grad_norm     clip_grad_norm_(params, 1e-3) (norm + scale)
 // Each case reports the best and the median of `--reps` steps after one warm-up step.
+#include "../bench_main.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -74,13 +75,15 @@ std::vector<Tensor> make_params(uint64_t seed) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   int threads = 1, reps = 7;
   std::string only;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    const std::string a = argv[i];
+    if (a == "--threads") threads = std::stoi(bench::option_value(argc, argv, i));
+    else if (a == "--reps") reps = std::stoi(bench::option_value(argc, argv, i));
+    else if (a == "--only") only = bench::option_value(argc, argv, i);
+    else bench::unknown_option(a);
   }
   set_num_threads(threads);
   auto want = [&](const char* name) { return only.empty() || only == name; };
@@ -116,4 +119,10 @@ int main(int argc, char** argv) {
     report("clip_grad_norm", time_ms([&] { optim::clip_grad_norm_(ps, 1e-3); }, reps), 12.0 * double(n));
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return foundry::bench::guarded_main(argc, argv, 
+      "usage: bench_optim_vs_torch [--threads N] [--reps N] [--only CASE]\n"
+      "Times optimizer updates over GPT-2 124M's parameter shapes; one JSON line per case.\n", [&] { return run(argc, argv); });
 }

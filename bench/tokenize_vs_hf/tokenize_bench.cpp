@@ -4,11 +4,13 @@
 // the same lines and prints the comparison table.
 //
 // usage: tokenize_bench <name>=<tokenizer file>[@<tiktoken encoding>] ... -- <corpus files...>
+#include "../bench_main.h"
 #include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,10 +28,7 @@ std::vector<std::string> read_lines(const std::vector<std::string>& files) {
   std::vector<std::string> lines;
   for (auto& f : files) {
     std::ifstream in(f, std::ios::binary);
-    if (!in) {
-      std::cerr << "cannot open " << f << "\n";
-      std::exit(2);
-    }
+    if (!in) throw std::runtime_error("cannot open the corpus file " + f);
     std::string line;
     while (std::getline(in, line)) lines.push_back(line);
   }
@@ -55,7 +54,7 @@ void report(const std::string& name, const std::string& mode, size_t bytes, size
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   std::vector<std::pair<std::string, std::string>> toks;
   std::vector<std::string> files;
   bool corpus = false;
@@ -70,6 +69,7 @@ int main(int argc, char** argv) {
       files.push_back(a);
     } else {
       size_t eq = a.find('=');
+      if (eq == std::string::npos || eq == 0) foundry::bench::unknown_option(a);
       toks.emplace_back(a.substr(0, eq), a.substr(eq + 1));
     }
   }
@@ -111,4 +111,10 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return foundry::bench::guarded_main(argc, argv, 
+      "usage: tokenize_bench [--repeat=N] NAME=TOKENIZER_FILE... -- CORPUS_FILE...\n"
+      "Encodes every corpus line with each tokenizer; one JSON line per (tokenizer, mode).\n", [&] { return run(argc, argv); });
 }

@@ -1,6 +1,7 @@
 // Foundry side of bench/train_vs_torch: GPT-2 124M shape (the gpt2 architecture of the model
 // registry, HF names), AdamW, batch x seq tokens per step.
 // Prints one JSON line: median ms/step over `steps` after `warmup` steps, tokens/s, peak RSS.
+#include "../bench_main.h"
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -19,7 +20,7 @@
 
 using namespace foundry;
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   int threads = 1, warmup = 2, steps = 10;
   int64_t batch = 4, seq = 64;
   std::string precision = "float32";
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
   int64_t layers = 12;  // GPT-2 124M
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&] { return std::string(argv[++i]); };
+    auto next = [&] { return bench::option_value(argc, argv, i); };
     if (a == "--threads") threads = std::stoi(next());
     else if (a == "--steps") steps = std::stoi(next());
     else if (a == "--warmup") warmup = std::stoi(next());
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
     else if (a == "--precision") precision = next();
     else if (a == "--checkpointing") ckpt = true;
     else if (a == "--layers") layers = std::stoll(next());
+    else bench::unknown_option(a);
   }
   set_num_threads(threads);
   manual_seed(0);
@@ -73,4 +75,11 @@ int main(int argc, char** argv) {
       med, double(batch * seq) / (med / 1000), double(ru.ru_maxrss) / 1024, double(mem.peak_bytes) / (1 << 20),
       double(mem.cached_bytes) / (1 << 20), loss);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return foundry::bench::guarded_main(argc, argv, 
+      "usage: bench_train_step [--threads N] [--steps N] [--warmup N] [--batch N] [--seq N]\n"
+      "                        [--precision float32|bfloat16] [--checkpointing] [--layers N]\n"
+      "One GPT-2 124M-shape AdamW training step; prints one JSON line (ms, tokens_per_s, peak_rss_mb).\n", [&] { return run(argc, argv); });
 }

@@ -1,0 +1,40 @@
+// The command line of every bench program: `--help` prints its usage and exits 0; an unknown
+// option, a missing or malformed value, or any failure (a missing model folder, a bad file) prints
+// "<program>: error: <what>" and exits 1 — never an uncaught exception or an abort.
+#pragma once
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace foundry::bench {
+
+/// argv[i + 1] as the value of option argv[i] (advancing i); throws when it is missing.
+inline std::string option_value(int argc, char** argv, int& i) {
+  if (i + 1 >= argc) throw std::invalid_argument(std::string("option ") + argv[i] + " needs a value");
+  return argv[++i];
+}
+
+[[noreturn]] inline void unknown_option(const std::string& arg) {
+  throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
+}
+
+/// Runs body() under the rules above.
+inline int guarded_main(int argc, char** argv, const char* usage, const std::function<int()>& body) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", argv[0], e.what());
+    return 1;
+  }
+}
+
+}  // namespace foundry::bench

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Every shipped program answers --help (exit 0, a usage text) and turns a missing file or a bad
+# argument into an error message and exit status 1: never an uncaught exception, an abort or a
+# signal. Usage: programs_test.sh BIN_DIR
+set -u
+bin=$1
+fail=0
+check() {  # check NAME EXPECTED_STATUS ARGS...
+  local name=$1 want=$2; shift 2
+  out=$(timeout 60 "$bin/$name" "$@" 2>&1)
+  local status=$?
+  if [ "$want" = 0 ]; then
+    if [ $status -ne 0 ] || ! echo "$out" | grep -qi "usage"; then
+      echo "FAIL: $name $* -> status $status, no usage"; fail=1
+    fi
+  elif [ $status -ne 1 ] || ! echo "$out" | grep -qi "error"; then
+    echo "FAIL: $name $* -> status $status (want 1 and an error message): $(echo "$out" | tail -2)"; fail=1
+  fi
+}
+for p in foundry bench_infer bench_finetune bench_train_step bench_ops_vs_torch bench_optim_vs_torch tokenize_bench; do
+  [ -x "$bin/$p" ] || { echo "SKIP: $p not built"; continue; }
+  check "$p" 0 --help
+done
+[ -x "$bin/foundry" ] && check foundry 1 generate --model /nonexistent/model --input-ids 1,2
+[ -x "$bin/foundry" ] && check foundry 1 train --config /nonexistent.toml
+[ -x "$bin/bench_infer" ] && check bench_infer 1 --model /nonexistent/model
+[ -x "$bin/bench_infer" ] && check bench_infer 1 --model
+[ -x "$bin/bench_finetune" ] && check bench_finetune 1 --model /nonexistent/model
+[ -x "$bin/bench_train_step" ] && check bench_train_step 1 --threads abc
+[ -x "$bin/bench_ops_vs_torch" ] && check bench_ops_vs_torch 1 --bogus
+[ -x "$bin/bench_optim_vs_torch" ] && check bench_optim_vs_torch 1 --reps
+[ -x "$bin/tokenize_bench" ] && check tokenize_bench 1 gpt2=/nonexistent/tokenizer.json -- /nonexistent/corpus.txt
+[ $fail -eq 0 ] && echo "PASS"
+exit $fail
