@@ -30,5 +30,23 @@ done
 [ -x "$bin/bench_ops_vs_torch" ] && check bench_ops_vs_torch 1 --bogus
 [ -x "$bin/bench_optim_vs_torch" ] && check bench_optim_vs_torch 1 --reps
 [ -x "$bin/tokenize_bench" ] && check tokenize_bench 1 gpt2=/nonexistent/tokenizer.json -- /nonexistent/corpus.txt
+# The Python programs under bench/ and tools/ (run from the repository root).
+root=$(cd "$(dirname "$0")/.." && pwd)
+pycheck() {  # pycheck EXPECTED_STATUS SCRIPT ARGS...
+  local want=$1 script=$2; shift 2
+  out=$(cd "$root" && timeout 120 /usr/bin/python3 "$script" "$@" 2>&1)
+  local status=$?
+  if [ "$want" = 0 ]; then
+    [ $status -eq 0 ] && [ -n "$out" ] || { echo "FAIL: $script $* -> status $status"; fail=1; }
+  elif [ $status -ne 1 ] || ! echo "$out" | grep -q "error" || echo "$out" | grep -q "Traceback"; then
+    echo "FAIL: $script $* -> status $status (want 1 and a one-line error): $(echo "$out" | tail -2)"; fail=1
+  fi
+}
+for script in $(cd "$root" && ls bench/*/*.py tools/*.py); do
+  [ "$script" = tools/torch_ref.py ] && continue  # a library, not a program
+  pycheck 0 "$script" --help
+done
+pycheck 1 bench/quant_decode/run.py /nonexistent/bench_infer
+pycheck 1 tools/gen_fixtures.py /nonexistent/samples /nonexistent/out
 [ $fail -eq 0 ] && echo "PASS"
 exit $fail

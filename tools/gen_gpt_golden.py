@@ -6,6 +6,13 @@ weights are [in, out]); saves its weights, a batch, the logits, the loss, every 
 gradient, and the losses of 10 AdamW steps to tests/parity/gpt/golden.npz.
 Run: /usr/bin/python3 tools/gen_gpt_golden.py
 """
+import sys as _sys  # noqa: E402
+if __name__ == "__main__":  # --help, and a one-line error instead of a traceback (FOUNDRY_TRACEBACK=1 keeps it)
+    if any(a in ("-h", "--help") for a in _sys.argv[1:]):
+        print(__doc__.strip())
+        _sys.exit(0)
+    if not __import__("os").environ.get("FOUNDRY_TRACEBACK"):
+        _sys.excepthook = lambda kind, err, tb: _sys.exit("%s: error: %s: %s" % (_sys.argv[0], kind.__name__, err))
 import math
 import os
 

@@ -6,6 +6,13 @@ bfloat16 autocast, QLoRA with an NF4 base, with and without gradient checkpointi
 requires_grad=False; its bf16 autocast for reference). Each configuration runs in its own process.
 Usage: /usr/bin/python3 bench/finetune_vs_torch/run.py [build/bin/bench_finetune] [threads]
 """
+import sys as _sys  # noqa: E402
+if __name__ == "__main__":  # --help, and a one-line error instead of a traceback (FOUNDRY_TRACEBACK=1 keeps it)
+    if any(a in ("-h", "--help") for a in _sys.argv[1:]):
+        print(__doc__.strip())
+        _sys.exit(0)
+    if not __import__("os").environ.get("FOUNDRY_TRACEBACK"):
+        _sys.excepthook = lambda kind, err, tb: _sys.exit("%s: error: %s: %s" % (_sys.argv[0], kind.__name__, err))
 import importlib.util
 import json
 import os

@@ -8,6 +8,13 @@ products on q8_0 weights (decode: q8_0 x q8_0 kernels; prefill: float GEMM on th
 weights) against PyTorch float32; bench/quant_decode compares every format.
 Usage: /usr/bin/python3 bench/infer_vs_torch/run.py [build/bin/bench_infer]
 """
+import sys as _sys  # noqa: E402
+if __name__ == "__main__":  # --help, and a one-line error instead of a traceback (FOUNDRY_TRACEBACK=1 keeps it)
+    if any(a in ("-h", "--help") for a in _sys.argv[1:]):
+        print(__doc__.strip())
+        _sys.exit(0)
+    if not __import__("os").environ.get("FOUNDRY_TRACEBACK"):
+        _sys.excepthook = lambda kind, err, tb: _sys.exit("%s: error: %s: %s" % (_sys.argv[0], kind.__name__, err))
 import json
 import os
 import struct
