@@ -298,15 +298,23 @@ PYBIND11_MODULE(_C, m) {
     return wrap_scalar(v.cast<double>());
   });
   m.def("memory_stats", [] {
-    auto s = allocator::stats();
+    // torch.cuda.memory_stats()'s key names (see allocator.h), then Foundry's own short names.
     py::dict d;
+    for (const auto& [k, v] : memory_stats()) d[py::str(k)] = v;
+    auto s = allocator::stats();
     d["current_bytes"] = s.current_bytes;
     d["peak_bytes"] = s.peak_bytes;
     d["cached_bytes"] = s.cached_bytes;
     d["live_blocks"] = s.live_blocks;
     d["num_allocs"] = s.num_allocs;
     return d;
-  });
+  }, "allocator statistics: allocated_bytes.all.current / .peak, reserved_bytes.all.current / .peak, "
+     "allocation.all.allocated / .freed, inactive_split (cached blocks), ... as torch.cuda.memory_stats names them");
+  m.def("reset_peak_memory_stats", &reset_peak_memory_stats);
+  m.def("memory_allocated", [] { return allocator::stats().current_bytes; });
+  m.def("max_memory_allocated", [] { return allocator::stats().peak_bytes; });
+  m.def("memory_reserved", [] { auto s = allocator::stats(); return s.current_bytes + s.cached_bytes; });
+  m.def("max_memory_reserved", [] { return allocator::stats().peak_reserved_bytes; });
   m.def("empty_cache", &allocator::empty_cache);
 
   foundry::python::bind_text(m);

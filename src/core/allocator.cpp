@@ -113,6 +113,7 @@ std::vector<Block> take_cached(Cache& c, size_t want) {
       list.pop_back();
       got += cls;
       c.stats.cached_bytes -= int64_t(cls);
+      c.stats.cached_blocks--;
     }
     if (got >= want) break;
   }
@@ -137,16 +138,20 @@ void* allocate(size_t nbytes) {
     std::lock_guard<std::mutex> lock(c.mu);
     c.stats.num_allocs++;
     c.stats.live_blocks++;
+    c.stats.allocated_bytes_total += int64_t(cls);
     c.stats.current_bytes += int64_t(cls);
-    if (c.stats.current_bytes > c.stats.peak_bytes) c.stats.peak_bytes = c.stats.current_bytes;
+    c.stats.peak_bytes = std::max(c.stats.peak_bytes, c.stats.current_bytes);
+    c.stats.peak_live_blocks = std::max(c.stats.peak_live_blocks, c.stats.live_blocks);
     auto it = c.free_lists.find(cls);
     if (it != c.free_lists.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
       c.stats.cached_bytes -= int64_t(cls);
+      c.stats.cached_blocks--;
       c.stats.num_cache_hits++;
       return p;
     }
+    c.stats.peak_reserved_bytes = std::max(c.stats.peak_reserved_bytes, c.stats.current_bytes + c.stats.cached_bytes);
     if (cls >= kEvictingMiss && c.evicted_for.insert(cls).second) evicted = take_cached(c, cls);
   }
   for (auto [block, size] : evicted) system_free(block, size);
@@ -159,6 +164,8 @@ void* allocate(size_t nbytes) {
   if (!p) {
     std::lock_guard<std::mutex> lock(c.mu);
     c.stats.live_blocks--;
+    c.stats.num_allocs--;
+    c.stats.allocated_bytes_total -= int64_t(cls);
     c.stats.current_bytes -= int64_t(cls);
     raise<Error>("out of memory: could not allocate {} bytes", cls);
   }
@@ -171,10 +178,13 @@ void deallocate(void* p, size_t nbytes) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   c.stats.live_blocks--;
+  c.stats.num_frees++;
+  c.stats.freed_bytes_total += int64_t(cls);
   c.stats.current_bytes -= int64_t(cls);
   if (c.stats.cached_bytes + int64_t(cls) <= c.limit) {
     c.free_lists[cls].push_back(p);
     c.stats.cached_bytes += int64_t(cls);
+    c.stats.cached_blocks++;
   } else {
     system_free(p, cls);
   }
@@ -190,6 +200,29 @@ void reset_peak() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   c.stats.peak_bytes = c.stats.current_bytes;
+  c.stats.peak_live_blocks = c.stats.live_blocks;
+  c.stats.peak_reserved_bytes = c.stats.current_bytes + c.stats.cached_bytes;
+}
+
+std::vector<std::pair<std::string, int64_t>> memory_stats() {
+  const AllocatorStats s = stats();
+  std::vector<std::pair<std::string, int64_t>> out = {
+      {"allocated_bytes.all.current", s.current_bytes},
+      {"allocated_bytes.all.peak", s.peak_bytes},
+      {"allocated_bytes.all.allocated", s.allocated_bytes_total},
+      {"allocated_bytes.all.freed", s.freed_bytes_total},
+      {"reserved_bytes.all.current", s.current_bytes + s.cached_bytes},
+      {"reserved_bytes.all.peak", s.peak_reserved_bytes},
+      {"allocation.all.current", s.live_blocks},
+      {"allocation.all.peak", s.peak_live_blocks},
+      {"allocation.all.allocated", s.num_allocs},
+      {"allocation.all.freed", s.num_frees},
+      {"inactive_split.all.current", s.cached_blocks},
+      {"inactive_split_bytes.all.current", s.cached_bytes},
+      {"num_cache_hits", s.num_cache_hits},
+  };
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 void empty_cache() {
@@ -199,6 +232,7 @@ void empty_cache() {
     for (void* p : list) system_free(p, size);
   c.free_lists.clear();
   c.stats.cached_bytes = 0;
+  c.stats.cached_blocks = 0;
 }
 
 void set_cache_limit(int64_t bytes) {

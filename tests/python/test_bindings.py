@@ -112,3 +112,26 @@ def test_autograd_grad_takes_a_tensor_or_a_sequence():
     w = foundry.tensor([1.0, -1.0], requires_grad=True)
     foundry.autograd.backward((w * w).sum())
     assert np.allclose(w.grad.numpy(), [2.0, -2.0])
+
+
+def test_memory_stats_with_pytorch_names():
+    foundry.empty_cache()
+    foundry.reset_peak_memory_stats()
+    s0 = foundry.memory_stats()
+    for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
+                "reserved_bytes.all.peak", "allocation.all.allocated", "allocation.all.freed",
+                "inactive_split.all.current"):
+        assert key in s0, key
+    x = foundry.zeros([1 << 20])  # 4 MiB
+    s1 = foundry.memory_stats()
+    assert s1["allocated_bytes.all.current"] - s0["allocated_bytes.all.current"] >= 4 << 20
+    assert s1["allocation.all.allocated"] > s0["allocation.all.allocated"]
+    assert foundry.max_memory_allocated() >= s1["allocated_bytes.all.current"]
+    del x
+    s2 = foundry.memory_stats()
+    assert s2["allocated_bytes.all.current"] == s0["allocated_bytes.all.current"]
+    assert s2["allocation.all.freed"] > s1["allocation.all.freed"]
+    assert s2["allocated_bytes.all.peak"] >= s0["allocated_bytes.all.current"] + (4 << 20)
+    assert s2["reserved_bytes.all.current"] >= s2["allocated_bytes.all.current"]
+    foundry.reset_peak_memory_stats()
+    assert foundry.memory_stats()["allocated_bytes.all.peak"] == s2["allocated_bytes.all.current"]

@@ -9,6 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace foundry {
 
@@ -19,6 +22,11 @@ struct AllocatorStats {
   int64_t live_blocks = 0;     ///< blocks handed out and not yet freed
   int64_t num_allocs = 0;      ///< allocate() calls since start
   int64_t num_cache_hits = 0;  ///< allocate() calls served from a free list
+  int64_t num_frees = 0;       ///< deallocate() calls since start
+  int64_t peak_live_blocks = 0;
+  int64_t cached_blocks = 0;   ///< blocks in the free lists
+  int64_t peak_reserved_bytes = 0;  ///< high-water mark of current_bytes + cached_bytes
+  int64_t allocated_bytes_total = 0, freed_bytes_total = 0;  ///< cumulative size-class bytes
 };
 
 namespace allocator {
@@ -27,7 +35,14 @@ void* allocate(size_t nbytes);
 /// Returns a block from allocate(); `nbytes` must be the size that was asked for.
 void deallocate(void* p, size_t nbytes);
 AllocatorStats stats();
+/// Resets the peaks (bytes, reserved bytes, blocks) to the current values.
 void reset_peak();
+/// The statistics under PyTorch's torch.cuda.memory_stats() key names where they apply
+/// ("allocated_bytes.all.current" / ".peak" / ".allocated" / ".freed", "reserved_bytes.all.current"
+/// / ".peak", "allocation.all.current" / ".peak" / ".allocated" / ".freed",
+/// "inactive_split.all.current" / "inactive_split_bytes.all.current" for the cached blocks,
+/// "num_cache_hits"), sorted by name.
+std::vector<std::pair<std::string, int64_t>> memory_stats();
 /// Frees every cached block.
 void empty_cache();
 /// Blocks are not cached beyond this many bytes (default 4 GiB, env FOUNDRY_CACHE_LIMIT_MB).
@@ -35,5 +50,10 @@ void set_cache_limit(int64_t bytes);
 /// The size class a request of `nbytes` is rounded to.
 size_t size_class(size_t nbytes);
 }  // namespace allocator
+
+/// allocator::memory_stats(): torch.cuda.memory_stats()'s names for Foundry's CPU allocator.
+inline std::vector<std::pair<std::string, int64_t>> memory_stats() { return allocator::memory_stats(); }
+/// torch.cuda.reset_peak_memory_stats(): every peak back to the current value.
+inline void reset_peak_memory_stats() { allocator::reset_peak(); }
 
 }  // namespace foundry
