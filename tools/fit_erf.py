@@ -1,13 +1,9 @@
 #!/usr/bin/python3
 """Fits the polynomial coefficients of the float erf kernel (src/kernels/cpu/unary_simd.cpp, ErfF)
 and reports their float32 error. Run with Debian python3 (numpy)."""
-import sys as _sys  # noqa: E402
-if __name__ == "__main__":  # --help, and a one-line error instead of a traceback (FOUNDRY_TRACEBACK=1 keeps it)
-    if any(a in ("-h", "--help") for a in _sys.argv[1:]):
-        print(__doc__.strip())
-        _sys.exit(0)
-    if not __import__("os").environ.get("FOUNDRY_TRACEBACK"):
-        _sys.excepthook = lambda kind, err, tb: _sys.exit("%s: error: %s: %s" % (_sys.argv[0], kind.__name__, err))
+import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+__import__("program").start(__doc__, __name__)
 import numpy as np, math
 from numpy.polynomial import chebyshev as C
 erf=np.vectorize(math.erf); erfc=np.vectorize(math.erfc)

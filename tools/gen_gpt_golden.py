@@ -6,13 +6,9 @@ weights are [in, out]); saves its weights, a batch, the logits, the loss, every 
 gradient, and the losses of 10 AdamW steps to tests/parity/gpt/golden.npz.
 Run: /usr/bin/python3 tools/gen_gpt_golden.py
 """
-import sys as _sys  # noqa: E402
-if __name__ == "__main__":  # --help, and a one-line error instead of a traceback (FOUNDRY_TRACEBACK=1 keeps it)
-    if any(a in ("-h", "--help") for a in _sys.argv[1:]):
-        print(__doc__.strip())
-        _sys.exit(0)
-    if not __import__("os").environ.get("FOUNDRY_TRACEBACK"):
-        _sys.excepthook = lambda kind, err, tb: _sys.exit("%s: error: %s: %s" % (_sys.argv[0], kind.__name__, err))
+import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+__import__("program").start(__doc__, __name__)
 import math
 import os
 

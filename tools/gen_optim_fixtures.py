@@ -18,13 +18,9 @@ Lion: `Lion` below is the reference algorithm of the Lion paper (google/automl,
 lion/lion_pytorch.py), and WarmupCosine (Foundry's linear warmup + cosine schedule) is written
 here in closed form.
 """
-import sys as _sys  # noqa: E402
-if __name__ == "__main__":  # --help, and a one-line error instead of a traceback (FOUNDRY_TRACEBACK=1 keeps it)
-    if any(a in ("-h", "--help") for a in _sys.argv[1:]):
-        print(__doc__.strip())
-        _sys.exit(0)
-    if not __import__("os").environ.get("FOUNDRY_TRACEBACK"):
-        _sys.excepthook = lambda kind, err, tb: _sys.exit("%s: error: %s: %s" % (_sys.argv[0], kind.__name__, err))
+import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
+_sys.path.insert(0, _os.path.dirname(_os.path.abspath(__file__)))
+__import__("program").start(__doc__, __name__)
 import json
 import math
 import os

@@ -6,13 +6,9 @@ bfloat16 autocast, QLoRA with an NF4 base, with and without gradient checkpointi
 requires_grad=False; its bf16 autocast for reference). Each configuration runs in its own process.
 Usage: /usr/bin/python3 bench/finetune_vs_torch/run.py [build/bin/bench_finetune] [threads]
 """
-import sys as _sys  # noqa: E402
-if __name__ == "__main__":  # --help, and a one-line error instead of a traceback (FOUNDRY_TRACEBACK=1 keeps it)
-    if any(a in ("-h", "--help") for a in _sys.argv[1:]):
-        print(__doc__.strip())
-        _sys.exit(0)
-    if not __import__("os").environ.get("FOUNDRY_TRACEBACK"):
-        _sys.excepthook = lambda kind, err, tb: _sys.exit("%s: error: %s: %s" % (_sys.argv[0], kind.__name__, err))
+import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
+_sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
+__import__("program").start(__doc__, __name__)
 import importlib.util
 import json
 import os

@@ -3,13 +3,9 @@ rotary, causal softmax attention, SwiGLU) over the HF folder's weights, frozen (
 with PEFT's LoRA on the target projections (y = x W^T + scaling * B(A(x)), A kaiming-uniform, B
 zeros, nn.Linear modules) and torch.optim.AdamW on the adapter. Prints one JSON line like
 bench_finetune. Usage: torch_lora.py DIR THREADS TARGETS PRECISION [batch seq r steps warmup]"""
-import sys as _sys  # noqa: E402
-if __name__ == "__main__":  # --help, and a one-line error instead of a traceback (FOUNDRY_TRACEBACK=1 keeps it)
-    if any(a in ("-h", "--help") for a in _sys.argv[1:]):
-        print(__doc__.strip())
-        _sys.exit(0)
-    if not __import__("os").environ.get("FOUNDRY_TRACEBACK"):
-        _sys.excepthook = lambda kind, err, tb: _sys.exit("%s: error: %s: %s" % (_sys.argv[0], kind.__name__, err))
+import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
+_sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
+__import__("program").start(__doc__, __name__)
 import json
 import math
 import os

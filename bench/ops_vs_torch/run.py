@@ -8,13 +8,9 @@ median per case: on a shared machine, memory-bound rows swing by tens of percent
 minute to the next, and alternating gives both sides the same chances.
 Ratio = PyTorch time / Foundry time (> 1 means Foundry is faster).
 """
-import sys as _sys  # noqa: E402
-if __name__ == "__main__":  # --help, and a one-line error instead of a traceback (FOUNDRY_TRACEBACK=1 keeps it)
-    if any(a in ("-h", "--help") for a in _sys.argv[1:]):
-        print(__doc__.strip())
-        _sys.exit(0)
-    if not __import__("os").environ.get("FOUNDRY_TRACEBACK"):
-        _sys.excepthook = lambda kind, err, tb: _sys.exit("%s: error: %s: %s" % (_sys.argv[0], kind.__name__, err))
+import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
+_sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
+__import__("program").start(__doc__, __name__)
 import json
 import os
 import subprocess

@@ -1,11 +1,7 @@
 """GPT-2 124M parameter shapes (HF names), shared by both sides of bench/optim_vs_torch."""
-import sys as _sys  # noqa: E402
-if __name__ == "__main__":  # --help, and a one-line error instead of a traceback (FOUNDRY_TRACEBACK=1 keeps it)
-    if any(a in ("-h", "--help") for a in _sys.argv[1:]):
-        print(__doc__.strip())
-        _sys.exit(0)
-    if not __import__("os").environ.get("FOUNDRY_TRACEBACK"):
-        _sys.excepthook = lambda kind, err, tb: _sys.exit("%s: error: %s: %s" % (_sys.argv[0], kind.__name__, err))
+import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
+_sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
+__import__("program").start(__doc__, __name__)
 
 
 def gpt2_124m_shapes(n_layer=12, d=768, vocab=50257, ctx=1024):
