@@ -22,6 +22,18 @@ inline std::string option_value(int argc, char** argv, int& i) {
   throw std::invalid_argument("unknown option '" + arg + "' (see --help)");
 }
 
+/// This process's peak resident memory in MB: VmHWM, not getrusage's ru_maxrss, which Linux
+/// carries across fork + exec (a parent's larger peak would show up as the bench's).
+inline double peak_rss_mb() {
+  double peak_kb = 0;
+  std::FILE* status = std::fopen("/proc/self/status", "r");
+  char line[256];
+  while (status && std::fgets(line, sizeof line, status))
+    if (std::sscanf(line, "VmHWM: %lf kB", &peak_kb) == 1) break;
+  if (status) std::fclose(status);
+  return peak_kb / 1024;
+}
+
 /// Runs body() under the rules above.
 inline int guarded_main(int argc, char** argv, const char* usage, const std::function<int()>& body) {
   for (int i = 1; i < argc; ++i)

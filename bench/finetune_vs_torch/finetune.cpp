@@ -2,8 +2,6 @@
 // or quantized in memory), AdamW on the adapter only. Prints one JSON line: median ms/step over
 // `steps` after `warmup` steps, tokens/s, peak RSS.
 #include "../bench_main.h"
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -80,10 +78,8 @@ static int run(int argc, char** argv) {
   }
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
   std::printf("{\"ms\": %.2f, \"tokens_per_s\": %.1f, \"peak_rss_mb\": %.1f, \"loss\": %.4f, \"trainable\": %zu}\n", ms,
-              double(batch * seq) / (ms / 1000.0), double(ru.ru_maxrss) / 1024.0, loss, params.size());
+              double(batch * seq) / (ms / 1000.0), bench::peak_rss_mb(), loss, params.size());
   return 0;
 }
 

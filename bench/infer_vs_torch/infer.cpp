@@ -72,16 +72,8 @@ static int run(int argc, char** argv) {
   models::GenerationResult r = models::generate(*model, {p}, g);
   // The first new token comes from the prompt's pass; the decode loop ran the other decode - 1.
   const double decode_tps = double(r.decode_steps) / r.decode_seconds;
-  // VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across fork + exec, so a parent's
-  // peak would show up here.
-  double peak_kb = 0;
-  std::FILE* status = std::fopen("/proc/self/status", "r");
-  char line[256];
-  while (status && std::fgets(line, sizeof line, status))
-    if (std::sscanf(line, "VmHWM: %lf kB", &peak_kb) == 1) break;
-  if (status) std::fclose(status);
   std::printf("{\"load_s\": %.4f, \"prefill_tps\": %.1f, \"decode_tps\": %.2f, \"peak_rss_mb\": %.1f}\n", load_s,
-              prefill_tps, decode_tps, peak_kb / 1024);
+              prefill_tps, decode_tps, bench::peak_rss_mb());
   return 0;
 }
 

@@ -2,8 +2,6 @@
 // registry, HF names), AdamW, batch x seq tokens per step.
 // Prints one JSON line: median ms/step over `steps` after `warmup` steps, tokens/s, peak RSS.
 #include "../bench_main.h"
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -66,13 +64,11 @@ static int run(int argc, char** argv) {
   }
   std::sort(times.begin(), times.end());
   double med = times[times.size() / 2];
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
   AllocatorStats mem = allocator::stats();
   std::printf(
       "{\"ms\": %.2f, \"tokens_per_s\": %.1f, \"peak_rss_mb\": %.1f, \"peak_tensor_mb\": %.1f, "
       "\"cached_mb\": %.1f, \"loss\": %.4f}\n",
-      med, double(batch * seq) / (med / 1000), double(ru.ru_maxrss) / 1024, double(mem.peak_bytes) / (1 << 20),
+      med, double(batch * seq) / (med / 1000), bench::peak_rss_mb(), double(mem.peak_bytes) / (1 << 20),
       double(mem.cached_bytes) / (1 << 20), loss);
   return 0;
 }
