@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "foundry/nn/module.h"
 #include "foundry/ops/ops.h"
 
 namespace foundry::python {
@@ -244,6 +245,18 @@ std::vector<TensorIndex> index_from(py::handle obj) {
   else
     one(obj);
   return out;
+}
+
+Tensor batch_of(py::object obj) {
+  if (obj.is_none()) return Tensor();
+  Tensor t = tensor_from(obj, DType::Int64);
+  return t.dim() == 1 ? t.unsqueeze(0) : t;
+}
+
+py::dict state_dict_of(const nn::Module& module) {
+  py::dict d;
+  for (auto& [k, v] : module.state_dict()) d[py::str(k)] = v;
+  return d;
 }
 
 }  // namespace foundry::python

@@ -7,6 +7,10 @@
 #include "foundry/core/tensor.h"
 #include "foundry/ops/registry.h"
 
+namespace foundry::nn {
+class Module;
+}
+
 namespace foundry::python {
 
 namespace py = pybind11;
@@ -24,5 +28,9 @@ ops::Value value_from(py::handle obj, const ops::Param& param, const std::string
 std::vector<TensorIndex> index_from(py::handle obj);
 /// dtype from a foundry dtype, a string name, or a NumPy dtype.
 DType dtype_from(py::handle obj);
+/// Token ids (or a mask, labels) as an int64 batch [B, T]: a 1-D input becomes one row; None undefined.
+Tensor batch_of(py::object obj);
+/// module.state_dict() as a Python dict (name -> tensor sharing the module's storage).
+py::dict state_dict_of(const nn::Module& module);
 
 }  // namespace foundry::python

@@ -37,12 +37,6 @@ std::vector<std::vector<int64_t>> prompts_from(py::handle obj) {
   return l.cast<std::vector<std::vector<int64_t>>>();
 }
 
-Tensor batch_of(py::object obj) {
-  if (obj.is_none()) return Tensor();
-  Tensor t = tensor_from(obj, DType::Int64);
-  return t.dim() == 1 ? t.unsqueeze(0) : t;
-}
-
 void bind_autocast(py::module_& m) {
   struct Autocast {
     bool enabled;
@@ -99,12 +93,7 @@ void bind_models(py::module_& m) {
       .def("parameters", [](const CausalLM& m) { return m.parameters(); })
       .def("named_parameters", [](const CausalLM& m) { return m.named_parameters(); },
            "(name, tensor) with transformers' names, tied tensors once")
-      .def("state_dict",
-           [](const CausalLM& m) {
-             py::dict d;
-             for (auto& [k, v] : m.state_dict()) d[py::str(k)] = v;
-             return d;
-           },
+      .def("state_dict", [](const CausalLM& m) { return state_dict_of(m); },
            "every parameter by its transformers name (tied ones under each name)")
       .def("load_state_dict",
            [](CausalLM& m, py::dict state, bool strict) {

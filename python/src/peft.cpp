@@ -19,12 +19,6 @@ using models::CausalLM;
 using peft::LoraConfig;
 using peft::PeftModel;
 
-Tensor ids_of(py::object obj) {
-  if (obj.is_none()) return Tensor();
-  Tensor t = tensor_from(obj, DType::Int64);
-  return t.dim() == 1 ? t.unsqueeze(0) : t;
-}
-
 LoraConfig make_config(int64_t r, double lora_alpha, py::object target_modules, double lora_dropout,
                        bool fan_in_fan_out, const std::string& bias, bool use_rslora, py::object modules_to_save,
                        py::object init_lora_weights, py::object layers_to_transform,
@@ -135,7 +129,7 @@ void bind_peft(py::module_& m) {
       .def(
           "__call__",
           [](PeftModel& m, py::object input_ids, py::object attention_mask, py::object labels) {
-            Tensor ids = ids_of(input_ids), mask = ids_of(attention_mask), lab = ids_of(labels);
+            Tensor ids = batch_of(input_ids), mask = batch_of(attention_mask), lab = batch_of(labels);
             py::gil_scoped_release nogil;
             return m(ids, mask, lab);
           },
@@ -148,12 +142,7 @@ void bind_peft(py::module_& m) {
       .def("parameters", [](const PeftModel& m) { return m.parameters(); })
       .def("named_parameters", [](const PeftModel& m) { return m.named_parameters(); },
            "(name, tensor) with PEFT's names: base_model.model.<path>[.base_layer|.lora_A.<adapter>].weight")
-      .def("state_dict",
-           [](const PeftModel& m) {
-             py::dict d;
-             for (auto& [k, v] : m.state_dict()) d[py::str(k)] = v;
-             return d;
-           })
+      .def("state_dict", [](const PeftModel& m) { return state_dict_of(m); })
       .def("train", [](py::object self, bool mode) { self.cast<PeftModel&>().train(mode); return self; },
            py::arg("mode") = true)
       .def("eval", [](py::object self) { self.cast<PeftModel&>().eval(); return self; })
