@@ -3,8 +3,6 @@
 #include <pybind11/stl.h>
 
 #include "foundry/models/pretrained.h"
-#include "foundry/models/tokenizer_files.h"
-#include "foundry/text/tokenizer.h"
 #include "foundry/train/finetune.h"
 
 namespace py = pybind11;
@@ -16,17 +14,7 @@ void bind_finetune(py::module_& m) {
   fm.def(
       "load_jsonl",
       [](const std::string& path, const std::string& model_dir, int64_t seq_len) {
-        const models::ModelConfig config = models::read_config(model_dir);
-        std::unique_ptr<text::Tokenizer> tok = models::folder_tokenizer(model_dir);
-        const models::TokenizerSettings s = models::folder_tokenizer_settings(model_dir);
-        train::SftFormat f;
-        f.tokenizer = tok.get();
-        f.chat_template = s.chat_template.value_or("");
-        f.bos_token = s.bos_token;
-        f.eos_token = s.eos_token;
-        if (!config.eos_token_ids.empty()) f.eos_id = config.eos_token_ids.front();
-        f.seq_len = seq_len;
-        f.vocab_size = config.vocab_size;
+        const train::SftFormat f = train::sft_format_for(model_dir, models::read_config(model_dir), seq_len);
         std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> out;
         for (auto& e : train::load_sft_jsonl(path, f)) out.emplace_back(std::move(e.input_ids), std::move(e.labels));
         return out;

@@ -18,13 +18,11 @@
 #include "foundry/core/rng.h"
 #include "foundry/io/checkpoint.h"
 #include "foundry/models/gguf.h"
-#include "foundry/models/tokenizer_files.h"
 #include "foundry/ops/autocast.h"
 #include "foundry/ops/ops.h"
 #include "foundry/optim/lr_scheduler.h"
 #include "foundry/optim/optimizer.h"
 #include "foundry/peft/lora.h"
-#include "foundry/text/tokenizer.h"
 #include "foundry/train/progress.h"
 
 namespace foundry::train {
@@ -126,18 +124,7 @@ FinetuneResult finetune(const FinetuneConfig& c, const std::function<bool(int64_
   FinetuneResult res;
 
   // Data.
-  std::unique_ptr<text::Tokenizer> tok = models::folder_tokenizer(c.model);
-  const models::TokenizerSettings settings = models::folder_tokenizer_settings(c.model);
-  SftFormat format;
-  format.tokenizer = tok.get();
-  format.chat_template = settings.chat_template.value_or("");
-  format.bos_token = settings.bos_token;
-  format.eos_token = settings.eos_token;
-  if (!model->config().eos_token_ids.empty()) format.eos_id = model->config().eos_token_ids.front();
-  else if (tok && !settings.eos_token.empty())
-    if (auto id = tok->token_to_id(settings.eos_token)) format.eos_id = int64_t(*id);
-  format.seq_len = c.seq_len;
-  format.vocab_size = model->config().vocab_size;
+  const SftFormat format = sft_format_for(c.model, model->config(), c.seq_len);
   std::vector<SftExample> train = load_sft_jsonl(c.data, format), eval;
   if (!c.eval_data.empty()) {
     eval = load_sft_jsonl(c.eval_data, format);

@@ -6,6 +6,8 @@
 
 #include "foundry/core/error.h"
 #include "foundry/models/chat_template.h"
+#include "foundry/models/pretrained.h"
+#include "foundry/models/tokenizer_files.h"
 #include "foundry/text/tokenizer.h"
 #include "foundry/train/finetune.h"
 
@@ -66,6 +68,21 @@ SftExample from_messages(const SftFormat& f, const models::ChatTemplate& tmpl, c
 }
 
 }  // namespace
+
+SftFormat sft_format_for(const std::string& model_dir, const models::ModelConfig& config, int64_t seq_len) {
+  SftFormat f;
+  f.tokenizer = models::folder_tokenizer(model_dir);
+  const models::TokenizerSettings settings = models::folder_tokenizer_settings(model_dir);
+  f.chat_template = settings.chat_template.value_or("");
+  f.bos_token = settings.bos_token;
+  f.eos_token = settings.eos_token;
+  if (!config.eos_token_ids.empty()) f.eos_id = config.eos_token_ids.front();
+  else if (f.tokenizer && !settings.eos_token.empty())
+    if (auto id = f.tokenizer->token_to_id(settings.eos_token)) f.eos_id = int64_t(*id);
+  f.seq_len = seq_len;
+  f.vocab_size = config.vocab_size;
+  return f;
+}
 
 std::vector<SftExample> load_sft_jsonl(const std::string& path, const SftFormat& f) {
   std::ifstream in(path);

@@ -99,7 +99,7 @@ def test_bad_lines_name_file_and_line(base, tmp_path, line, message):
     with pytest.raises(Exception, match=message):
         foundry.finetune.load_jsonl(path, str(folder))
     r = run("finetune", "--model", folder, "--data", path, "--out", tmp_path / "o", "--steps", 1, check=False)
-    assert r.returncode != 0 and "d.jsonl:2" in r.stderr or message in r.stderr
+    assert r.returncode != 0 and ("d.jsonl:2" in r.stderr or message in r.stderr), r.stderr
 
 
 def test_cli_trains_only_the_adapter_and_writes_peft_files(base, tmp_path):

@@ -6,11 +6,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace foundry::text {
 class Tokenizer;
+}
+namespace foundry::models {
+struct ModelConfig;
 }
 
 namespace foundry::train {
@@ -29,13 +33,17 @@ struct SftExample {
 ///   {"input_ids": [...]} (optionally "labels")  already tokenized.
 /// Text gets the tokenizer's special tokens (a BOS where it adds one) and the EOS token at the end.
 struct SftFormat {
-  const text::Tokenizer* tokenizer = nullptr;
+  std::shared_ptr<const text::Tokenizer> tokenizer;  ///< null: only {"input_ids"} lines can be read
   std::string chat_template;  ///< "" : {"messages"} lines are refused
   std::string bos_token, eos_token;
   int64_t eos_id = -1;        ///< appended after text / completions (-1: none)
   int64_t seq_len = 512;      ///< longer examples are cut to this many tokens
   int64_t vocab_size = 0;     ///< ids must be below it
 };
+
+/// The format of a model folder: its tokenizer, tokenizer_config.json's chat template and special
+/// tokens, the config's first EOS id (else the tokenizer's id of eos_token) and vocabulary size.
+SftFormat sft_format_for(const std::string& model_dir, const models::ModelConfig& config, int64_t seq_len);
 
 /// Reads and tokenizes a JSONL file; ValueError naming the file and line for malformed lines,
 /// unknown formats, ids outside the vocabulary, and examples with nothing to learn.
