@@ -2,6 +2,7 @@
 // freezes, and PEFT's adapter files (peft/utils/save_and_load.py's key mapping).
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -34,19 +35,30 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 }
 
 // PEFT's check_target_module_exists (0.11): a regex string must match the whole name; a list
-// matches an exact name, or a dotted suffix subject to layers_to_transform.
-bool targeted(const LoraConfig& c, const std::string& key) {
-  if (c.target_modules_regex) return std::regex_match(key, std::regex(*c.target_modules_regex));
-  if (std::count(c.target_modules.begin(), c.target_modules.end(), key)) return true;
-  bool found = false;
-  for (const std::string& t : c.target_modules) found |= ends_with(key, "." + t);
-  if (!found || c.layers_to_transform.empty()) return found;
-  std::smatch m;
-  static const std::regex layer_index(R"(.*\.[^.]*\.(\d+)\.)");  // greedy, as PEFT 0.11
-  if (!std::regex_search(key, m, layer_index) || m.position(0) != 0) return false;
-  const int64_t index = std::stoll(m[1].str());
-  return std::count(c.layers_to_transform.begin(), c.layers_to_transform.end(), index) > 0;
-}
+// matches an exact name, or a dotted suffix subject to layers_to_transform. Built once per
+// injection (the regex compiled once, not per module).
+class TargetMatcher {
+ public:
+  explicit TargetMatcher(const LoraConfig& c) : c_(c) {
+    if (c.target_modules_regex) regex_ = std::regex(*c.target_modules_regex);
+  }
+  bool operator()(const std::string& key) const {
+    if (regex_) return std::regex_match(key, *regex_);
+    if (std::count(c_.target_modules.begin(), c_.target_modules.end(), key)) return true;
+    bool found = false;
+    for (const std::string& t : c_.target_modules) found |= ends_with(key, "." + t);
+    if (!found || c_.layers_to_transform.empty()) return found;
+    std::smatch m;
+    static const std::regex layer_index(R"(.*\.[^.]*\.(\d+)\.)");  // greedy, as PEFT 0.11
+    if (!std::regex_search(key, m, layer_index) || m.position(0) != 0) return false;
+    const int64_t index = std::stoll(m[1].str());
+    return std::count(c_.layers_to_transform.begin(), c_.layers_to_transform.end(), index) > 0;
+  }
+
+ private:
+  const LoraConfig& c_;
+  std::optional<std::regex> regex_;
+};
 
 // rank_pattern / alpha_pattern: the first key that the module name ends with (after a dot).
 template <class T>
@@ -71,10 +83,24 @@ std::vector<std::pair<std::string, std::shared_ptr<W>>> wrappers(const nn::Modul
   return out;
 }
 
-bool inside_wrapper(const std::string& name) {
-  return ends_with(name, ".base_layer") || contains(name, ".lora_") || ends_with(name, ".original_module") ||
-         contains(name, ".modules_to_save.") || contains(name, ".original_module.");
-}
+// Whether a module path lies inside a LoRA or modules_to_save wrapper (its base_layer, lora_A, ...):
+// those are never targets themselves. Derived from the wrappers in `modules`.
+class WrapperInteriors {
+ public:
+  explicit WrapperInteriors(const std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>>& modules) {
+    for (const auto& [name, m] : modules)
+      if (std::dynamic_pointer_cast<LoraLinear>(m) || std::dynamic_pointer_cast<ModulesToSaveLinear>(m))
+        prefixes_.push_back(name + ".");
+  }
+  bool operator()(const std::string& name) const {
+    for (const std::string& p : prefixes_)
+      if (name.compare(0, p.size(), p) == 0) return true;
+    return false;
+  }
+
+ private:
+  std::vector<std::string> prefixes_;
+};
 
 }  // namespace
 
@@ -104,6 +130,7 @@ void PeftModel::inject(const std::string& adapter, const LoraConfig& config) {
   if (c.target_modules.empty() && !c.target_modules_regex && !c.all_linear)
     c.target_modules = default_target_modules(model_->config().model_type);
   const auto modules = model_->named_modules();
+  const WrapperInteriors inside_wrapper(modules);
   if (c.all_linear) {  // every projection's last name but the output layer's (PEFT 0.11-0.13)
     std::set<std::string> names;
     for (auto& [name, m] : modules)
@@ -113,10 +140,11 @@ void PeftModel::inject(const std::string& adapter, const LoraConfig& config) {
     c.target_modules.assign(names.begin(), names.end());
     c.all_linear = false;
   }
+  const TargetMatcher targeted(c);
   int64_t matched = 0;
   std::vector<std::function<void()>> wraps;  // applied after the walk (it holds the old tree)
   for (auto& [name, m] : modules) {
-    if (name.empty() || inside_wrapper(name) || !targeted(c, name)) continue;
+    if (name.empty() || inside_wrapper(name) || !targeted(name)) continue;
     LoraLayerSettings s;
     s.r = pattern_value(c.rank_pattern, name, c.r);
     s.alpha = pattern_value(c.alpha_pattern, name, c.lora_alpha);
@@ -149,8 +177,10 @@ void PeftModel::inject(const std::string& adapter, const LoraConfig& config) {
   for (auto& wrap : wraps) wrap();
   for (const std::string& keep : c.modules_to_save) {
     bool found = false;
-    for (auto& [name, m] : model_->named_modules()) {
-      if (name.empty() || inside_wrapper(name) || !ends_with(name, keep)) continue;
+    const auto now = model_->named_modules();  // with the LoRA layers just made
+    const WrapperInteriors inside(now);
+    for (auto& [name, m] : now) {
+      if (name.empty() || inside(name) || !ends_with(name, keep)) continue;
       found = true;
       if (auto w = std::dynamic_pointer_cast<ModulesToSaveLinear>(m)) {
         w->add_copy(adapter);
