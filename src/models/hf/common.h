@@ -85,7 +85,10 @@ class WeightProducts {
   struct Quantized;
 
  private:
-  const Quantized* quantized(const Tensor& w, bool transposed) const;
+  /// w's quantized rows, made on first use under the format; null when w stays dense.
+  const std::shared_ptr<Quantized>& quantized(const Tensor& w, bool transposed) const;
+  /// Whether the format quantizes w (one is set and w's rows are whole blocks of it).
+  bool format_applies(const Tensor& w, bool transposed) const;
   std::string format_;
   bool prefill_bf16_ = false;
   mutable std::map<const void*, std::shared_ptr<Quantized>> quantized_;

@@ -88,13 +88,13 @@ bool WeightProducts::any_adopted() const {
   return false;
 }
 
-const WeightProducts::Quantized* WeightProducts::quantized(const Tensor& w, bool transposed) const {
+const std::shared_ptr<WeightProducts::Quantized>& WeightProducts::quantized(const Tensor& w, bool transposed) const {
+  static const std::shared_ptr<Quantized> none;
   auto it = quantized_.find(w.impl());
-  if (it != quantized_.end()) return it->second.get();
-  if (format_.empty()) return nullptr;
+  if (it != quantized_.end()) return it->second;
+  if (!format_applies(w, transposed)) return none;  // no format, or rows that are not whole blocks
   const quant::BlockFormatTraits& t = quant::traits(format_);
   const int64_t k = transposed ? w.size(0) : w.size(1);
-  if (k % t.block_size != 0) return nullptr;  // rows that are not whole blocks stay dense
   autograd::NoGradGuard no_grad;
   Tensor rows = (transposed ? w.t() : w).to(DType::Float32).contiguous();  // [out, in]
   auto q = std::make_shared<Quantized>();
@@ -111,7 +111,7 @@ const WeightProducts::Quantized* WeightProducts::quantized(const Tensor& w, bool
   });
   rows = Tensor();
   release_mapped_pages(w);
-  return quantized_.emplace(w.impl(), std::move(q)).first->second.get();
+  return quantized_.emplace(w.impl(), std::move(q)).first->second;
 }
 
 namespace {
@@ -186,13 +186,16 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
 }  // namespace
 
 Tensor WeightProducts::product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const {
-  const Quantized* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, transposed) : nullptr;
+  const Quantized* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, transposed).get() : nullptr;
   if (q) return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_bf16_);
   return dense(x, w, b, transposed);
 }
 
 bool WeightProducts::quantized_for(const Tensor& w, bool transposed) const {
-  if (quantized_.count(w.impl())) return true;
+  return quantized_.count(w.impl()) || format_applies(w, transposed);
+}
+
+bool WeightProducts::format_applies(const Tensor& w, bool transposed) const {
   if (format_.empty() || w.dim() != 2) return false;
   return (transposed ? w.size(0) : w.size(1)) % quant::traits(format_).block_size == 0;
 }
@@ -258,8 +261,8 @@ class QuantizedProductBackward : public autograd::Node {
 };
 
 Tensor WeightProducts::differentiable_product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const {
-  FOUNDRY_CHECK_AS(ValueError, quantized(w, transposed) != nullptr, "differentiable_product: the weight is not quantized");
-  const std::shared_ptr<Quantized> q = quantized_.at(w.impl());
+  const std::shared_ptr<Quantized> q = quantized(w, transposed);
+  FOUNDRY_CHECK_AS(ValueError, q != nullptr, "differentiable_product: the weight is not quantized");
   FOUNDRY_CHECK_AS(ValueError, x.size(-1) == q->k, "linear: input features {} but the quantized weight has {}", x.size(-1),
                    q->k);
   Tensor y;
