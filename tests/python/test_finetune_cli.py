@@ -194,3 +194,24 @@ def test_refusals(base, tmp_path):
     assert r.returncode != 0 and "q9_9" in r.stderr
     r = run("generate", "--model", folder, "--adapter", tmp_path / "nowhere", "--input-ids", "1,2", check=False)
     assert r.returncode != 0 and "adapter_config.json" in r.stderr
+
+
+def test_epochs_accumulation_bf16_and_the_other_flags(base, tmp_path):
+    """--epochs with --grad-accum sets the step count (ceil(epochs x batches per epoch / accum));
+    bf16 autocast, rsLoRA, weight decay, a constant schedule and checkpointing train too."""
+    folder, _ = base
+    data = write_jsonl(tmp_path / "qa.jsonl", QA)  # 20 examples
+    eval_data = write_jsonl(tmp_path / "eval.jsonl", QA[:4])
+    out = tmp_path / "o"
+    run("finetune", "--model", folder, "--data", data, "--eval-data", eval_data, "--out", out, "--epochs", 2,
+        "--batch-size", 4, "--grad-accum", 2, "--precision", "bfloat16", "--use-rslora", "--lora-r", 4,
+        "--lora-alpha", 8, "--lora-dropout", 0.1, "--weight-decay", 0.01, "--schedule", "constant", "--warmup", 1,
+        "--gradient-checkpointing", "--seq-len", 32, "--lr", 5e-3, "--seed", 9, "--no-progress")
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    steps = [r for r in rows if "loss" in r]
+    assert len(steps) == 5  # 20 examples / 4 = 5 batches per epoch; 2 epochs = 10 micro-batches / 2
+    assert steps[0]["lr"] == 0.0 and all(r["lr"] == 5e-3 for r in steps[1:])  # warmup 1, then constant
+    conf = json.load(open(out / "adapter_config.json"))
+    assert conf["use_rslora"] is True and conf["r"] == 4 and conf["lora_dropout"] == 0.1
+    evals = [r["eval_loss"] for r in rows if "eval_loss" in r]
+    assert len(evals) == 2 and all(np.isfinite(evals))
