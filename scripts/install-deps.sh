@@ -19,6 +19,10 @@ packages=(
   # tokenizer references (HF tokenizers/tiktoken come from npm, see tests/text)
   sentencepiece python3-sentencepiece
   ocl-icd-opencl-dev opencl-headers  # libdnnl-dev's CMake config needs OpenCL to configure
+  # experiment tracking: the run store, the dashboard's HTTP server and charts, PNG
+  libsqlite3-dev libcpp-httplib-dev zlib1g-dev libjs-chart.js
+  # tracking tests: TensorBoard's protos parsed with protobuf; the dashboard in headless Chromium
+  python3-protobuf protobuf-compiler chromium
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev
 )

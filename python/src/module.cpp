@@ -28,6 +28,7 @@ void bind_quant(py::module_& m);
 void bind_gguf(py::module_& m);
 void bind_peft(py::module_& m);
 void bind_finetune(py::module_& m);
+void bind_track(py::module_& m);
 }
 
 namespace {
@@ -324,6 +325,7 @@ PYBIND11_MODULE(_C, m) {
   foundry::python::bind_gguf(m);
   foundry::python::bind_peft(m);
   foundry::python::bind_finetune(m);
+  foundry::python::bind_track(m);
 
   py::module_ ag = m.def_submodule("autograd", "automatic differentiation");
   // torch.autograd.grad / backward take a tensor or a sequence of tensors for each argument.
