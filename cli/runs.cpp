@@ -105,7 +105,10 @@ void add_runs_commands(CLI::App& app) {
   dash->add_option("--port", d->port, "port (default 6006; 0 picks a free one)");
   dash->add_flag("--allow-remote", d->allow_remote, "allow binding to a non-loopback address");
   dash->add_option("--token", d->token, "require this token (Bearer header, ?token= or cookie); enables sync ingest");
+  auto max_body_mb = std::make_shared<double>(256);
+  dash->add_option("--max-body-mb", *max_body_mb, "largest request body accepted (sync ingest), MB (default 256)");
   dash->callback([=] {
+    d->max_body_bytes = int64_t(*max_body_mb * 1e6);
     std::signal(SIGINT, [](int) { g_stop_dashboard = true; });
     std::signal(SIGTERM, [](int) { g_stop_dashboard = true; });
     track::serve_dashboard(*d, [](const std::string& url) { print("listening on " + url + "\n"); }, &g_stop_dashboard);

@@ -26,6 +26,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--fresh", *fresh, "ignore existing checkpoints in out_dir");
   auto export_dir = std::make_shared<std::string>();
   cmd->add_option("--export", *export_dir, "after training, write the model as a Hugging Face folder here (config.json, model.safetensors, tokenizer files)");
+  auto track_dir = std::make_shared<std::string>();
+  auto no_track = std::make_shared<bool>(false);
+  cmd->add_option("--track-dir", *track_dir, "record the run (config, metrics, checkpoint) in DIR/foundry.db (default: [track] dir, or runs)");
+  cmd->add_flag("--no-track", *no_track, "do not record the run");
   cmd->callback([=] {
     train::TrainConfig c = train::load_train_config(*config);
     if (!data->empty()) c.data_path = *data;
@@ -35,7 +39,10 @@ void add_train_command(CLI::App& app) {
     if (!precision->empty()) c.precision = *precision;
     if (*fresh) c.resume = false;
     if (!export_dir->empty()) c.export_dir = *export_dir;
+    if (!track_dir->empty()) c.track_dir = *track_dir;
+    if (*no_track) c.track = false;
     train::Trainer trainer(c);
+    if (c.track) trainer.add_callback(train::make_tracking_callback(c, *config));
     if (c.early_stopping_patience > 0) trainer.add_callback(std::make_shared<train::EarlyStopping>(c.early_stopping_patience));
     std::printf("model: %s\n%lld parameters, vocabulary %lld (%s), block %lld\n", trainer.model().type_name().c_str(),
                 (long long)trainer.model().num_parameters(), (long long)trainer.config().model.vocab_size, c.tokenizer.c_str(),

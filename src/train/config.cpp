@@ -139,10 +139,37 @@ TrainConfig load_train_config(const std::string& path) {
   r.get("sample", "temperature", c.temperature);
   r.get("sample", "top_k", c.top_k);
   r.get("sample", "prompt", c.prompt);
+  r.get("track", "enabled", c.track);
+  r.get("track", "dir", c.track_dir);
+  r.get("track", "project", c.track_project);
+  r.get("track", "name", c.track_name);
   r.check_unknown();
   c.model.hf_config = r.model_keys_json();
   check_train_config(c, path);
   return c;
+}
+
+std::string train_config_json(const TrainConfig& c) {
+  using nlohmann::json;
+  json model = json::parse(c.model.hf_config, nullptr, false);
+  if (!model.is_object()) model = json::object();
+  model["architecture"] = c.model.architecture;
+  model["block_size"] = c.model.block_size;
+  model["gradient_checkpointing"] = c.model.gradient_checkpointing;
+  if (!c.model.init_from.empty()) model["init_from"] = c.model.init_from;
+  if (c.model.vocab_size > 0) model["vocab_size"] = c.model.vocab_size;
+  json data = {{"path", c.data_path}, {"tokenizer", c.tokenizer}, {"val_fraction", c.val_fraction}};
+  if (!c.prepared_dir.empty()) data["prepared"] = c.prepared_dir;
+  if (!c.data_field.empty()) data["field"] = c.data_field;
+  json train = {{"batch_size", c.batch_size}, {"grad_accum_steps", c.grad_accum_steps}, {"max_steps", c.max_steps},
+                {"lr", c.lr}, {"min_lr", c.min_lr}, {"warmup_steps", c.warmup_steps},
+                {"weight_decay", c.weight_decay}, {"beta1", c.beta1}, {"beta2", c.beta2},
+                {"grad_clip", c.grad_clip}, {"precision", c.precision}, {"seed", c.seed},
+                {"out_dir", c.out_dir}, {"log_every", c.log_every}};
+  json eval = {{"every", c.eval_every}, {"batches", c.eval_batches}, {"checkpoint_every", c.checkpoint_every},
+               {"keep_checkpoints", c.keep_checkpoints}, {"early_stopping_patience", c.early_stopping_patience}};
+  json sample = {{"tokens", c.sample_tokens}, {"temperature", c.temperature}, {"top_k", c.top_k}};
+  return json{{"data", data}, {"model", model}, {"train", train}, {"eval", eval}, {"sample", sample}}.dump();
 }
 
 void check_train_config(const TrainConfig& c, const std::string& where) {

@@ -343,6 +343,8 @@ TrainResult Trainer::run(int64_t stop_after) {
       std::vector<int64_t> all = sample(ids, g);
       result.sample = st_->encoder.decode(std::vector<uint32_t>(all.begin(), all.end()));
     }
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    result_ = result;
     for (auto& cb : callbacks_) cb->on_train_end(*this);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();

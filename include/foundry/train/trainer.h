@@ -74,6 +74,12 @@ struct TrainConfig {
   int64_t top_k = 40;
   std::string prompt = "\n";
   bool progress = true;
+  // experiment tracking (docs/tracking.md): config, loss, lr, grad norm, tokens/s, evaluations,
+  // the final checkpoint as an artifact, into <track_dir>/foundry.db
+  bool track = true;
+  std::string track_dir = "runs";
+  std::string track_project;  ///< "" = the config file's name
+  std::string track_name;     ///< "" = the out_dir's last component
 };
 
 /// Parses a TOML run configuration ([data], [model], [train], [eval], [sample] tables; see
@@ -86,6 +92,10 @@ TrainConfig load_train_config(const std::string& toml_path);
 /// (precision float32 | bfloat16, positive sizes, ...), whether it came from TOML or the command
 /// line; `where` names the source in the ValueError.
 void check_train_config(const TrainConfig& config, const std::string& where);
+
+/// Every setting of a run configuration as a JSON object ({"data": {...}, "model": {...}, ...}):
+/// what experiment tracking records as the run's config.
+std::string train_config_json(const TrainConfig& config);
 
 /// The config.json object of the model a TrainConfig trains (fresh models: the [model] keys with
 /// the trainer's defaults filled in; vocab_size from the tokenizer).
@@ -112,6 +122,12 @@ class Callback {
   virtual void on_checkpoint(Trainer&, int64_t /*step*/, const std::string& /*path*/) {}
   virtual void on_train_end(Trainer&) {}
 };
+
+/// Records the run with foundry::track (config, per-step loss/lr/grad norm/tokens per second,
+/// evaluations, the final sample and checkpoint). A run resumed from a checkpoint continues the
+/// same tracked run (its id is kept in <out_dir>/track_run_id). Finishes as failed (exit code 1)
+/// when destroyed before training ended.
+std::shared_ptr<Callback> make_tracking_callback(const TrainConfig& config, const std::string& config_path);
 
 /// Stops training after `patience` evaluations without a validation-loss improvement of at least
 /// min_delta.
@@ -155,6 +171,8 @@ class Trainer {
   double evaluate();
   /// `prompt` followed by sample.tokens sampled tokens (temperature, top_k of the config).
   std::vector<int64_t> sample(std::vector<int64_t> prompt, Generator& gen);
+  /// The result of the run so far: complete when on_train_end is called.
+  const TrainResult& result() const { return result_; }
 
  private:
   struct State;
@@ -162,6 +180,7 @@ class Trainer {
   std::unique_ptr<State> st_;
   std::shared_ptr<models::CausalLM> model_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
+  TrainResult result_;
   bool stop_ = false;
 };
 
