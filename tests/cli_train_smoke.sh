@@ -4,7 +4,7 @@
 # at ln 65 = 4.17), and a sample that starts with the prompt.
 # Usage: cli_train_smoke.sh FOUNDRY_BINARY OUT_DIR
 set -uo pipefail
-out=$("$1" train --config examples/shakespeare_char.toml --max-steps 30 --fresh --threads 2 --out-dir "$2" 2>&1)
+out=$("$1" train --config examples/shakespeare_char.toml --max-steps 30 --fresh --threads 2 --out-dir "$2" --track-dir "$2/tracking" 2>&1)
 status=$?
 echo "$out" | tail -20
 if [ $status -ne 0 ]; then echo "FAIL: foundry train exited with $status"; exit 1; fi

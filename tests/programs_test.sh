@@ -17,7 +17,7 @@ check() {  # check NAME EXPECTED_STATUS ARGS...
     echo "FAIL: $name $* -> status $status (want 1 and an error message): $(echo "$out" | tail -2)"; fail=1
   fi
 }
-for p in foundry bench_infer bench_finetune bench_train_step bench_ops_vs_torch bench_optim_vs_torch tokenize_bench; do
+for p in foundry bench_infer bench_finetune bench_train_step bench_ops_vs_torch bench_optim_vs_torch bench_track_log tokenize_bench; do
   [ -x "$bin/$p" ] || { echo "SKIP: $p not built"; continue; }
   check "$p" 0 --help
 done
@@ -29,6 +29,7 @@ done
 [ -x "$bin/bench_train_step" ] && check bench_train_step 1 --threads abc
 [ -x "$bin/bench_ops_vs_torch" ] && check bench_ops_vs_torch 1 --bogus
 [ -x "$bin/bench_optim_vs_torch" ] && check bench_optim_vs_torch 1 --reps
+[ -x "$bin/bench_track_log" ] && check bench_track_log 1 --calls abc
 [ -x "$bin/tokenize_bench" ] && check tokenize_bench 1 gpt2=/nonexistent/tokenizer.json -- /nonexistent/corpus.txt
 # The Python programs under bench/ and tools/ (run from the repository root).
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -50,6 +50,9 @@ checkpoint_every = 0
 [sample]
 tokens = {sample_tokens}
 prompt = "the"
+
+[track]
+dir = "{tmp_path / 'tracking'}"
 """)
     return str(cfg)
 
