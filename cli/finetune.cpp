@@ -89,7 +89,11 @@ void add_finetune(CLI::App& app) {
   cmd->add_option("--checkpoint-every", c->checkpoint_every, "steps between checkpoints (default 50)");
   cmd->add_option("--threads", c->threads, "threads (default: all cores)");
   cmd->add_flag("--no-progress", *no_progress, "no progress bar");
-  cmd->callback([c, targets, no_progress] {
+  auto no_track = std::make_shared<bool>(false);
+  cmd->add_option("--track-dir", c->track_dir, "record the run (config, metrics, adapter) in DIR/foundry.db (default: runs)");
+  cmd->add_flag("--no-track", *no_track, "do not record the run");
+  cmd->callback([c, targets, no_progress, no_track] {
+    c->track = !*no_track;
     train::FinetuneConfig config = *c;
     config.target_modules = split_list(*targets);
     config.progress = !*no_progress;

@@ -129,7 +129,7 @@ fs::path key_path(const std::string& key) {
   std::stringstream ss(k);
   std::string part;
   while (std::getline(ss, part, '/')) {
-    if (part.empty() || part == "." || part == "..") part = "_";
+    if (part.empty() || part == "." || part == "..") part.assign(1, '_');
     p /= part;
   }
   return p;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -231,7 +232,7 @@ Run::Run(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Run::~Run() {
   try {
-    if (!finished()) finish(0);
+    if (!finished()) finish(std::uncaught_exceptions() > 0 ? 1 : 0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "foundry.track: finishing run %s failed: %s\n", impl_->rec.id.c_str(), e.what());
   }

@@ -23,6 +23,7 @@
 #include "foundry/optim/lr_scheduler.h"
 #include "foundry/optim/optimizer.h"
 #include "foundry/peft/lora.h"
+#include "foundry/track/track.h"
 #include "foundry/train/progress.h"
 
 namespace foundry::train {
@@ -109,6 +110,42 @@ class BatchOrder {
   int64_t epoch_ = -1;
   std::vector<int64_t> perm_;
 };
+
+// The run's record in the tracking directory: the whole configuration as its config; a run resumed
+// from a checkpoint continues its tracked run (id kept in OUT/track_run_id). An exception out of
+// finetune() unwinds the Run, whose destructor records the failure.
+std::unique_ptr<track::Run> start_tracking(const FinetuneConfig& c, const FinetuneResult& res) {
+  json cfg = {{"model", c.model}, {"data", c.data}, {"eval_data", c.eval_data}, {"eval_fraction", c.eval_fraction},
+              {"lora_r", c.lora_r}, {"lora_alpha", c.lora_alpha}, {"lora_dropout", c.lora_dropout},
+              {"target_modules", c.target_modules}, {"use_rslora", c.use_rslora}, {"quantize", c.quantize},
+              {"lr", c.lr}, {"steps", c.steps}, {"epochs", c.epochs}, {"batch_size", c.batch_size},
+              {"grad_accum", c.grad_accum}, {"seq_len", c.seq_len}, {"warmup", c.warmup}, {"schedule", c.schedule},
+              {"weight_decay", c.weight_decay}, {"grad_clip", c.grad_clip}, {"precision", c.precision},
+              {"gradient_checkpointing", c.gradient_checkpointing}, {"seed", c.seed},
+              {"train_examples", res.train_examples}, {"eval_examples", res.eval_examples}};
+  track::InitOptions o;
+  o.dir = c.track_dir;
+  o.project = c.track_project;
+  o.name = !c.track_name.empty() ? c.track_name : fs::path(c.out).lexically_normal().filename().string();
+  o.config_json = cfg.dump();
+  o.tags = {"lora"};
+  if (!c.quantize.empty()) o.tags.push_back("qlora-" + c.quantize);
+  const std::string id_file = (fs::path(c.out) / "track_run_id").string();
+  if (c.resume) {
+    std::ifstream f(id_file);
+    std::string id;
+    if (f >> id) o.resume = id;
+  }
+  std::unique_ptr<track::Run> run;
+  try {
+    run = track::init(o);
+  } catch (const ValueError&) {  // the recorded run is not in this tracking directory
+    o.resume.clear();
+    run = track::init(o);
+  }
+  std::ofstream(id_file) << run->id() << "\n";
+  return run;
+}
 
 }  // namespace
 
@@ -233,9 +270,15 @@ FinetuneResult finetune(const FinetuneConfig& c, const std::function<bool(int64_
   };
 
   std::ofstream metrics(fs::path(c.out) / "metrics.jsonl", std::ios::app);
+  std::unique_ptr<track::Run> tracked = c.track ? start_tracking(c, res) : nullptr;
   auto log = [&](const json& j) {
     metrics << j.dump() << "\n";
     metrics.flush();
+    if (!tracked) return;
+    std::map<std::string, double> values;
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (it.key() != "step" && it.value().is_number()) values[it.key() == "tokens_per_s" ? "tokens_per_sec" : it.key()] = it.value().get<double>();
+    tracked->log(values, j.at("step").get<int64_t>());
   };
   res.eval_loss_before = evaluate();
   if (step == 0 && !std::isnan(res.eval_loss_before)) log({{"step", 0}, {"eval_loss", res.eval_loss_before}});
@@ -301,6 +344,17 @@ FinetuneResult finetune(const FinetuneConfig& c, const std::function<bool(int64_
     peft_model->save_pretrained(c.out);
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  if (tracked) {
+    tracked->set_summary("first_loss", res.first_loss);
+    tracked->set_summary("final_loss", res.final_loss);
+    tracked->set_summary("eval_loss_before", res.eval_loss_before);
+    if (!stopped) tracked->set_summary("eval_loss_after", res.eval_loss_after);
+    tracked->set_summary("trainable_parameters", double(res.trainable_parameters));
+    tracked->set_summary("steps", double(res.steps));
+    const fs::path adapter = fs::path(c.out) / "adapter_model.safetensors";
+    if (!stopped && fs::exists(adapter)) tracked->log_artifact(adapter.string(), "adapter");
+    tracked->finish(stopped ? 1 : 0);
+  }
   return res;
 }
 

@@ -4,6 +4,7 @@ checked against the tokenizer and jinja2 (what transformers renders chat templat
 import json
 import os
 import subprocess
+import tempfile
 
 import numpy as np
 import pytest
@@ -18,7 +19,10 @@ CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\
           "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 
-def run(*args, check=True):
+def run(*args, check=True, track_dir=None):
+    args = list(args)
+    if args and args[0] == "finetune" and "--no-track" not in args:  # keep runs out of the working directory
+        args += ["--track-dir", track_dir or os.path.join(tempfile.gettempdir(), "foundry_finetune_test_runs")]
     r = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True)
     if check and r.returncode != 0:
         raise AssertionError(f"foundry {' '.join(map(str, args))} failed:\n{r.stdout}\n{r.stderr}")
@@ -108,7 +112,8 @@ def test_cli_trains_only_the_adapter_and_writes_peft_files(base, tmp_path):
     out = tmp_path / "adapter"
     r = run("finetune", "--model", folder, "--data", data, "--out", out, "--steps", 30, "--lr", 5e-3, "--batch-size", 4,
             "--lora-r", 8, "--lora-alpha", 16, "--target-modules", "q_proj,k_proj,v_proj,o_proj", "--warmup", 2,
-            "--schedule", "linear", "--eval-fraction", 0.2, "--seed", 3, "--no-progress")
+            "--schedule", "linear", "--eval-fraction", 0.2, "--seed", 3, "--no-progress",
+            track_dir=tmp_path / "tracking")
     assert "trainable parameters" in r.stdout
     conf = json.load(open(out / "adapter_config.json"))
     assert conf["peft_type"] == "LORA" and sorted(conf["target_modules"]) == ["k_proj", "o_proj", "q_proj", "v_proj"]
@@ -121,6 +126,15 @@ def test_cli_trains_only_the_adapter_and_writes_peft_files(base, tmp_path):
     assert len(losses) == 30 and all("step" in row for row in rows)
     assert evals[-1] < evals[0] and np.mean(losses[-5:]) < np.mean(losses[:5])
     assert os.path.isdir(out / "checkpoints")
+    # The run is recorded (docs/tracking.md): the same losses, the evaluations, the adapter file.
+    api = foundry.track.Api(tmp_path / "tracking")
+    [tracked] = api.runs()
+    assert tracked["project"] == "finetune" and tracked["name"] == "adapter" and tracked["status"] == "finished"
+    assert tracked["config"]["lora_r"] == 8 and tracked["config"]["schedule"] == "linear"
+    assert [v for _, _, v in api.scalars(tracked["id"], "loss")] == pytest.approx(losses)
+    assert [v for _, _, v in api.scalars(tracked["id"], "eval_loss")] == pytest.approx(evals)
+    assert tracked["summary"]["steps"] == 30
+    assert [a["type"] for a in api.run(tracked["id"])["artifacts"]] == ["adapter"]
 
 
 def test_resume_is_bit_exact(base, tmp_path):

@@ -43,7 +43,9 @@ Histogram make_histogram(const float* values, size_t n, int bins = 64);
 
 class Run {
  public:
-  ~Run();  ///< finishes with exit code 0 if finish() was not called
+  /// Finishes the run if finish() was not called: exit code 1 (failed) when destroyed while an
+  /// exception unwinds the stack, else 0.
+  ~Run();
   Run(const Run&) = delete;
   Run& operator=(const Run&) = delete;
 

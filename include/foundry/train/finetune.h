@@ -84,6 +84,11 @@ struct FinetuneConfig {
   int64_t log_every = 1;
   bool progress = true;
   int threads = 0;
+  // experiment tracking (docs/tracking.md); `foundry finetune` turns it on, the library call leaves it off
+  bool track = false;
+  std::string track_dir = "runs";
+  std::string track_project = "finetune";
+  std::string track_name;  ///< "" = the out folder's name
 };
 
 struct FinetuneResult {
