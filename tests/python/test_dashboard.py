@@ -3,6 +3,7 @@ input answered with 4xx JSON errors while the server keeps running, tokens, loop
 pushing runs to another dashboard (a re-sync sends only what is new), and the page itself rendered
 by headless Chromium: a screenshot of a run's chart page must show the loss curve.
 """
+import fcntl
 import json
 import math
 import os
@@ -222,7 +223,7 @@ def test_chart_page_shows_the_loss_curve_in_headless_chromium(tracked, tmp_path)
     shot = tmp_path / "chart.png"
     try:
         url = "%s/?runs=%s&key=loss" % (dash.url, run_id)
-        subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+        subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
                         "--user-data-dir=%s" % (tmp_path / "profile"), "--screenshot=%s" % shot,
                         "--window-size=1280,900", "--virtual-time-budget=8000", url],
                        capture_output=True, timeout=120)
@@ -245,3 +246,105 @@ def test_chart_page_shows_the_loss_curve_in_headless_chromium(tracked, tmp_path)
     left = [np.mean(cols[x]) for x in columns if x < columns[0] + span * 0.1]
     right = [np.mean(cols[x]) for x in columns if x > columns[-1] - span * 0.1]
     assert np.mean(left) < np.mean(right) - 50, "the curve does not fall from left to right"
+
+
+class ChromiumPipe:
+    """Chrome DevTools Protocol over --remote-debugging-pipe (fds 3 and 4, NUL-separated JSON): lets a
+    test read the live page's state without a WebSocket library."""
+
+    def __init__(self, tmp_path):
+        to_chrome_r, self.to_chrome = os.pipe()
+        self.from_chrome, from_chrome_w = os.pipe()
+        # Chromium reads commands on fd 3 and writes replies on fd 4 (moved out of the way first, in
+        # case the pipes themselves landed on 3 or 4).
+        def setup():
+            a = fcntl.fcntl(to_chrome_r, fcntl.F_DUPFD, 10)
+            b = fcntl.fcntl(from_chrome_w, fcntl.F_DUPFD, 10)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+        self.proc = subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                                      "--user-data-dir=%s" % (tmp_path / "cdp-profile"), "--remote-debugging-pipe",
+                                      "--window-size=1280,900", "about:blank"],
+                                     preexec_fn=setup, pass_fds=(), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, close_fds=False)
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self.buf = b""
+        self.next_id = 0
+
+    def call(self, method, session=None, **params):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = session
+        os.write(self.to_chrome, json.dumps(msg).encode() + b"\0")
+        while True:
+            while b"\0" not in self.buf:
+                chunk = os.read(self.from_chrome, 1 << 16)
+                assert chunk, "chromium closed the pipe"
+                self.buf += chunk
+            raw, self.buf = self.buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self.next_id:
+                assert "error" not in reply, reply
+                return reply["result"]
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+        os.close(self.to_chrome)
+        os.close(self.from_chrome)
+
+
+LIVE_CHILD = """
+import sys, foundry
+run = foundry.track.init(project="live", name="training", dir=sys.argv[1], system_interval=0, flush_interval=0.1)
+for i in range(10):
+    run.log({"loss": 5.0 - 0.1 * i}, step=i)
+run.flush()
+print(run.id, flush=True)
+sys.stdin.readline()
+for i in range(10, 40):
+    run.log({"loss": 5.0 - 0.1 * i}, step=i)
+run.flush()
+print("more", flush=True)
+sys.stdin.readline()
+run.finish()
+"""
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed (scripts/install-deps.sh)")
+def test_page_updates_live_while_a_run_trains(tmp_path):
+    d = tmp_path / "runs"
+    child = subprocess.Popen([sys.executable, "-c", LIVE_CHILD, str(d)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=dict(os.environ, PYTHONPATH=os.path.dirname(foundry.__path__[0])))
+    run_id = child.stdout.readline().strip()
+    dash = Dashboard(d)
+    browser = ChromiumPipe(tmp_path)
+    try:
+        target = browser.call("Target.createTarget", url="%s/?runs=%s&key=loss" % (dash.url, run_id))["targetId"]
+        session = browser.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        points = "Math.max(0, ...Object.values(Chart.instances).flatMap(c => c.data.datasets.map(s => s.data.length)))"
+
+        def wait_for(n, seconds=30):
+            deadline = time.time() + seconds
+            seen = None
+            while time.time() < deadline:
+                r = browser.call("Runtime.evaluate", session=session, expression="typeof Chart === 'undefined' ? -1 : " + points)
+                seen = r["result"].get("value")
+                if seen == n:
+                    return seen
+                time.sleep(0.25)
+            return seen
+
+        assert wait_for(10) == 10, "the page never showed the first 10 points"
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "more"
+        assert wait_for(40) == 40, "the chart did not update while the run was training"
+    finally:
+        browser.close()
+        dash.close()
+        child.stdin.write("done\n")
+        child.stdin.flush()
+        child.wait(timeout=30)
