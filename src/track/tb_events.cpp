@@ -199,26 +199,24 @@ void TbEventWriter::hparams_start(const std::string& config_json, double start_t
     put_bytes(start, 1, entry);
   }
   put_double(start, 5, start_time);
-  std::string plugin_data;  // HParamsPluginData: version 1, session_start_info 3
-  put_int(plugin_data, 1, 0);
-  put_bytes(plugin_data, 3, start);
-  std::string v;
-  put_bytes(v, kTag, "_hparams_/session_start_info");
-  put_bytes(v, kMetadata, plugin_metadata("hparams", plugin_data, 0));
-  write_event(start_time, 0, summary_of(v));
+  write_hparams("_hparams_/session_start_info", 3, start, start_time);
 }
 
 void TbEventWriter::hparams_end(int status, double end_time) {
   std::string end;  // SessionEndInfo: status 1, end_time_secs 2
   put_int(end, 1, status);
   put_double(end, 2, end_time);
-  std::string plugin_data;
+  write_hparams("_hparams_/session_end_info", 4, end, end_time);
+}
+
+void TbEventWriter::write_hparams(const std::string& tag, int field, const std::string& info, double wall_time) {
+  std::string plugin_data;  // HParamsPluginData: version 1 (must be 0), session_start_info 3, session_end_info 4
   put_int(plugin_data, 1, 0);
-  put_bytes(plugin_data, 4, end);
-  std::string v;
-  put_bytes(v, kTag, "_hparams_/session_end_info");
+  put_bytes(plugin_data, field, info);
+  std::string v;  // the data lives in the metadata only; the value itself stays empty
+  put_bytes(v, kTag, tag);
   put_bytes(v, kMetadata, plugin_metadata("hparams", plugin_data, 0));
-  write_event(end_time, 0, summary_of(v));
+  write_event(wall_time, 0, summary_of(v));
 }
 
 void TbEventWriter::flush() {

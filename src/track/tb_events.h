@@ -34,6 +34,7 @@ class TbEventWriter {
 
  private:
   void write_event(double wall_time, int64_t step, const std::string& body_fields);
+  void write_hparams(const std::string& tag, int field, const std::string& info, double wall_time);
   std::FILE* f_ = nullptr;
   std::string path_;
 };
