@@ -60,6 +60,18 @@ def _make_function(name):
 for _n in _OP_NAMES:
     globals()[_n] = _make_function(_n)
 
+_einsum_registry = globals()["einsum"]
+
+
+def einsum(equation, *operands):
+    """PyTorch's signature: ``einsum("ij,jk->ik", a, b)``; a single list or tuple of operands works too."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = operands[0]
+    return _einsum_registry(equation, list(operands))
+
+
+einsum.__doc__ += "\n\n" + (_einsum_registry.__doc__ or "")
+
 # ---- PyTorch-style overloads that the registry spells as separate ops -------------------------
 _values_indices = _collections.namedtuple("return_types", ["values", "indices"])
 

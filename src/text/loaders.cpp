@@ -402,7 +402,12 @@ Tokenizer Tokenizer::from_tiktoken(const std::string& path, TiktokenEncoding enc
   TiktokenSpec spec = tiktoken_spec(encoding);
   std::vector<std::pair<std::string, uint32_t>> specials;
   for (auto& [t, id] : spec.specials) specials.emplace_back(t, id);
-  return tokenizer_from_impl(tiktoken_impl(ranks, spec.pattern, specials));
+  std::shared_ptr<TokenizerImpl> impl = tiktoken_impl(ranks, spec.pattern, specials);
+  auto ordinary = std::make_shared<TokenizerImpl>(*impl);
+  ordinary->added.encode_special_tokens = true;
+  ordinary->prepare();
+  impl->ordinary = std::move(ordinary);
+  return tokenizer_from_impl(std::move(impl));
 }
 
 Tokenizer Tokenizer::from_gpt2_files(const std::string& encoder_json, const std::string& vocab_bpe) {

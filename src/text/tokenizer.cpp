@@ -669,20 +669,21 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 }
 
 Encoding Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
-  return impl_->encode(text, std::nullopt, add_special_tokens);
+  return impl_->for_special(add_special_tokens).encode(text, std::nullopt, add_special_tokens);
 }
 
 Encoding Tokenizer::encode_pair(std::string_view text, std::string_view pair, bool add_special_tokens) const {
-  return impl_->encode(text, pair, add_special_tokens);
+  return impl_->for_special(add_special_tokens).encode(text, pair, add_special_tokens);
 }
 
 std::vector<uint32_t> Tokenizer::encode_ids(std::string_view text, bool add_special_tokens) const {
-  bool no_specials = !add_special_tokens || !impl_->post_processor || impl_->post_processor->added_tokens(false) == 0;
+  const TokenizerImpl& im = impl_->for_special(add_special_tokens);
+  bool no_specials = !add_special_tokens || !im.post_processor || im.post_processor->added_tokens(false) == 0;
   if (no_specials) {
     std::vector<uint32_t> ids;
-    if (impl_->encode_ids_fast(text, ids)) return ids;
+    if (im.encode_ids_fast(text, ids)) return ids;
   }
-  return impl_->encode(text, std::nullopt, add_special_tokens).ids;
+  return im.encode(text, std::nullopt, add_special_tokens).ids;
 }
 
 std::vector<Encoding> Tokenizer::encode_batch(const std::vector<std::string>& texts, bool add_special_tokens,
@@ -690,7 +691,7 @@ std::vector<Encoding> Tokenizer::encode_batch(const std::vector<std::string>& te
   std::vector<Encoding> out(texts.size());
   if (num_threads == 0) num_threads = ThreadPool::instance().size();
   ThreadPool::instance().parallel_for(texts.size(), num_threads, [&](size_t i) {
-    out[i] = impl_->encode(texts[i], std::nullopt, add_special_tokens);
+    out[i] = impl_->for_special(add_special_tokens).encode(texts[i], std::nullopt, add_special_tokens);
   });
   if (impl_->padding) pad_encodings(out, *impl_->padding);
   return out;
@@ -701,7 +702,8 @@ std::vector<Encoding> Tokenizer::encode_batch_pairs(const std::vector<std::pair<
   std::vector<Encoding> out(pairs.size());
   if (num_threads == 0) num_threads = ThreadPool::instance().size();
   ThreadPool::instance().parallel_for(pairs.size(), num_threads, [&](size_t i) {
-    out[i] = impl_->encode(pairs[i].first, std::string_view(pairs[i].second), add_special_tokens);
+    out[i] = impl_->for_special(add_special_tokens).encode(pairs[i].first, std::string_view(pairs[i].second),
+                                                           add_special_tokens);
   });
   if (impl_->padding) pad_encodings(out, *impl_->padding);
   return out;

@@ -19,6 +19,13 @@ class TokenizerImpl {
   /// Set by prepare() when the pipeline is "no normalizer, regex split + byte-level map, BPE":
   /// encode then tokenizes raw byte ranges directly (same output, no per-piece strings).
   std::shared_ptr<const Regex> fast_regex;
+  /// tiktoken files: the same tokenizer with special-token text encoded as ordinary text, used
+  /// when add_special_tokens is false (tiktoken's encode_ordinary; with true, its
+  /// allowed_special="all").
+  std::shared_ptr<const TokenizerImpl> ordinary;
+
+  /// The pipeline to encode with: `ordinary` (when set) without special tokens, else this one.
+  const TokenizerImpl& for_special(bool add_special) const { return !add_special && ordinary ? *ordinary : *this; }
 
   void prepare();
   Encoding encode_single_fast(const std::string& text, uint32_t type_id) const;

@@ -137,17 +137,41 @@ bool is_alphabetic(char32_t c) {
   return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) || k == UTF8PROC_CATEGORY_NL;
 }
 
+#include "text/unicode8_assigned.inc"
+
+// The general category HF tokenizers' unicode_categories crate gives: Unicode 8.0's. A character
+// assigned later is unassigned (Cn) to it, and a few changed category since 8.0 -- those that
+// matter to punctuation, control and nonspacing-mark tests are listed with their 8.0 category.
+// Checked over every code point against HF's BertNormalizer + BertPreTokenizer, with and without
+// strip_accents (tests/python/test_tokenizer_unicode.py).
+static utf8proc_category_t hf_cat(char32_t c) {
+  const uint32_t* end = kAssignedInUnicode8 + sizeof(kAssignedInUnicode8) / sizeof(kAssignedInUnicode8[0]);
+  bool assigned = (std::upper_bound(kAssignedInUnicode8, end, uint32_t(c)) - kAssignedInUnicode8) % 2 == 1;
+  if (!assigned) return UTF8PROC_CATEGORY_CN;
+  switch (c) {
+    case 0x166D: return UTF8PROC_CATEGORY_PO;   // CANADIAN SYLLABICS CHI SIGN: So since Unicode 12
+    case 0x111C9: return UTF8PROC_CATEGORY_PO;  // SHARADA SANDHI MARK: Mn since Unicode 11
+    case 0x1734: return UTF8PROC_CATEGORY_MN;   // HANUNOO SIGN PAMUDPOD: Mc since Unicode 14
+    case 0x1885:
+    case 0x1886: return UTF8PROC_CATEGORY_LO;   // MONGOLIAN LETTER ALI GALI BALUDA / THREE BALUDA: Mn since 9.0
+    case 0xA9BD: return UTF8PROC_CATEGORY_MC;   // JAVANESE CONSONANT SIGN KERET: Mn since Unicode 12
+    default: return cat(c);
+  }
+}
+
 bool is_punctuation(char32_t c) {
-  auto k = cat(c);
+  auto k = hf_cat(c);
   return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
 }
 
 bool is_other(char32_t c) {
-  auto k = cat(c);
-  return k == UTF8PROC_CATEGORY_CN || (k >= UTF8PROC_CATEGORY_CC && k <= UTF8PROC_CATEGORY_CO);
+  // Not Cn: HF's BertNormalizer keeps unassigned code points and the noncharacters (U+FDD0..U+FDEF,
+  // U+xFFFE/U+xFFFF) -- measured over every code point with the npm binding.
+  auto k = hf_cat(c);
+  return k >= UTF8PROC_CATEGORY_CC && k <= UTF8PROC_CATEGORY_CO;
 }
 
-bool is_mark_nonspacing(char32_t c) { return cat(c) == UTF8PROC_CATEGORY_MN; }
+bool is_mark_nonspacing(char32_t c) { return hf_cat(c) == UTF8PROC_CATEGORY_MN; }
 
 bool is_mark(char32_t c) {
   auto k = cat(c);

@@ -81,8 +81,9 @@ std::string sanitize_utf8(std::string_view s);
 bool is_whitespace(char32_t c);        ///< Rust char::is_whitespace (White_Space property)
 bool is_numeric(char32_t c);           ///< Rust char::is_numeric (Nd, Nl, No)
 bool is_alphabetic(char32_t c);        ///< approximates Rust char::is_alphabetic (L, Nl)
-bool is_punctuation(char32_t c);       ///< Unicode P* categories
-bool is_other(char32_t c);             ///< Unicode C* categories (Cc, Cf, Cs, Co, Cn)
+// The next three follow HF tokenizers' tables (Unicode 8.0, see unicode.cpp), not utf8proc's.
+bool is_punctuation(char32_t c);       ///< P* categories (BertPreTokenizer, Punctuation)
+bool is_other(char32_t c);             ///< Cc, Cf, Cs, Co (BertNormalizer's control characters)
 bool is_mark_nonspacing(char32_t c);   ///< Mn (BertNormalizer's strip_accents)
 bool is_mark(char32_t c);              ///< Mn, Mc, Me (StripAccents: is_combining_mark)
 bool is_word_char(char32_t c);         ///< regex \w (Unicode): L, M, Nd, Nl, Pc

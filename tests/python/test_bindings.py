@@ -135,3 +135,15 @@ def test_memory_stats_with_pytorch_names():
     assert s2["reserved_bytes.all.current"] >= s2["allocated_bytes.all.current"]
     foundry.reset_peak_memory_stats()
     assert foundry.memory_stats()["allocated_bytes.all.peak"] == s2["allocated_bytes.all.current"]
+
+
+def test_einsum_takes_pytorchs_signature_and_a_list():
+    import torch
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in [(2, 3), (3, 4), (4, 5)])
+    want = torch.einsum("ij,jk,kl->il", torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)).numpy()
+    fa, fb, fc = (foundry.tensor(x) for x in (a, b, c))
+    np.testing.assert_allclose(foundry.einsum("ij,jk,kl->il", fa, fb, fc).numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(foundry.einsum("ij,jk,kl->il", [fa, fb, fc]).numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(foundry.einsum("ij,jk,kl->il", (fa, fb, fc)).numpy(), want, rtol=1e-5, atol=1e-5)
+    assert foundry.einsum("ii", foundry.tensor(np.eye(3, dtype=np.float32))).item() == 3.0
