@@ -23,6 +23,9 @@ void print(const std::string& s) {
 void add_runs_commands(CLI::App& app) {
   auto* runs = app.add_subcommand("runs", "Tracked runs: list, show, compare, export, gc, sync (see docs/tracking.md)");
   runs->require_subcommand(1);
+  // `foundry runs --dir D list` and `foundry runs list --dir D` both work: the option is the
+  // group's, and its subcommands fall through to it.
+  runs->fallthrough();
   auto dir = std::make_shared<std::string>("runs");
   runs->add_option("--dir", *dir, "tracking directory holding foundry.db (default: runs)");
 

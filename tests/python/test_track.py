@@ -354,6 +354,7 @@ def test_runs_cli_list_show_compare_export_and_errors(tmp_path):
     assert "alpha" in out and "beta" in out and "finished" in out and "failed" in out
     assert "best_val=1.5" in out
     assert cli("runs", "--dir", d, "list", "--status", "failed").stdout.count("\n") == 2
+    assert cli("runs", "list", "--dir", d).stdout == out  # --dir before or after the subcommand
     listed = json.loads(cli("runs", "--dir", d, "list", "--json").stdout)
     assert {r["name"] for r in listed} == {"alpha", "beta"}
     show = cli("runs", "--dir", d, "show", a.id[:5]).stdout
