@@ -18,6 +18,7 @@ from ._C import get_num_threads, set_num_threads, get_default_dtype, set_default
 from ._C import is_grad_enabled, memory_stats, empty_cache, promote_types  # noqa: F401
 from ._C import reset_peak_memory_stats, memory_allocated, max_memory_allocated  # noqa: F401
 from ._C import memory_reserved, max_memory_reserved  # noqa: F401
+from ._C import set_tensor_tracking, live_tensor_count, live_tensors_report  # noqa: F401
 from ._C import Tokenizer, Encoding, train_bpe  # noqa: F401
 # Pretrained Hugging Face models (docs/models.md): foundry.models.from_pretrained(dir).
 from ._C import gguf, models, quant  # noqa: F401

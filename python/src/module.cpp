@@ -8,6 +8,7 @@
 #include "foundry/autograd/autograd.h"
 #include "foundry/autograd/node.h"
 #include "foundry/core/allocator.h"
+#include "foundry/core/leak_report.h"
 #include "foundry/core/parallel.h"
 #include "foundry/ops/catalog.h"
 #include "foundry/ops/ops.h"
@@ -317,6 +318,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("memory_reserved", [] { auto s = allocator::stats(); return s.current_bytes + s.cached_bytes; });
   m.def("max_memory_reserved", [] { return allocator::stats().peak_reserved_bytes; });
   m.def("empty_cache", &allocator::empty_cache);
+  // Live-tensor tracking (foundry/core/leak_report.h): on in debug builds or with FOUNDRY_LEAK_REPORT=1.
+  m.def("set_tensor_tracking", &debug::set_tensor_tracking, py::arg("on"),
+        "register every new tensor with its creation stack (for live_tensors_report)");
+  m.def("live_tensor_count", &debug::live_tensor_count);
+  m.def("live_tensors_report", [] { return debug::live_tensors_report(); },
+        "tensors alive now, grouped by dtype, shape and creation stack (what debug builds print at exit)");
 
   foundry::python::bind_text(m);
   foundry::python::bind_io(m);

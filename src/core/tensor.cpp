@@ -4,15 +4,18 @@
 #include <sstream>
 
 #include "foundry/autograd/node.h"
+#include "foundry/core/leak_report.h"
 #include "kernels/cpu/dtype_dispatch.h"
 
 namespace foundry {
 
 TensorImpl::TensorImpl(Storage storage_, Shape sizes_, Shape strides_, int64_t offset_, DType dtype_)
     : storage(std::move(storage_)), sizes(std::move(sizes_)), strides(std::move(strides_)), offset(offset_),
-      dtype(dtype_), numel(numel_of(sizes)) {}
+      dtype(dtype_), numel(numel_of(sizes)) {
+  if (debug::tensor_tracking_enabled()) debug::detail::on_tensor_created(this);
+}
 
-TensorImpl::~TensorImpl() = default;
+TensorImpl::~TensorImpl() { debug::detail::on_tensor_destroyed(this); }
 
 autograd::AutogradMeta& TensorImpl::autograd_meta() {
   if (!autograd) autograd = std::make_unique<autograd::AutogradMeta>();

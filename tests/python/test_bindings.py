@@ -147,3 +147,17 @@ def test_einsum_takes_pytorchs_signature_and_a_list():
     np.testing.assert_allclose(foundry.einsum("ij,jk,kl->il", [fa, fb, fc]).numpy(), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(foundry.einsum("ij,jk,kl->il", (fa, fb, fc)).numpy(), want, rtol=1e-5, atol=1e-5)
     assert foundry.einsum("ii", foundry.tensor(np.eye(3, dtype=np.float32))).item() == 3.0
+
+
+def test_live_tensor_report_lists_shapes_and_creation_sites():
+    foundry.set_tensor_tracking(True)
+    try:
+        before = foundry.live_tensor_count()
+        x = foundry.zeros([6, 2], dtype=foundry.float64)
+        assert foundry.live_tensor_count() == before + 1
+        report = foundry.live_tensors_report()
+        assert "float64 [6, 2] (96 bytes), created at:" in report and "foundry::empty" in report
+        del x
+        assert foundry.live_tensor_count() == before
+    finally:
+        foundry.set_tensor_tracking(False)

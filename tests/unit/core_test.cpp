@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "foundry/core/allocator.h"
+#include "foundry/core/leak_report.h"
 #include "foundry/core/parallel.h"
 #include "foundry/core/rng.h"
 #include "foundry/ops/ops.h"
@@ -277,4 +278,33 @@ TEST(Reduce, LongFloatSumsStayAccurate) {
     EXPECT_LT(std::fabs(got - exact) / exact, 2e-7) << threads << " threads";
     EXPECT_LT(std::fabs(rows - exact) / exact, 2e-7) << threads << " threads";
   }
+}
+
+// ---- leak report (foundry/core/leak_report.h) ----
+
+TEST(LeakReport, LiveTensorsAreListedWithShapeDtypeAndCreationSite) {
+  bool was = foundry::debug::tensor_tracking_enabled();
+  foundry::debug::set_tensor_tracking(true);
+  int64_t before = foundry::debug::live_tensor_count();
+  {
+    foundry::Tensor kept = foundry::zeros({3, 4});
+    foundry::Tensor view = kept.reshape({12});
+    EXPECT_EQ(foundry::debug::live_tensor_count(), before + 2);
+    std::string report = foundry::debug::live_tensors_report();
+    EXPECT_NE(report.find("float32 [3, 4] (48 bytes), created at:"), std::string::npos) << report;
+    EXPECT_NE(report.find("foundry::zeros"), std::string::npos) << report;
+    EXPECT_NE(report.find("float32 [12]"), std::string::npos) << report;
+  }
+  EXPECT_EQ(foundry::debug::live_tensor_count(), before);
+  foundry::debug::set_tensor_tracking(was);
+}
+
+TEST(LeakReport, ALeakedTensorIsReportedAtExit) {
+  EXPECT_EXIT(
+      {
+        foundry::debug::set_tensor_tracking(true);
+        new foundry::Tensor(foundry::ones({5, 7}, foundry::DType::Float64));  // never freed
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "still alive at exit.*1 live tensor.*1 x float64 \\[5, 7\\] \\(280 bytes\\), created at:.*foundry::ones");
 }
