@@ -47,7 +47,6 @@ bool initial_setting() {
 #endif
 }
 
-std::atomic<bool> g_enabled{initial_setting()};
 std::atomic<bool> g_ever_registered{false};  // keeps destruction lock-free in runs that never track
 std::once_flag g_atexit_once;
 
@@ -79,8 +78,11 @@ std::string pretty_frame(const char* raw) {
 
 }  // namespace
 
-bool tensor_tracking_enabled() { return g_enabled.load(std::memory_order_relaxed); }
-void set_tensor_tracking(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+namespace detail {
+std::atomic<bool> tracking{initial_setting()};
+}
+
+void set_tensor_tracking(bool on) { detail::tracking.store(on, std::memory_order_relaxed); }
 
 int64_t live_tensor_count() {
   Registry& r = registry();
@@ -91,7 +93,7 @@ int64_t live_tensor_count() {
 namespace detail {
 
 void on_tensor_created(const TensorImpl* t) {
-  if (!g_enabled.load(std::memory_order_relaxed)) return;
+  if (!tensor_tracking_enabled()) return;
   std::call_once(g_atexit_once, [] { std::atexit(report_at_exit); });
   Site site;
   site.depth = ::backtrace(site.frames, kMaxFrames);
@@ -126,7 +128,10 @@ std::string live_tensors_report(size_t max_groups, size_t max_frames) {
     for (size_t i = 0; i < t->sizes.size(); ++i) what += (i ? ", " : "") + std::to_string(t->sizes[i]);
     what += "]";
     std::string key = what;
-    for (int i = 0; i < site.depth; ++i) key += "|" + std::to_string(reinterpret_cast<uintptr_t>(site.frames[i]));
+    for (int i = 0; i < site.depth; ++i) {
+      key += '|';
+      key += std::to_string(reinterpret_cast<uintptr_t>(site.frames[i]));
+    }
     Group& g = groups[key];
     g.count += 1;
     int64_t bytes = t->numel * itemsize(t->dtype);

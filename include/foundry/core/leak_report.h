@@ -5,6 +5,7 @@
 // leave it off.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -15,7 +16,10 @@ class TensorImpl;
 
 namespace debug {
 
-bool tensor_tracking_enabled();
+namespace detail {
+extern std::atomic<bool> tracking;  ///< read on every tensor construction: kept inline
+}
+inline bool tensor_tracking_enabled() { return detail::tracking.load(std::memory_order_relaxed); }
 /// Starts or stops registering new tensors (tensors made while off are never reported).
 void set_tensor_tracking(bool on);
 /// Tensors registered and still alive.
