@@ -1169,6 +1169,10 @@ std::string ChatTemplate::render(const std::string& context_json) const {
   return c.out;
 }
 
+const char* const kChatMlTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
 std::string ChatTemplate::apply(const std::string& messages_json, bool add_generation_prompt,
                                 const std::string& bos_token, const std::string& eos_token) const {
   json messages = json::parse(messages_json, nullptr, false);

@@ -131,3 +131,45 @@ def test_renders_as_jinja2(name, conversation, add_generation_prompt):
 def test_unsupported_or_malformed_templates_fail_clearly(source, message):
     with pytest.raises(Exception, match=message):
         foundry.models.ChatTemplate(source).render(y=[1], x=1)
+
+
+FOUNDRY_CLI = os.path.join(os.path.dirname(os.path.abspath(foundry.__file__)), "..", "..", "bin", "foundry")
+
+
+@pytest.mark.skipif(not os.path.exists(FOUNDRY_CLI), reason="foundry CLI not built")
+def test_template_command_renders_the_folders_template_or_chatml(tmp_path):
+    import subprocess
+    messages = tmp_path / "messages.json"
+    messages.write_text(json.dumps(CONVERSATIONS[1]))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    config = {"chat_template": TEMPLATES["llama2"], "bos_token": "<s>", "eos_token": {"content": "</s>"}}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    for extra, prompt in (([], True), (["--no-generation-prompt"], False)):
+        p = subprocess.run([FOUNDRY_CLI, "template", "--model", str(folder), "--messages", str(messages), *extra],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == jinja_render(TEMPLATES["llama2"], messages=CONVERSATIONS[1], add_generation_prompt=prompt,
+                                        bos_token="<s>", eos_token="</s>")
+    # No template: ChatML, with a warning.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    p = subprocess.run([FOUNDRY_CLI, "template", "--model", str(bare), "--messages", str(messages)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and "no chat_template" in p.stderr and "ChatML" in p.stderr
+    chatml = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+              "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    assert p.stdout == jinja_render(chatml, messages=CONVERSATIONS[1], add_generation_prompt=True)
+    assert p.stdout.endswith("<|im_start|>assistant\n") and "<|im_start|>system\nBe brief.<|im_end|>\n" in p.stdout
+    # Tools reach the template; bad files are clear errors.
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"name": "get_weather"}]))
+    config["chat_template"] = "{% for t in tools %}[{{ t.name }}]{% endfor %}{{ messages | length }}"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    p = subprocess.run([FOUNDRY_CLI, "template", "--model", str(folder), "--messages", str(messages), "--tools",
+                        str(tools)], capture_output=True, text=True)
+    assert p.stdout == "[get_weather]4", p.stderr
+    messages.write_text("{not json")
+    p = subprocess.run([FOUNDRY_CLI, "template", "--model", str(folder), "--messages", str(messages)],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "not valid JSON" in p.stderr

@@ -16,6 +16,9 @@
 
 namespace foundry::models {
 
+/// ChatML, the template a folder without one gets (with a warning): <|im_start|>role\ncontent<|im_end|>\n.
+extern const char* const kChatMlTemplate;
+
 class ChatTemplate {
  public:
   /// Parses the template; ValueError naming the problem and its offset on a syntax error.
