@@ -1,0 +1,193 @@
+#include "foundry/eval/requests.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "foundry/autograd/grad_mode.h"
+#include "foundry/core/error.h"
+#include "foundry/models/generate.h"
+#include "foundry/models/pretrained.h"
+#include "foundry/ops/ops.h"
+#include "foundry/text/tokenizer.h"
+
+namespace foundry::eval {
+
+namespace {
+
+constexpr int64_t kDefaultMaxLength = 2048;  // the harness's _DEFAULT_MAX_LENGTH
+
+// One request as scored: inp = prefix + tail, where tail is the last len(continuation) positions.
+struct Scored {
+  Ids prefix, tail, continuation;
+  size_t index = 0;
+};
+
+}  // namespace
+
+RequestEngine::RequestEngine(models::CausalLM& model, const text::Tokenizer* tokenizer, int64_t max_length)
+    : model_(model), tokenizer_(tokenizer) {
+  const models::ModelConfig& c = model.config();
+  max_length_ = max_length > 0 ? max_length : c.max_positions > 0 ? c.max_positions : kDefaultMaxLength;
+  if (!c.eos_token_ids.empty()) eot_token_ = c.eos_token_ids.front();
+  if (c.bos_token_id) prefix_token_ = *c.bos_token_id;
+  else if (eot_token_ >= 0) prefix_token_ = eot_token_;
+  else raise<ValueError>("eval: the model's config has neither bos_token_id nor eos_token_id (the prefix token)");
+}
+
+const text::Tokenizer& RequestEngine::tokenizer() const {
+  if (!tokenizer_) raise<ValueError>("eval: string requests and generation need the model's tokenizer");
+  return *tokenizer_;
+}
+
+Ids RequestEngine::encode(const std::string& text) const {
+  std::vector<uint32_t> ids = tokenizer().encode_ids(text, /*add_special_tokens=*/false);
+  return Ids(ids.begin(), ids.end());
+}
+
+LoglikelihoodRequest RequestEngine::encode_pair(const std::string& context, const std::string& continuation) const {
+  if (context.empty()) return {{}, encode(continuation)};
+  size_t keep = context.find_last_not_of(" \t\n\r\f\v");
+  keep = keep == std::string::npos ? 0 : keep + 1;
+  std::string ctx = context.substr(0, keep), cont = context.substr(keep) + continuation;
+  Ids whole = encode(ctx + cont), ctx_ids = encode(ctx);
+  Ids cont_ids(whole.begin() + std::min(whole.size(), ctx_ids.size()), whole.end());
+  return {ctx_ids, cont_ids};
+}
+
+std::vector<LoglikelihoodResult> RequestEngine::loglikelihood(const std::vector<LoglikelihoodRequest>& requests) {
+  autograd::NoGradGuard no_grad;
+  const int64_t vocab = model_.config().vocab_size;
+  std::vector<LoglikelihoodResult> out(requests.size());
+  // Requests grouped by the prefix they score, longest first (the harness sorts by length too).
+  std::map<Ids, std::vector<Scored>> groups;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const LoglikelihoodRequest& r = requests[i];
+    if (r.continuation.empty()) {
+      out[i] = {0.0, true};
+      continue;
+    }
+    if (int64_t(r.continuation.size()) > max_length_)
+      raise<ValueError>("eval: request {}: a continuation of {} tokens is longer than the model's {} positions", i,
+                        r.continuation.size(), max_length_);
+    for (int64_t id : r.context)
+      if (id < 0 || id >= vocab) raise<ValueError>("eval: request {}: context id {} is outside the vocabulary", i, id);
+    for (int64_t id : r.continuation)
+      if (id < 0 || id >= vocab)
+        raise<ValueError>("eval: request {}: continuation id {} is outside the vocabulary", i, id);
+    Ids full = r.context.empty() ? Ids{prefix_token_} : r.context;
+    full.insert(full.end(), r.continuation.begin(), r.continuation.end());
+    if (int64_t(full.size()) > max_length_ + 1) full.erase(full.begin(), full.end() - (max_length_ + 1));
+    full.pop_back();  // inp = full[:-1]
+    const size_t contlen = r.continuation.size();
+    Scored s;
+    s.prefix.assign(full.begin(), full.end() - contlen);
+    s.tail.assign(full.end() - contlen, full.end());
+    s.continuation = r.continuation;
+    s.index = i;
+    groups[s.prefix].push_back(std::move(s));
+  }
+  std::vector<const std::vector<Scored>*> order;
+  for (auto& [prefix, members] : groups) order.push_back(&members);
+  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
+    return a->front().prefix.size() + a->front().tail.size() > b->front().prefix.size() + b->front().tail.size();
+  });
+  for (const auto* members : order) {
+    const Ids& prefix = members->front().prefix;
+    size_t longest = 0;
+    for (auto& s : *members) longest = std::max(longest, s.tail.size());
+    models::KVCache cache = model_.make_cache(1, int64_t(prefix.size() + longest) + 1);
+    if (!prefix.empty()) {
+      model_.forward(tensor<int64_t>(prefix, {1, int64_t(prefix.size())}), Tensor(), &cache, 1);
+      ++forwards_;
+      saved_tokens_ += int64_t(prefix.size()) * int64_t(members->size() - 1);
+    }
+    for (const Scored& s : *members) {
+      cache.truncate(int64_t(prefix.size()));
+      const int64_t n = int64_t(s.tail.size());
+      Tensor logits = model_.forward(tensor<int64_t>(s.tail, {1, n}), Tensor(), &cache, 0);
+      ++forwards_;
+      Tensor logp = log_softmax(logits.to(DType::Float32).reshape({n, vocab}), -1).contiguous();
+      Tensor greedy = argmax(logp, -1).contiguous();
+      const float* lp = logp.data<float>();
+      const int64_t* g = greedy.data<int64_t>();
+      float sum = 0;  // float32, as the harness sums the gathered float32 log-probabilities
+      bool all_greedy = true;
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t tok = s.continuation[size_t(t)];
+        sum += lp[t * vocab + tok];
+        all_greedy = all_greedy && g[t] == tok;
+      }
+      out[s.index] = {double(sum), all_greedy};
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<Ids, Ids>> rolling_windows(const Ids& tokens, int64_t prefix_token, int64_t max_length) {
+  std::vector<std::pair<Ids, Ids>> out;
+  if (tokens.empty()) return out;
+  const int64_t n = int64_t(tokens.size()), context_len = 1, pred_len = max_length - context_len + 1;
+  // get_rolling_token_windows: the first window predicts every token it holds.
+  const int64_t first = std::min(max_length, n);
+  Ids ctx{prefix_token};
+  ctx.insert(ctx.end(), tokens.begin(), tokens.begin() + (first - 1));
+  out.emplace_back(ctx, Ids(tokens.begin(), tokens.begin() + first));
+  int64_t predicted = first;
+  while (predicted < n) {
+    const int64_t window_pred = std::min(n - predicted, pred_len), end = predicted + window_pred;
+    const int64_t lo = std::max<int64_t>(0, end - max_length - 1);
+    out.emplace_back(Ids(tokens.begin() + lo, tokens.begin() + (end - 1)),
+                     Ids(tokens.begin() + (end - window_pred), tokens.begin() + end));
+    predicted += window_pred;
+  }
+  // make_disjoint_window: the context stops where the continuation starts.
+  for (auto& [a, b] : out) a.resize(a.size() - (b.size() - 1));
+  return out;
+}
+
+std::vector<RollingResult> RequestEngine::loglikelihood_rolling(const std::vector<Ids>& texts) {
+  std::vector<RollingResult> out(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<LoglikelihoodRequest> windows;
+    for (auto& [a, b] : rolling_windows(texts[i], prefix_token_, max_length_)) windows.push_back({a, b});
+    double total = 0;
+    for (const LoglikelihoodResult& r : loglikelihood(windows)) total += r.loglikelihood;
+    out[i] = {total, int64_t(texts[i].size())};
+  }
+  return out;
+}
+
+std::vector<std::string> RequestEngine::generate_until(const std::vector<GenerateRequest>& requests) {
+  const text::Tokenizer& tok = tokenizer();
+  std::string eot_text;
+  if (eot_token_ >= 0) eot_text = tok.decode({uint32_t(eot_token_)}, /*skip_special_tokens=*/false);
+  std::vector<std::string> out;
+  for (const GenerateRequest& r : requests) {
+    if (r.max_gen_toks < 1) raise<ValueError>("eval: generate_until: max_gen_toks must be positive");
+    std::vector<std::string> until = r.until;
+    if (!eot_text.empty()) until.push_back(eot_text);
+    Ids ctx = encode(r.context);
+    const int64_t keep = std::max<int64_t>(1, max_length_ - r.max_gen_toks);  // left truncation, as the harness
+    if (int64_t(ctx.size()) > keep) ctx.erase(ctx.begin(), ctx.end() - keep);
+    if (ctx.empty()) ctx = {prefix_token_};
+    models::GenerationConfig g;
+    g.max_new_tokens = r.max_gen_toks;
+    if (eot_token_ >= 0) g.eos_token_ids = {eot_token_};
+    g.should_stop = [&](int64_t, const std::vector<int64_t>& generated) {
+      std::string text = tok.decode(std::vector<uint32_t>(generated.begin(), generated.end()));
+      for (const std::string& u : until)
+        if (!u.empty() && text.find(u) != std::string::npos) return true;
+      return false;
+    };
+    models::GenerationResult res = models::generate(model_, {ctx}, g);
+    const Ids& gen = res.tokens.front();
+    std::string text = tok.decode(std::vector<uint32_t>(gen.begin(), gen.end()));
+    for (const std::string& u : until)
+      if (!u.empty()) text = text.substr(0, text.find(u));  // lm-eval: s = s.split(term)[0]
+    out.push_back(std::move(text));
+  }
+  return out;
+}
+
+}  // namespace foundry::eval
