@@ -42,7 +42,7 @@ void add_eval_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Evaluate a model: lm-evaluation-harness requests (--requests)");
   struct Options {
     std::string model, requests, out, quantize;
-    int64_t max_length = 0;
+    int64_t max_length = 0, batch_size = 8;
     int threads = 0;
   };
   auto o = std::make_shared<Options>();
@@ -53,6 +53,7 @@ void add_eval_command(CLI::App& app) {
       ->required();
   cmd->add_option("--out", o->out, "results, one JSON line per request in input order")->required();
   cmd->add_option("--max-length", o->max_length, "context window (default: the model's maximum positions)");
+  cmd->add_option("--batch-size", o->batch_size, "requests per forward for those that share no context (default 8)");
   cmd->add_option("--quantize", o->quantize, "weight format of the products (q8_0, q4_K, nf4, ...)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->callback([o] {
@@ -74,6 +75,7 @@ void add_eval_command(CLI::App& app) {
     std::shared_ptr<models::CausalLM> model = load_model(o->model, lo);
     std::unique_ptr<text::Tokenizer> tok = models::folder_tokenizer(o->model);
     eval::RequestEngine engine(*model, tok.get(), o->max_length);
+    engine.set_batch_size(o->batch_size);
 
     // Parse everything first (errors name the line before any work), then answer each kind in one
     // call so requests sharing a context share its forward.

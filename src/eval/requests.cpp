@@ -35,6 +35,11 @@ RequestEngine::RequestEngine(models::CausalLM& model, const text::Tokenizer* tok
   else raise<ValueError>("eval: the model's config has neither bos_token_id nor eos_token_id (the prefix token)");
 }
 
+void RequestEngine::set_batch_size(int64_t batch_size) {
+  if (batch_size < 1) raise<ValueError>("eval: batch size must be positive, got {}", batch_size);
+  batch_size_ = batch_size;
+}
+
 const text::Tokenizer& RequestEngine::tokenizer() const {
   if (!tokenizer_) raise<ValueError>("eval: string requests and generation need the model's tokenizer");
   return *tokenizer_;
@@ -87,38 +92,74 @@ std::vector<LoglikelihoodResult> RequestEngine::loglikelihood(const std::vector<
     s.index = i;
     groups[s.prefix].push_back(std::move(s));
   }
-  std::vector<const std::vector<Scored>*> order;
-  for (auto& [prefix, members] : groups) order.push_back(&members);
-  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
-    return a->front().prefix.size() + a->front().tail.size() > b->front().prefix.size() + b->front().tail.size();
-  });
-  for (const auto* members : order) {
-    const Ids& prefix = members->front().prefix;
+  // Scores rows of log-probabilities [n, vocab] against a continuation (float32 sum, as the harness).
+  auto score = [&](const float* lp, const int64_t* greedy, const Ids& continuation) {
+    float sum = 0;
+    bool all_greedy = true;
+    for (size_t t = 0; t < continuation.size(); ++t) {
+      sum += lp[int64_t(t) * vocab + continuation[t]];
+      all_greedy = all_greedy && greedy[t] == continuation[t];
+    }
+    return LoglikelihoodResult{double(sum), all_greedy};
+  };
+  std::vector<const Scored*> singles;
+  for (auto& [prefix, members] : groups) {
+    if (members.size() == 1 || prefix.empty()) {  // nothing to share
+      for (auto& s : members) singles.push_back(&s);
+      continue;
+    }
+    // Choices of one item: the shared prefix once through the KV cache, then each continuation.
     size_t longest = 0;
-    for (auto& s : *members) longest = std::max(longest, s.tail.size());
+    for (auto& s : members) longest = std::max(longest, s.tail.size());
     models::KVCache cache = model_.make_cache(1, int64_t(prefix.size() + longest) + 1);
     if (!prefix.empty()) {
       model_.forward(tensor<int64_t>(prefix, {1, int64_t(prefix.size())}), Tensor(), &cache, 1);
       ++forwards_;
-      saved_tokens_ += int64_t(prefix.size()) * int64_t(members->size() - 1);
+      saved_tokens_ += int64_t(prefix.size()) * int64_t(members.size() - 1);
     }
-    for (const Scored& s : *members) {
+    for (const Scored& s : members) {
       cache.truncate(int64_t(prefix.size()));
       const int64_t n = int64_t(s.tail.size());
       Tensor logits = model_.forward(tensor<int64_t>(s.tail, {1, n}), Tensor(), &cache, 0);
       ++forwards_;
       Tensor logp = log_softmax(logits.to(DType::Float32).reshape({n, vocab}), -1).contiguous();
       Tensor greedy = argmax(logp, -1).contiguous();
-      const float* lp = logp.data<float>();
-      const int64_t* g = greedy.data<int64_t>();
-      float sum = 0;  // float32, as the harness sums the gathered float32 log-probabilities
-      bool all_greedy = true;
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t tok = s.continuation[size_t(t)];
-        sum += lp[t * vocab + tok];
-        all_greedy = all_greedy && g[t] == tok;
+      out[s.index] = score(logp.data<float>(), greedy.data<int64_t>(), s.continuation);
+    }
+  }
+  // The other requests in batches of similar length, left-padded so that every row's continuation
+  // ends at the last position: only the last max(len(continuation)) positions reach the LM head.
+  std::stable_sort(singles.begin(), singles.end(), [](const Scored* a, const Scored* b) {
+    return a->prefix.size() + a->tail.size() > b->prefix.size() + b->tail.size();
+  });
+  for (size_t b0 = 0; b0 < singles.size(); b0 += size_t(batch_size_)) {
+    const size_t b1 = std::min(singles.size(), b0 + size_t(batch_size_));
+    const int64_t rows = int64_t(b1 - b0);
+    int64_t width = 0, last = 0;
+    for (size_t i = b0; i < b1; ++i) {
+      width = std::max(width, int64_t(singles[i]->prefix.size() + singles[i]->tail.size()));
+      last = std::max(last, int64_t(singles[i]->tail.size()));
+    }
+    std::vector<int64_t> ids(size_t(rows * width), prefix_token_), mask(size_t(rows * width), 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const Scored& s = *singles[b0 + size_t(r)];
+      const int64_t len = int64_t(s.prefix.size() + s.tail.size()), pad = width - len;
+      for (int64_t t = 0; t < len; ++t) {
+        ids[size_t(r * width + pad + t)] = t < int64_t(s.prefix.size()) ? s.prefix[size_t(t)] : s.tail[size_t(t) - s.prefix.size()];
+        mask[size_t(r * width + pad + t)] = 1;
       }
-      out[s.index] = {double(sum), all_greedy};
+    }
+    bool padded = std::any_of(mask.begin(), mask.end(), [](int64_t m) { return m == 0; });
+    Tensor logits = model_.forward(tensor<int64_t>(ids, {rows, width}),
+                                   padded ? tensor<int64_t>(mask, {rows, width}) : Tensor(), nullptr, last);
+    ++forwards_;
+    Tensor logp = log_softmax(logits.to(DType::Float32).reshape({rows, last, vocab}), -1).contiguous();
+    Tensor greedy = argmax(logp, -1).contiguous();
+    for (int64_t r = 0; r < rows; ++r) {
+      const Scored& s = *singles[b0 + size_t(r)];
+      const int64_t skip = last - int64_t(s.tail.size());  // the row's continuation is its last positions
+      out[s.index] = score(logp.data<float>() + (r * last + skip) * vocab, greedy.data<int64_t>() + r * last + skip,
+                           s.continuation);
     }
   }
   return out;

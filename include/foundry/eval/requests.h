@@ -47,7 +47,8 @@ class RequestEngine {
 
   /// Each request scores (context + continuation)[-(max_length + 1):][:-1]; the last
   /// len(continuation) positions score the continuation. Requests sharing the scored prefix (the
-  /// choices of one multiple-choice item) run that prefix once through the KV cache.
+  /// choices of one multiple-choice item) run that prefix once through the KV cache; the others run
+  /// in batches of similar length.
   std::vector<LoglikelihoodResult> loglikelihood(const std::vector<LoglikelihoodRequest>& requests);
   /// The harness's rolling windows (get_rolling_token_windows + make_disjoint_window, context_len
   /// 1, the prefix token first): every token scored exactly once.
@@ -61,6 +62,11 @@ class RequestEngine {
   LoglikelihoodRequest encode_pair(const std::string& context, const std::string& continuation) const;
   Ids encode(const std::string& text) const;
 
+  /// Requests that share no context with another run `batch_size` at a time in one left-padded
+  /// forward (default 8).
+  void set_batch_size(int64_t batch_size);
+  int64_t batch_size() const { return batch_size_; }
+
   /// Forwards run so far, and prefix tokens whose computation the KV cache saved (for tests / stats).
   int64_t forwards() const { return forwards_; }
   int64_t shared_prefix_tokens_saved() const { return saved_tokens_; }
@@ -70,7 +76,7 @@ class RequestEngine {
   models::CausalLM& model_;
   const text::Tokenizer* tokenizer_;
   int64_t max_length_ = 0, prefix_token_ = 0, eot_token_ = -1;
-  int64_t forwards_ = 0, saved_tokens_ = 0;
+  int64_t forwards_ = 0, saved_tokens_ = 0, batch_size_ = 8;
 };
 
 /// The harness's windows for a rolling loglikelihood: (context, continuation) pairs, disjoint.
