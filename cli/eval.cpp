@@ -2,6 +2,7 @@
 // generate_until) answered with the harness's semantics, one JSON line per request in input order
 // (docs/evaluation.md).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -123,6 +124,7 @@ void add_eval_command(CLI::App& app) {
                           n, type);
       }
     }
+    const auto t_eval = std::chrono::steady_clock::now();
     auto ll_res = engine.loglikelihood(ll);
     for (size_t k = 0; k < ll_res.size(); ++k)
       results[ll_at[k]] = {{"loglikelihood", ll_res[k].loglikelihood}, {"is_greedy", ll_res[k].is_greedy}};
@@ -132,6 +134,7 @@ void add_eval_command(CLI::App& app) {
     auto gen_res = engine.generate_until(gens);
     for (size_t k = 0; k < gen_res.size(); ++k) results[gen_at[k]] = {{"text", gen_res[k]}};
 
+    const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_eval).count();
     std::string tmp = o->out + ".tmp";
     {
       std::ofstream out(tmp, std::ios::binary);
@@ -141,9 +144,9 @@ void add_eval_command(CLI::App& app) {
     }
     if (std::rename(tmp.c_str(), o->out.c_str()) != 0) raise<IOError>("eval: cannot write '{}'", o->out);
     std::fprintf(stderr, "eval: %zu requests (%zu loglikelihood, %zu rolling, %zu generate) with %lld forwards; "
-                 "shared contexts saved %lld tokens\n",
+                 "shared contexts saved %lld tokens; answered in %.3f s\n",
                  lines.size(), ll.size(), rolling.size(), gens.size(), (long long)engine.forwards(),
-                 (long long)engine.shared_prefix_tokens_saved());
+                 (long long)engine.shared_prefix_tokens_saved(), eval_s);
   });
 }
 

@@ -48,8 +48,9 @@ class Model:
             D = C // H
             self.inv_freq = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, D, 2).float() / D))
 
-    def forward(self, ids, cache):
-        """ids [1, T]; cache: list of (k, v) per layer (extended). Returns logits of the last position."""
+    def forward(self, ids, cache, last_only=True):
+        """ids [1, T]; cache: list of (k, v) per layer (extended). Returns logits of the last position
+        (every position with last_only=False)."""
         cfg, w = self.cfg, self.w
         T = ids.shape[1]
         past = cache[0][0].shape[2] if cache else 0
@@ -97,7 +98,8 @@ class Model:
                 g = F.silu(F.linear(x, w[p + "mlp.gate_proj.weight"])) * F.linear(x, w[p + "mlp.up_proj.weight"])
                 h = h + F.linear(g, w[p + "mlp.down_proj.weight"])
         cache[:] = new_cache
-        h = h[:, -1:]
+        if last_only:
+            h = h[:, -1:]
         if self.gpt2:
             h = F.layer_norm(h, (C,), w["transformer.ln_f.weight"], w["transformer.ln_f.bias"])
             return h @ w["transformer.wte.weight"].t()

@@ -200,6 +200,7 @@ std::vector<RollingResult> RequestEngine::loglikelihood_rolling(const std::vecto
 }
 
 std::vector<std::string> RequestEngine::generate_until(const std::vector<GenerateRequest>& requests) {
+  if (requests.empty()) return {};
   const text::Tokenizer& tok = tokenizer();
   std::string eot_text;
   if (eot_token_ >= 0) eot_text = tok.decode({uint32_t(eot_token_)}, /*skip_special_tokens=*/false);
