@@ -119,11 +119,12 @@ def main():
     ids = torch.randint(0, V, (1, prefill), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         times = []
-        for _ in range(3):
+        for rep in range(6):  # one untimed warm-up, then the median of 5 (as bench_infer)
             t = time.perf_counter()
             model.forward(ids, [])
-            times.append(time.perf_counter() - t)
-        prefill_tps = prefill / sorted(times)[1]
+            if rep:
+                times.append(time.perf_counter() - t)
+        prefill_tps = prefill / sorted(times)[2]
         cache = []
         nxt = model.forward(ids[:, :prompt], cache)[0, -1].argmax().view(1, 1)
         t = time.perf_counter()
