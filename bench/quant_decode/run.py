@@ -13,7 +13,9 @@ norms are negligible) next to this machine's read bandwidth, measured in the sam
 llama.cpp: `../shared/tools/llama.cpp/build.sh` (a native build, cached) and `llama-bench -p 128
 -n 128 -r 3` on GGUF files written by `foundry convert` from the same folder (f32, f16, bf16, q8_0,
 q4_0, q4_K; the same weights Foundry quantizes at load), Llama rows only (convert writes Llama-family
-GGUFs). Without ../shared the llama.cpp columns are left out.
+GGUFs), with llama-bench's own peak RSS. Foundry also runs each of those GGUF files (the loader
+`foundry generate --model file.gguf` uses): its decode next to the folder's `--quantize` figure.
+Without ../shared the llama.cpp columns are left out.
 Usage: /usr/bin/python3 bench/quant_decode/run.py [build/bin/bench_infer]
 """
 import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
@@ -78,13 +80,19 @@ def add_llama_tokenizer(folder):
 
 
 def llama_bench(llama_dir, gguf, threads):
-    """(pp128 tokens/s, tg128 tokens/s) from llama-bench."""
-    out = subprocess.run([os.path.join(llama_dir, "llama-bench"), "-m", gguf, "-t", str(threads), "-p", "128",
-                          "-n", "128", "-r", "3", "-o", "json"], capture_output=True, text=True, check=True).stdout
+    """(pp128 tokens/s, tg128 tokens/s, peak RSS MB) from llama-bench; the RSS is that one process's
+    (os.wait4's rusage, not RUSAGE_CHILDREN's running maximum over every child)."""
+    p = subprocess.Popen([os.path.join(llama_dir, "llama-bench"), "-m", gguf, "-t", str(threads), "-p", "128",
+                          "-n", "128", "-r", "3", "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True)
+    out = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"llama-bench failed on {gguf} (status {status})")
     rows = json.loads(out)
     pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0)
     tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0)
-    return pp, tg
+    return pp, tg, usage.ru_maxrss / 1024
 
 
 def write_bf16_copy(src, dst):
@@ -139,8 +147,9 @@ def main():
     # float32 folder's weights at load (--quantize; f16 / bf16 dots take f16 / bf16 activations).
     formats = ["f32", "f16", "bf16", "bf16 native", "q8_0", "q4_0", "q4_K", "nf4"]
     print("| model | format | threads | prefill tok/s | decode tok/s | weight GB/s (of read bandwidth) | peak RSS MB "
-          "| llama.cpp pp / tg (same run) | prefill vs llama.cpp | decode vs llama.cpp |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| llama.cpp pp / tg (same run) | llama.cpp peak RSS MB | prefill vs llama.cpp | decode vs llama.cpp "
+          "| Foundry on the .gguf: decode (vs --quantize) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, cfg in (("Llama-110M (tied)", LLAMA_TIED), ("GPT-2 124M", infer.GPT2)):
         folder = f"/tmp/foundry_bench_{cfg['model_type']}_tied" if cfg is LLAMA_TIED else \
             f"/tmp/foundry_bench_{cfg['model_type']}"
@@ -166,11 +175,18 @@ def main():
                 gbs = r["decode_tps"] * weights * BYTES_PER_WEIGHT[fmt] / 1e9
                 ref = llama_bench(llama_dir, ggufs[gtype], threads) if gtype else None
                 ref_text = f"{ref[0]:.0f} / {ref[1]:.1f}" if ref else "-"
+                ref_rss = f"{ref[2]:.0f}" if ref else "-"
                 pp = f"{r['prefill_tps'] / ref[0]:.2f}x" if ref else "-"
                 tg = f"{r['decode_tps'] / ref[1]:.2f}x" if ref else "-"
+                # The same GGUF file run by Foundry (`foundry generate --model file.gguf`'s loader):
+                # its decode should match the folder quantized at load.
+                on_gguf = "-"
+                if gtype and fmt != "bf16 native":
+                    g = infer.run([binary, "--model", ggufs[gtype], "--threads", str(threads)], threads)
+                    on_gguf = f"{g['decode_tps']:.1f} ({g['decode_tps'] / r['decode_tps']:.2f}x)"
                 print(f"| {name} | {fmt} | {threads} | {r['prefill_tps']:.0f} | {r['decode_tps']:.1f} | "
-                      f"{gbs:.1f} ({gbs / stream[threads]:.0%}) | {r['peak_rss_mb']:.0f} | {ref_text} | {pp} | {tg} |",
-                      flush=True)
+                      f"{gbs:.1f} ({gbs / stream[threads]:.0%}) | {r['peak_rss_mb']:.0f} | {ref_text} | {ref_rss} | "
+                      f"{pp} | {tg} | {on_gguf} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -362,14 +362,25 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
     if (!(Shape(info.shape()) == shape))
       raise<ValueError>("{}: '{}' has shape {} but the metadata implies {}", path, gname, shape_str(info.shape()),
                         shape_str(shape));
+    // 16-bit matrices stay 16-bit too when computing in float32 (as the folder's --quantize f16 /
+    // bf16: products read the halves in place); with --dtype native they are the dense weights.
+    const bool sixteen_bit_products = options.dtype == DType::Float32;
     const quant::BlockFormatTraits* q = nullptr;
     for (const auto& t : quant::block_formats())
-      if (t.ggml_type == info.ggml_type && t.block_size > 1) q = &t;
+      if (t.ggml_type == info.ggml_type &&
+          (t.block_size > 1 ||
+           (sixteen_bit_products && (t.format == quant::BlockFormat::F16 || t.format == quant::BlockFormat::BF16))))
+        q = &t;
     const int64_t heads = perm == 1 ? c.num_heads : c.num_kv_heads;
     if (q && shape.size() == 2) {
       Tensor bytes = f.raw(gname);
       if (perm) bytes = permute_rows(bytes, heads, true);
-      Tensor w = gname == "token_embd.weight" ? f.tensor(gname) : zeros({1}, DType::Float32).expand(IntList(shape));
+      Tensor w = zeros({1}, DType::Float32).expand(IntList(shape));
+      if (gname == "token_embd.weight") {  // looked up by rows: dense, in the compute dtype
+        w = f.tensor(gname);
+        const DType want = options.dtype.value_or(w.dtype());
+        if (w.dtype() != want) w = w.to(want);
+      }
       adopted.push_back({name, q->name, bytes});
       return w;
     }
