@@ -11,6 +11,7 @@
 #include "foundry/core/error.h"
 #include "foundry/core/parallel.h"
 #include "foundry/eval/requests.h"
+#include "foundry/io/atomic_file.h"
 #include "foundry/models/tokenizer_files.h"
 #include "foundry/text/tokenizer.h"
 
@@ -135,14 +136,9 @@ void add_eval_command(CLI::App& app) {
     for (size_t k = 0; k < gen_res.size(); ++k) results[gen_at[k]] = {{"text", gen_res[k]}};
 
     const double eval_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_eval).count();
-    std::string tmp = o->out + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary);
-      if (!out) raise<IOError>("eval: cannot write '{}'", o->out);
-      for (const json& r : results) out << r.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-      if (!out) raise<IOError>("eval: cannot write '{}'", o->out);
-    }
-    if (std::rename(tmp.c_str(), o->out.c_str()) != 0) raise<IOError>("eval: cannot write '{}'", o->out);
+    std::string text;
+    for (const json& r : results) text += r.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    io::write_file_atomic(o->out, text);
     std::fprintf(stderr, "eval: %zu requests (%zu loglikelihood, %zu rolling, %zu generate) with %lld forwards; "
                  "shared contexts saved %lld tokens; answered in %.3f s\n",
                  lines.size(), ll.size(), rolling.size(), gens.size(), (long long)engine.forwards(),

@@ -1,12 +1,11 @@
 // foundry template: a conversation rendered with a model folder's chat template, as
 // transformers' apply_chat_template(messages, tokenize=False) renders it (docs/models.md).
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "commands.h"
 #include "foundry/core/error.h"
+#include "foundry/io/atomic_file.h"
 #include "foundry/models/chat_template.h"
 #include "foundry/models/tokenizer_files.h"
 
@@ -15,11 +14,7 @@ namespace foundry::cli {
 namespace {
 
 nlohmann::json read_json_file(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) raise<IOError>("template: cannot open {} '{}'", what, path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  nlohmann::json j = nlohmann::json::parse(io::read_file(path), nullptr, false);
   if (j.is_discarded()) raise<ValueError>("template: {} '{}' is not valid JSON", what, path);
   return j;
 }

@@ -15,20 +15,11 @@ namespace {
 
 using nlohmann::json;
 
-text::TiktokenEncoding tiktoken_encoding(const std::string& name) {
-  if (name == "r50k_base") return text::TiktokenEncoding::R50kBase;
-  if (name == "p50k_base") return text::TiktokenEncoding::P50kBase;
-  if (name == "p50k_edit") return text::TiktokenEncoding::P50kEdit;
-  if (name == "cl100k_base") return text::TiktokenEncoding::Cl100kBase;
-  if (name == "o200k_base") return text::TiktokenEncoding::O200kBase;
-  raise<ValueError>("unknown tiktoken encoding '{}': r50k_base, p50k_base, p50k_edit, cl100k_base or o200k_base", name);
-}
-
 text::Tokenizer load(const std::string& path, const std::string& encoding) {
   bool is_tiktoken = path.size() >= 9 && path.compare(path.size() - 9, 9, ".tiktoken") == 0;
   if (!encoding.empty()) {
     if (!is_tiktoken) raise<ValueError>("--tiktoken-encoding applies to .tiktoken rank files, not '{}'", path);
-    return text::Tokenizer::from_tiktoken(path, tiktoken_encoding(encoding));
+    return text::Tokenizer::from_tiktoken(path, text::tiktoken_encoding(encoding));
   }
   return text::Tokenizer::from_file(path);
 }

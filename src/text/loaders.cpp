@@ -10,11 +10,11 @@
 #include <map>
 #include <sstream>
 
+#include "text/base64.h"
 #include "text/tokenizer_impl.h"
 
 namespace foundry::text {
 
-std::string base64_decode_public(std::string_view in);
 ModelPtr make_spm_unigram(std::vector<std::pair<std::string, double>> vocab, std::vector<bool> matchable,
                           std::optional<size_t> unk_id, bool byte_fallback, double min_score);
 
@@ -396,7 +396,7 @@ Tokenizer Tokenizer::from_tiktoken(const std::string& path, TiktokenEncoding enc
     std::string rank_s = line.substr(sp + 1);
     if (rank_s.find_first_not_of("0123456789") != std::string::npos)
       raise<ValueError>("tiktoken file '{}': line {} has a bad rank '{}'", path, lineno, rank_s);
-    ranks.emplace_back(base64_decode_public(line.substr(0, sp)), static_cast<uint32_t>(std::stoul(rank_s)));
+    ranks.emplace_back(base64_decode(line.substr(0, sp)), static_cast<uint32_t>(std::stoul(rank_s)));
   }
   if (ranks.empty()) raise<ValueError>("tiktoken file '{}' has no ranks", path);
   TiktokenSpec spec = tiktoken_spec(encoding);

@@ -3,6 +3,7 @@
 // ByteLevel, Sequence; plus SentencePiece's own normalizer for .model files.
 #include <cstring>
 
+#include "text/base64.h"
 #include "text/components.h"
 
 namespace foundry::text {
@@ -263,51 +264,6 @@ class CharsMap {
   std::string_view normalized_;
 };
 
-std::string base64_encode(std::string_view in) {
-  static const char* tbl = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    out += tbl[v >> 18];
-    out += tbl[(v >> 12) & 63];
-    out += tbl[(v >> 6) & 63];
-    out += tbl[v & 63];
-  }
-  if (i < in.size()) {
-    uint32_t v = uint8_t(in[i]) << 16;
-    if (i + 1 < in.size()) v |= uint8_t(in[i + 1]) << 8;
-    out += tbl[v >> 18];
-    out += tbl[(v >> 12) & 63];
-    out += i + 1 < in.size() ? tbl[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
-std::string base64_decode(std::string_view in) {
-  std::string out;
-  uint32_t buf = 0;
-  int bits = 0;
-  for (char c : in) {
-    int v;
-    if (c >= 'A' && c <= 'Z') v = c - 'A';
-    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-    else if (c >= '0' && c <= '9') v = c - '0' + 52;
-    else if (c == '+' || c == '-') v = 62;
-    else if (c == '/' || c == '_') v = 63;
-    else if (c == '=' || c == '\n' || c == '\r') continue;
-    else raise<ValueError>("tokenizer: invalid base64 character in precompiled_charsmap");
-    buf = (buf << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((buf >> bits) & 0xFF);
-    }
-  }
-  return out;
-}
-
 class Precompiled final : public Normalizer {
  public:
   explicit Precompiled(std::string blob) : map_(std::move(blob)) {}
@@ -464,8 +420,6 @@ class SpmNormalizer final : public Normalizer {
 
 }  // namespace
 
-std::string base64_decode_public(std::string_view in) { return base64_decode(in); }
-std::string base64_encode_public(std::string_view in) { return base64_encode(in); }
 
 NormalizerPtr make_precompiled(std::string charsmap) { return std::make_shared<Precompiled>(std::move(charsmap)); }
 NormalizerPtr make_spm_normalizer(std::string charsmap, bool add_dummy_prefix, bool remove_extra_whitespaces,
@@ -512,7 +466,11 @@ NormalizerPtr normalizer_from_json(const json& j) {
     const json& cm = json_field(j, "precompiled_charsmap", "Precompiled normalizer");
     std::string blob;
     if (cm.is_string()) {
-      blob = base64_decode(cm.get<std::string>());
+      try {
+        blob = base64_decode(cm.get<std::string>());
+      } catch (const ValueError& e) {
+        raise<ValueError>("tokenizer: precompiled_charsmap: {}", e.what());
+      }
     } else if (cm.is_array()) {
       for (auto& b : cm) blob += static_cast<char>(b.get<int>());
     } else if (!cm.is_null()) {

@@ -641,6 +641,20 @@ Tokenizer Tokenizer::from_json(std::string_view text) {
   }
 }
 
+namespace {
+// tiktoken's encoding names; p50k_edit before p50k_base, since a file name is matched by stem.
+constexpr std::pair<const char*, TiktokenEncoding> kTiktokenNames[] = {
+    {"r50k_base", TiktokenEncoding::R50kBase},     {"p50k_edit", TiktokenEncoding::P50kEdit},
+    {"p50k_base", TiktokenEncoding::P50kBase},     {"cl100k_base", TiktokenEncoding::Cl100kBase},
+    {"o200k_base", TiktokenEncoding::O200kBase}};
+}  // namespace
+
+TiktokenEncoding tiktoken_encoding(std::string_view name) {
+  for (const auto& [n, e] : kTiktokenNames)
+    if (name == n) return e;
+  raise<ValueError>("unknown tiktoken encoding '{}': r50k_base, p50k_base, p50k_edit, cl100k_base or o200k_base", name);
+}
+
 Tokenizer Tokenizer::from_file(const std::string& path) {
   auto ends = [&](const char* suf) {
     size_t n = std::strlen(suf);
@@ -648,12 +662,12 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
   };
   if (ends(".model")) return from_sentencepiece(path);
   if (ends(".tiktoken")) {
-    TiktokenEncoding enc = TiktokenEncoding::Cl100kBase;
-    if (path.find("r50k") != std::string::npos) enc = TiktokenEncoding::R50kBase;
-    else if (path.find("p50k_edit") != std::string::npos) enc = TiktokenEncoding::P50kEdit;
-    else if (path.find("p50k") != std::string::npos) enc = TiktokenEncoding::P50kBase;
-    else if (path.find("o200k") != std::string::npos) enc = TiktokenEncoding::O200kBase;
-    return from_tiktoken(path, enc);
+    // The encoding is guessed from the file name ("cl100k_base.tiktoken"), else cl100k_base.
+    for (const auto& [name, enc] : kTiktokenNames) {
+      std::string_view n(name), stem = n.substr(0, n.rfind("_base"));
+      if (path.find(stem) != std::string::npos) return from_tiktoken(path, enc);
+    }
+    return from_tiktoken(path, TiktokenEncoding::Cl100kBase);
   }
   std::string text = read_file(path);
   std::string dir = path.substr(0, path.rfind('/') + 1);

@@ -145,6 +145,7 @@ bool is_alphabetic(char32_t c) {
 // Checked over every code point against HF's BertNormalizer + BertPreTokenizer, with and without
 // strip_accents (tests/python/test_tokenizer_unicode.py).
 static utf8proc_category_t hf_cat(char32_t c) {
+  if (c < 0x80) return cat(c);  // ASCII: the same in every version, no table search on the hot path
   const uint32_t* end = kAssignedInUnicode8 + sizeof(kAssignedInUnicode8) / sizeof(kAssignedInUnicode8[0]);
   bool assigned = (std::upper_bound(kAssignedInUnicode8, end, uint32_t(c)) - kAssignedInUnicode8) % 2 == 1;
   if (!assigned) return UTF8PROC_CATEGORY_CN;

@@ -2,12 +2,12 @@
 // MLflow's file-store layout (mlruns/<experiment id>/<run id>/{meta.yaml,metrics,params,tags}).
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "foundry/core/error.h"
+#include "foundry/io/atomic_file.h"
 #include "foundry/track/tools.h"
 #include "track/tb_events.h"
 #include "track/util.h"
@@ -20,16 +20,8 @@ namespace foundry::track {
 namespace {
 
 void write_atomically(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path().empty() ? fs::path(".") : path.parent_path());
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) raise<IOError>("cannot write '{}'", tmp.string());
-    f << text;
-    if (!f) raise<IOError>("cannot write '{}'", tmp.string());
-  }
-  fs::rename(tmp, path);
+  if (path.has_parent_path()) fs::create_directories(path.parent_path());
+  io::write_file_atomic(path.string(), text);
 }
 
 std::string jsonl(Store& store, const RunRecord& r) {
@@ -135,14 +127,6 @@ fs::path key_path(const std::string& key) {
   return p;
 }
 
-void flatten(const json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
-  if (j.is_object() && !j.empty()) {
-    for (auto it = j.begin(); it != j.end(); ++it) flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
-  } else if (!prefix.empty()) {
-    out.emplace_back(prefix, j.is_string() ? j.get<std::string>() : j.dump());
-  }
-}
-
 std::string mlflow(Store& store, const RunRecord& r, const fs::path& out_dir) {
   fs::path root = fs::absolute(out_dir / "mlruns");
   std::string exp = experiment_id(r.project);
@@ -167,9 +151,8 @@ std::string mlflow(Store& store, const RunRecord& r, const fs::path& out_dir) {
       lines += fmt::format("{} {} {}\n", int64_t(p.wall_time * 1000), csv_number(p.value), p.step);
     write_atomically(run_dir / "metrics" / key_path(k), lines);
   }
-  std::vector<std::pair<std::string, std::string>> params;
-  flatten(json::parse(r.config_json, nullptr, false), "", params);
-  for (auto& [k, v] : params) write_atomically(run_dir / "params" / key_path(k), v);
+  for (auto& [k, v] : flatten_json(json::parse(r.config_json, nullptr, false)))
+    write_atomically(run_dir / "params" / key_path(k), json_leaf_text(v));
   write_atomically(run_dir / "tags" / "mlflow.runName", r.name);
   write_atomically(run_dir / "tags" / "mlflow.source.name", "foundry");
   write_atomically(run_dir / "tags" / "foundry.status", r.status);

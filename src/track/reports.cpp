@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "foundry/track/tools.h"
+#include "foundry/train/progress.h"
 #include "track/util.h"
 
 using nlohmann::json;
@@ -23,12 +24,11 @@ json parse_or(const std::string& s, json fallback) {
 
 json optional_number(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
-void flatten(const json& j, const std::string& prefix, std::map<std::string, std::string>& out) {
-  if (j.is_object() && !j.empty()) {
-    for (auto it = j.begin(); it != j.end(); ++it) flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
-  } else {
-    out[prefix] = j.is_string() ? j.get<std::string>() : j.dump();
-  }
+// A JSON object's leaves as text, by dotted key.
+std::map<std::string, std::string> flat_text(const std::string& object_json) {
+  std::map<std::string, std::string> out;
+  for (auto& [k, v] : flatten_json(json::parse(object_json, nullptr, false))) out[k] = json_leaf_text(v);
+  return out;
 }
 
 std::string format_time(double unix_seconds) {
@@ -38,13 +38,6 @@ std::string format_time(double unix_seconds) {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
   return buf;
-}
-
-std::string format_seconds(double s) {
-  if (!(s >= 0)) return "-";
-  int64_t t = int64_t(s);
-  if (t < 3600) return fmt::format("{}:{:02}", t / 60, t % 60);
-  return fmt::format("{}:{:02}:{:02}", t / 3600, (t / 60) % 60, t % 60);
 }
 
 std::string format_value(double v) {
@@ -112,19 +105,14 @@ std::string runs_table(Store& store, const std::string& project, const std::stri
   for (auto& r : store.runs()) {
     if (!project.empty() && r.project != project) continue;
     if (!status.empty() && r.status != status) continue;
-    int64_t steps = 0;
-    for (auto& k : store.keys(r.id, Series::Scalars)) {
-      if (k.rfind("system/", 0) == 0) continue;
-      auto pts = store.scalars(r.id, k);
-      if (!pts.empty()) steps = std::max(steps, pts.back().step);
-    }
+    const int64_t steps = std::max<int64_t>(0, store.max_step(r.id, /*include_system=*/false).value_or(0));
     std::string summary;
     json s = parse_or(r.summary_json, json::object());
     for (auto it = s.begin(); it != s.end() && summary.size() < 60; ++it)
       summary += (summary.empty() ? "" : " ") + it.key() + "=" +
                  (it.value().is_number() ? format_value(it.value().get<double>()) : it.value().dump());
     out += fmt::format("{:<9} {:<24} {:<16} {:<9} {:<19} {:>9} {:>7}  {}\n", r.id, r.name.substr(0, 24),
-                       r.project.substr(0, 16), r.status, format_time(r.created_at), format_seconds(duration_of(r)),
+                       r.project.substr(0, 16), r.status, format_time(r.created_at), train::format_duration(duration_of(r)),
                        steps, summary);
   }
   return out;
@@ -135,20 +123,14 @@ std::string run_report(Store& store, const RunRecord& r) {
   out += fmt::format("run {} ({})  project {}  status {}", r.id, r.name, r.project, r.status);
   if (r.exit_code) out += fmt::format("  exit code {}", *r.exit_code);
   out += fmt::format("\ncreated {}  duration {}  host {}  pid {}\n", format_time(r.created_at),
-                     format_seconds(duration_of(r)), r.host, r.pid);
+                     train::format_duration(duration_of(r)), r.host, r.pid);
   json tags = parse_or(r.tags_json, json::array());
   if (!tags.empty()) out += "tags: " + tags.dump() + "\n";
   if (!r.notes.empty()) out += "notes: " + r.notes + "\n";
   out += "\nconfig:\n";
-  std::map<std::string, std::string> flat;
-  flatten(parse_or(r.config_json, json::object()), "", flat);
-  for (auto& [k, v] : flat)
-    if (!k.empty()) out += fmt::format("  {} = {}\n", k, v);
+  for (auto& [k, v] : flat_text(r.config_json)) out += fmt::format("  {} = {}\n", k, v);
   out += "\nsummary:\n";
-  std::map<std::string, std::string> sum;
-  flatten(parse_or(r.summary_json, json::object()), "", sum);
-  for (auto& [k, v] : sum)
-    if (!k.empty()) out += fmt::format("  {} = {}\n", k, v);
+  for (auto& [k, v] : flat_text(r.summary_json)) out += fmt::format("  {} = {}\n", k, v);
   out += fmt::format("\n{:<32} {:>7} {:>9} {:>12} {:>12} {:>12}\n", "SCALAR", "POINTS", "LAST STEP", "LAST", "MIN", "MAX");
   for (auto& k : store.keys(r.id, Series::Scalars)) {
     KeyStats s = stats_of(store.scalars(r.id, k));
@@ -174,15 +156,12 @@ std::string compare_report(Store& store, const RunRecord& a, const RunRecord& b)
   std::string out = fmt::format("{:<32} {:<24} {:<24}\n", "", a.id + " " + a.name.substr(0, 15),
                                 b.id + " " + b.name.substr(0, 15));
   out += fmt::format("{:<32} {:<24} {:<24}\n", "status", a.status, b.status);
-  std::map<std::string, std::string> ca, cb;
-  flatten(parse_or(a.config_json, json::object()), "", ca);
-  flatten(parse_or(b.config_json, json::object()), "", cb);
+  std::map<std::string, std::string> ca = flat_text(a.config_json), cb = flat_text(b.config_json);
   std::set<std::string> keys;
   for (auto& [k, v] : ca) keys.insert(k);
   for (auto& [k, v] : cb) keys.insert(k);
   out += "\nconfig (* = differs)\n";
   for (auto& k : keys) {
-    if (k.empty()) continue;
     std::string va = ca.count(k) ? ca[k] : "-", vb = cb.count(k) ? cb[k] : "-";
     out += fmt::format("{} {:<30} {:<24} {:<24}\n", va == vb ? ' ' : '*', k, va, vb);
   }

@@ -17,6 +17,7 @@
 
 #include "foundry/core/error.h"
 #include "foundry/core/tensor.h"
+#include "foundry/io/atomic_file.h"
 #include "foundry/track/store.h"
 #include "track/png.h"
 #include "track/tb_events.h"
@@ -376,9 +377,7 @@ std::unique_ptr<Run> init(const InitOptions& options) {
     impl->summary = json::parse(r.summary_json, nullptr, false);
     if (!impl->summary.is_object()) impl->summary = json::object();
     // Steps continue after the last logged one.
-    auto keys = impl->store.keys(r.id, Series::Scalars);
-    for (auto& k : keys)
-      for (auto& p : impl->store.scalars(r.id, k)) impl->next_step = std::max(impl->next_step, p.step + 1);
+    if (auto last = impl->store.max_step(r.id)) impl->next_step = std::max<int64_t>(0, *last + 1);
   } else {
     r.id = random_id(8);
     r.project = options.project.empty() ? "default" : options.project;
@@ -412,6 +411,17 @@ std::unique_ptr<Run> init(const InitOptions& options) {
   raw->writer = std::thread([raw] { raw->writer_loop(); });
   if (options.system_interval > 0) raw->system = std::thread([raw] { raw->system_loop(); });
   return std::unique_ptr<Run>(new Run(std::move(impl)));
+}
+
+std::unique_ptr<Run> init_for_folder(InitOptions options, const std::string& id_file, bool resume) {
+  std::string recorded;
+  if (resume) std::ifstream(id_file) >> recorded;
+  if (!recorded.empty() && Store::open(options.dir, /*create=*/true).find_run(recorded)) options.resume = recorded;
+  std::unique_ptr<Run> run = init(options);
+  fs::path folder = fs::path(id_file).parent_path();
+  if (!folder.empty()) fs::create_directories(folder);
+  io::write_file_atomic(id_file, run->id() + "\n");
+  return run;
 }
 
 }  // namespace foundry::track

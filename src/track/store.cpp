@@ -303,6 +303,14 @@ std::vector<ScalarPoint> Store::scalars(const std::string& run_id, const std::st
   return out;
 }
 
+std::optional<int64_t> Store::max_step(const std::string& run_id, bool include_system) {
+  Stmt q(db_, include_system ? "SELECT max(step) FROM scalars WHERE run_id = ?"
+                             : "SELECT max(step) FROM scalars WHERE run_id = ? AND key NOT LIKE 'system/%'");
+  q.bind(1, run_id);
+  if (!q.step() || q.null(0)) return std::nullopt;
+  return q.i64(0);
+}
+
 std::vector<HistogramPoint> Store::histograms(const std::string& run_id, const std::string& key) {
   Stmt q(db_,
          "SELECT step, wall_time, min, max, num, sum, sum_squares, bucket_limits, bucket_counts FROM histograms "

@@ -90,14 +90,6 @@ std::string proto_value(const nlohmann::json& v) {
   return out;
 }
 
-void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, nlohmann::json>>& out) {
-  if (j.is_object()) {
-    for (auto it = j.begin(); it != j.end(); ++it) flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
-  } else {
-    out.emplace_back(prefix, j);
-  }
-}
-
 std::atomic<int> g_file_counter{0};
 
 }  // namespace
@@ -187,12 +179,9 @@ void TbEventWriter::image(const std::string& tag, int64_t step, double wall_time
 }
 
 void TbEventWriter::hparams_start(const std::string& config_json, double start_time) {
-  std::vector<std::pair<std::string, nlohmann::json>> flat;
-  auto config = nlohmann::json::parse(config_json, nullptr, false);
-  if (!config.is_discarded()) flatten(config, "", flat);
   std::string start;
-  for (auto& [k, v] : flat) {
-    if (v.is_null()) continue;
+  for (auto& [k, v] : flatten_json(nlohmann::json::parse(config_json, nullptr, false))) {
+    if (v.is_null() || v.is_object()) continue;
     std::string entry;  // map<string, Value> entry: key 1, value 2
     put_bytes(entry, 1, k);
     put_bytes(entry, 2, proto_value(v));

@@ -50,57 +50,24 @@ double json_to_double(const nlohmann::json& v) {
 }
 
 namespace {
-constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+void flatten_into(const nlohmann::json& j, const std::string& prefix,
+                  std::vector<std::pair<std::string, nlohmann::json>>& out) {
+  if (j.is_object() && (!j.empty() || prefix.empty())) {
+    for (auto it = j.begin(); it != j.end(); ++it)
+      flatten_into(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+  } else if (!prefix.empty()) {
+    out.emplace_back(prefix, j);
+  }
 }
+}  // namespace
 
-std::string base64_encode(const std::string& in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = uint32_t(uint8_t(in[i])) << 16 | uint32_t(uint8_t(in[i + 1])) << 8 | uint8_t(in[i + 2]);
-    out += kB64[v >> 18];
-    out += kB64[(v >> 12) & 63];
-    out += kB64[(v >> 6) & 63];
-    out += kB64[v & 63];
-  }
-  if (i < in.size()) {
-    uint32_t v = uint32_t(uint8_t(in[i])) << 16 | (i + 1 < in.size() ? uint32_t(uint8_t(in[i + 1])) << 8 : 0);
-    out += kB64[v >> 18];
-    out += kB64[(v >> 12) & 63];
-    out += i + 1 < in.size() ? kB64[(v >> 6) & 63] : '=';
-    out += '=';
-  }
+std::vector<std::pair<std::string, nlohmann::json>> flatten_json(const nlohmann::json& j) {
+  std::vector<std::pair<std::string, nlohmann::json>> out;
+  if (j.is_object()) flatten_into(j, "", out);
   return out;
 }
 
-std::string base64_decode(const std::string& in) {
-  if (in.size() % 4 != 0) raise<ValueError>("base64: length {} is not a multiple of 4", in.size());
-  std::array<int, 256> rev;
-  rev.fill(-1);
-  for (int i = 0; i < 64; ++i) rev[uint8_t(kB64[i])] = i;
-  std::string out;
-  out.reserve(in.size() / 4 * 3);
-  for (size_t i = 0; i < in.size(); i += 4) {
-    int v[4];
-    int pad = 0;
-    for (int k = 0; k < 4; ++k) {
-      char c = in[i + k];
-      if (c == '=' && i + 4 == in.size() && k >= 2) {
-        v[k] = 0;
-        ++pad;
-        continue;
-      }
-      if (pad || rev[uint8_t(c)] < 0) raise<ValueError>("base64: invalid character at offset {}", i + k);
-      v[k] = rev[uint8_t(c)];
-    }
-    uint32_t w = uint32_t(v[0]) << 18 | uint32_t(v[1]) << 12 | uint32_t(v[2]) << 6 | uint32_t(v[3]);
-    out += char(w >> 16);
-    if (pad < 2) out += char((w >> 8) & 255);
-    if (pad < 1) out += char(w & 255);
-  }
-  return out;
-}
+std::string json_leaf_text(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
 uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
   static const std::array<uint32_t, 256> table = [] {

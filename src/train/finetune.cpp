@@ -130,21 +130,7 @@ std::unique_ptr<track::Run> start_tracking(const FinetuneConfig& c, const Finetu
   o.config_json = cfg.dump();
   o.tags = {"lora"};
   if (!c.quantize.empty()) o.tags.push_back("qlora-" + c.quantize);
-  const std::string id_file = (fs::path(c.out) / "track_run_id").string();
-  if (c.resume) {
-    std::ifstream f(id_file);
-    std::string id;
-    if (f >> id) o.resume = id;
-  }
-  std::unique_ptr<track::Run> run;
-  try {
-    run = track::init(o);
-  } catch (const ValueError&) {  // the recorded run is not in this tracking directory
-    o.resume.clear();
-    run = track::init(o);
-  }
-  std::ofstream(id_file) << run->id() << "\n";
-  return run;
+  return track::init_for_folder(o, (fs::path(c.out) / "track_run_id").string(), c.resume);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // The trainer's experiment-tracking callback (foundry train records runs by default).
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "foundry/core/error.h"
 #include "foundry/track/track.h"
@@ -39,20 +38,7 @@ class TrackingCallback : public Callback {
     o.config_json = train_config_json(seen);
     o.tags = {seen.model.architecture};
     // A run continued from a checkpoint continues its tracked run.
-    id_file_ = (fs::path(cfg_.out_dir) / "track_run_id").string();
-    if (cfg_.resume) {
-      std::ifstream f(id_file_);
-      std::string id;
-      if (f >> id) o.resume = id;
-    }
-    try {
-      run_ = track::init(o);
-    } catch (const ValueError&) {  // the recorded run is gone (another tracking dir): start afresh
-      o.resume.clear();
-      run_ = track::init(o);
-    }
-    fs::create_directories(cfg_.out_dir);
-    std::ofstream(id_file_) << run_->id() << "\n";
+    run_ = track::init_for_folder(o, (fs::path(cfg_.out_dir) / "track_run_id").string(), cfg_.resume);
     std::printf("tracking: run %s (%s) in %s/foundry.db\n", run_->id().c_str(), run_->name().c_str(),
                 cfg_.track_dir.c_str());
     std::fflush(stdout);
@@ -102,7 +88,7 @@ class TrackingCallback : public Callback {
 
  private:
   TrainConfig cfg_;
-  std::string config_path_, id_file_, last_checkpoint_;
+  std::string config_path_, last_checkpoint_;
   std::unique_ptr<track::Run> run_;
   double best_val_ = INFINITY;
 };

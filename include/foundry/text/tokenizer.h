@@ -98,6 +98,8 @@ struct PaddingParams {
 
 /// tiktoken encodings (select the split pattern and the special tokens of a .tiktoken file).
 enum class TiktokenEncoding { R50kBase, P50kBase, P50kEdit, Cl100kBase, O200kBase };
+/// "r50k_base", "p50k_base", "p50k_edit", "cl100k_base" or "o200k_base"; ValueError naming them otherwise.
+TiktokenEncoding tiktoken_encoding(std::string_view name);
 
 class TokenizerImpl;
 

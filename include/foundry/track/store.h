@@ -79,6 +79,8 @@ class Store {
   std::optional<RunRecord> find_run(const std::string& id);
   std::vector<std::string> keys(const std::string& run_id, Series s);
   std::vector<ScalarPoint> scalars(const std::string& run_id, const std::string& key);
+  /// The largest step of any scalar of the run (optionally leaving out the system/ metrics).
+  std::optional<int64_t> max_step(const std::string& run_id, bool include_system = true);
   std::vector<HistogramPoint> histograms(const std::string& run_id, const std::string& key);
   std::vector<TextPoint> texts(const std::string& run_id, const std::string& key);
   std::vector<ImagePoint> images(const std::string& run_id, const std::string& key, bool with_png = false);

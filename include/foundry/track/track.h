@@ -95,4 +95,9 @@ class Run {
 /// that cannot be opened or is not a Foundry tracking database (never overwritten).
 std::unique_ptr<Run> init(const InitOptions& options);
 
+/// init() for a run that belongs to an output folder (a training run's out_dir): with `resume`, the
+/// run whose id `id_file` records is continued when this tracking directory holds it (else a new
+/// run starts); the run's id is then written to `id_file`.
+std::unique_ptr<Run> init_for_folder(InitOptions options, const std::string& id_file, bool resume);
+
 }  // namespace foundry::track
