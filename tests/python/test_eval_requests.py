@@ -168,12 +168,18 @@ def test_loglikelihood_rolling_and_generation_match_the_harness(tmp_path):
     assert "with 12 forwards" in stderr, stderr
 
 
-def test_rolling_windows_score_every_token_once(tmp_path):
-    for n in (1, 2, 47, 48, 49, 95, 96, 97, 150):
-        tokens = list(range(3, 3 + n))
+def test_rolling_windows_at_the_window_edges(tmp_path):
+    """Texts one token short of, at, and past one and two windows: Foundry's totals equal the
+    harness's windows (which score every token exactly once)."""
+    folder, w = write_model(tmp_path)
+    lengths = (1, 2, 47, 48, 49, 95, 96, 97)
+    texts = [[3 + (7 * i) % 95 for i in range(n)] for n in lengths]
+    for tokens in texts:
         windows = [make_disjoint_window(p) for p in get_rolling_token_windows(tokens, PREFIX, MAX_LEN, 1)]
-        assert sum(len(b) for _, b in windows) == n
-    # (The C++ windows are checked through the totals above, which would differ otherwise.)
+        assert sum(len(b) for _, b in windows) == len(tokens)
+    got, _ = run_eval(folder, [{"request_type": "loglikelihood_rolling", "ids": t} for t in texts], tmp_path)
+    for t, r in zip(texts, got):
+        assert r["n_tokens"] == len(t) and r["loglikelihood"] == pytest.approx(ref_rolling(w, t), abs=5e-4)
 
 
 @pytest.mark.parametrize("line,message", [
