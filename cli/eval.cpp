@@ -1,9 +1,10 @@
-// foundry eval --requests: lm-evaluation-harness requests (loglikelihood, loglikelihood_rolling,
-// generate_until) answered with the harness's semantics, one JSON line per request in input order
-// (docs/evaluation.md).
+// foundry eval: lm-evaluation-harness requests (--requests: loglikelihood, loglikelihood_rolling,
+// generate_until answered with the harness's semantics, one JSON line per request in input order)
+// or whole lm-eval task files (--tasks: results.json shaped like lm-eval's). docs/evaluation.md.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,7 @@
 #include "foundry/core/error.h"
 #include "foundry/core/parallel.h"
 #include "foundry/eval/requests.h"
+#include "foundry/eval/tasks.h"
 #include "foundry/io/atomic_file.h"
 #include "foundry/models/tokenizer_files.h"
 #include "foundry/text/tokenizer.h"
@@ -38,28 +40,86 @@ std::string string_field(const json& j, const char* name, size_t line) {
   return j[name].get<std::string>();
 }
 
+template <class Options>
+void run_tasks(const Options& o) {
+  if (o.log_samples && o.output.empty()) raise<ValueError>("eval: --log-samples writes beside --output; give --output results.json");
+  // Every task file is read and checked before the model loads: a bad key fails in a second.
+  std::vector<std::unique_ptr<eval::Task>> tasks;
+  for (size_t start = 0; start <= o.tasks.size();) {
+    size_t end = o.tasks.find(',', start);
+    if (end == std::string::npos) end = o.tasks.size();
+    const std::string file = o.tasks.substr(start, end - start);
+    if (!file.empty()) tasks.push_back(eval::Task::load(file));
+    start = end + 1;
+  }
+  if (tasks.empty()) raise<ValueError>("eval: --tasks names no task file");
+  models::LoadOptions lo;
+  lo.quantize = o.quantize;
+  std::shared_ptr<models::CausalLM> model = load_model(o.model, lo);
+  std::unique_ptr<text::Tokenizer> tok = models::folder_tokenizer(o.model);
+  if (!tok) raise<ValueError>("eval: task files hold text, and the model '{}' has no tokenizer", o.model);
+  eval::RequestEngine engine(*model, tok.get(), o.max_length);
+  engine.set_batch_size(o.batch_size);
+  eval::TaskRunOptions ro;
+  ro.num_fewshot = o.num_fewshot;
+  ro.fewshot_seed = o.fewshot_seed;
+  ro.limit = o.limit;
+  ro.bootstrap_iters = o.bootstrap_iters;
+  ro.log_samples = o.log_samples;
+  const auto t0 = std::chrono::steady_clock::now();
+  eval::TaskOutput res = eval::evaluate_tasks(engine, tasks, ro, "pretrained=" + o.model);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fputs(res.table.c_str(), stdout);
+  if (!o.output.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(o.output).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);
+    io::write_file_atomic(o.output, res.results_json + "\n");
+    for (const auto& [task, lines] : res.samples) {
+      std::string text;
+      for (const std::string& l : lines) text += l + "\n";
+      io::write_file_atomic((dir / ("samples_" + task + ".jsonl")).string(), text);
+    }
+  }
+  std::fprintf(stderr, "eval: %zu task(s) with %lld forwards; shared contexts saved %lld tokens; evaluated in %.3f s\n",
+               tasks.size(), (long long)engine.forwards(), (long long)engine.shared_prefix_tokens_saved(), secs);
+}
+
 }  // namespace
 
 void add_eval_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("eval", "Evaluate a model: lm-evaluation-harness requests (--requests)");
+  auto* cmd = app.add_subcommand("eval", "Evaluate a model: lm-evaluation-harness task files (--tasks) or requests (--requests)");
   struct Options {
-    std::string model, requests, out, quantize;
-    int64_t max_length = 0, batch_size = 8;
+    std::string model, requests, out, quantize, tasks, output;
+    int64_t max_length = 0, batch_size = 8, num_fewshot = -1, bootstrap_iters = 100000;
+    uint64_t fewshot_seed = 1234;
+    double limit = -1;
+    bool log_samples = false;
     int threads = 0;
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--model", o->model, "Hugging Face model folder (or GGUF file)")->required();
-  cmd->add_option("--requests", o->requests,
-                  "JSON Lines of requests: {\"request_type\": \"loglikelihood\" | \"loglikelihood_rolling\" | "
-                  "\"generate_until\", ...}")
-      ->required();
-  cmd->add_option("--out", o->out, "results, one JSON line per request in input order")->required();
+  auto* requests = cmd->add_option("--requests", o->requests,
+                                   "JSON Lines of requests: {\"request_type\": \"loglikelihood\" | "
+                                   "\"loglikelihood_rolling\" | \"generate_until\", ...}");
+  auto* out = cmd->add_option("--out", o->out, "with --requests: results, one JSON line per request in input order");
+  auto* tasks = cmd->add_option("--tasks", o->tasks, "lm-eval task files (YAML), comma-separated");
+  requests->excludes(tasks);
+  out->needs(requests);
+  cmd->add_option("--num-fewshot", o->num_fewshot, "few-shot examples per document (default: each task's num_fewshot)")->needs(tasks);
+  cmd->add_option("--fewshot-seed", o->fewshot_seed, "seed of the few-shot draws (default 1234, as lm-eval)")->needs(tasks);
+  cmd->add_option("--limit", o->limit, "evaluate the first N documents of each task (a fraction < 1: that share)")->needs(tasks);
+  cmd->add_option("--output", o->output, "results.json path (lm-eval's shape)")->needs(tasks);
+  cmd->add_flag("--log-samples", o->log_samples, "write samples_<task>.jsonl beside --output")->needs(tasks);
+  cmd->add_option("--bootstrap-iters", o->bootstrap_iters, "bootstrap resamples for stderr (default 100000; 0: none)")->needs(tasks);
   cmd->add_option("--max-length", o->max_length, "context window (default: the model's maximum positions)");
   cmd->add_option("--batch-size", o->batch_size, "requests per forward for those that share no context (default 8)");
   cmd->add_option("--quantize", o->quantize, "weight format of the products (q8_0, q4_K, nf4, ...)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->callback([o] {
     if (o->threads > 0) set_num_threads(o->threads);
+    if (o->requests.empty() && o->tasks.empty()) raise<ValueError>("eval: give --tasks T1.yaml,... or --requests REQ.jsonl --out RES.jsonl");
+    if (!o->requests.empty() && o->out.empty()) raise<ValueError>("eval: --requests needs --out");
+    if (!o->tasks.empty()) return run_tasks(*o);
     std::ifstream in(o->requests, std::ios::binary);
     if (!in) raise<IOError>("eval: cannot open requests file '{}'", o->requests);
     std::vector<json> lines;

@@ -23,6 +23,8 @@ packages=(
   libsqlite3-dev libcpp-httplib-dev zlib1g-dev libjs-chart.js
   # tracking tests: TensorBoard's protos parsed with protobuf; the dashboard in headless Chromium
   python3-protobuf protobuf-compiler chromium
+  # evaluation: task files (YAML); scikit-learn, SciPy and nltk are the metrics' references
+  libyaml-dev python3-yaml python3-sklearn python3-scipy python3-nltk
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev
 )

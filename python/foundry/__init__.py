@@ -28,6 +28,8 @@ from ._C import optim, autocast  # noqa: F401
 from ._C import peft, finetune  # noqa: F401
 # Experiment tracking with wandb's names (docs/tracking.md): foundry.track.init(...).
 from . import track  # noqa: F401,E402
+# Evaluation metrics equal to sacrebleu, rouge-score, scikit-learn, SciPy and lm-eval (docs/evaluation.md).
+from . import eval  # noqa: F401,E402,A004
 # File formats (docs/formats.md): safetensors as the `safetensors` package names it, sharded
 # checkpoints, NumPy files, training checkpoints. Malformed files raise OSError.
 from ._C import load_file, save_file, load, save, safe_open, SafetensorsFile  # noqa: F401

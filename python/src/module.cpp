@@ -30,6 +30,7 @@ void bind_gguf(py::module_& m);
 void bind_peft(py::module_& m);
 void bind_finetune(py::module_& m);
 void bind_track(py::module_& m);
+void bind_eval(py::module_& m);
 }
 
 namespace {
@@ -333,6 +334,7 @@ PYBIND11_MODULE(_C, m) {
   foundry::python::bind_peft(m);
   foundry::python::bind_finetune(m);
   foundry::python::bind_track(m);
+  foundry::python::bind_eval(m);
 
   py::module_ ag = m.def_submodule("autograd", "automatic differentiation");
   // torch.autograd.grad / backward take a tensor or a sequence of tensors for each argument.

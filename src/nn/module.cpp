@@ -396,16 +396,6 @@ std::string Module::str() const {
   return s + ")";
 }
 
-std::string py_float(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  // fmt's shortest round-trip form matches Python's repr except that Python keeps ".0" on
-  // integral values.
-  std::string s = fmt::format("{}", v);
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
-
 std::string py_tuple(const std::vector<int64_t>& v) {
   std::string s = "(";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);

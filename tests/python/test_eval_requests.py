@@ -1,15 +1,13 @@
 """`foundry eval --requests` against a transcription of lm-evaluation-harness v0.4's HFLM request
-semantics (lm_eval/models/huggingface.py: _loglikelihood_tokens, loglikelihood_rolling,
-_encode_pair, generate_until; lm_eval/utils.py: get_rolling_token_windows, make_disjoint_window)
-running on the PyTorch reference forward of the same Llama weights (test_pretrained.py)."""
+semantics (lm_eval_ref.Harness) running on the PyTorch reference forward of the same Llama weights
+(test_pretrained.py)."""
 import json
 import subprocess
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-import foundry
+import lm_eval_ref as ref
 import test_pretrained as tp
 
 pytestmark = tp.pytestmark
@@ -22,96 +20,13 @@ def write_model(tmp_path):
     w = tp.llama_weights(CFG, torch.Generator().manual_seed(11))
     folder = tmp_path / "model"
     tp.write_folder(str(folder), CFG, w)
-    # A character-level tokenizer: <unk> 0, <s> 1 (bos), </s> 2 (eos), then printable ASCII.
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
-    tok = {"version": "1.0", "truncation": None, "padding": None,
-           "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                             "normalized": False, "special": True} for t, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))],
-           "normalizer": None, "pre_tokenizer": None, "post_processor": None, "decoder": {"type": "Fuse"},
-           "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
-                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
-                     "merges": []}}
-    (folder / "tokenizer.json").write_text(json.dumps(tok))
-    return folder, w
+    h = ref.Harness(CFG, w, CHARS)
+    h.write_tokenizer(folder)
+    return folder, h
 
 
-# ---- the harness, transcribed (prefix token: bos; max_length: max_position_embeddings) ----
 MAX_LEN = CFG["max_position_embeddings"]
 PREFIX = CFG["bos_token_id"]
-
-
-def logits_of(w, ids):
-    t = torch.tensor([ids])
-    with torch.no_grad():
-        return tp.llama_forward(CFG, w, t, torch.ones_like(t))[0]
-
-
-def ref_loglikelihood_tokens(w, context_enc, continuation_enc):
-    inp = (context_enc + continuation_enc)[-(MAX_LEN + 1):][:-1]
-    contlen, inplen = len(continuation_enc), len(inp)
-    logits = F.log_softmax(logits_of(w, inp).float(), dim=-1)[inplen - contlen:inplen]
-    greedy = logits.argmax(dim=-1)
-    cont = torch.tensor(continuation_enc)
-    return float(torch.gather(logits, 1, cont.unsqueeze(-1)).squeeze(-1).sum()), bool((greedy == cont).all())
-
-
-def ref_loglikelihood(w, context_enc, continuation_enc):
-    if not context_enc:
-        context_enc = [PREFIX]
-    return ref_loglikelihood_tokens(w, context_enc, continuation_enc)
-
-
-def get_rolling_token_windows(token_list, prefix_token, max_seq_len, context_len):
-    pred_len = max_seq_len - context_len + 1
-    predicted = 0
-    first_seq_len = min(max_seq_len, len(token_list))
-    yield [prefix_token] + token_list[: first_seq_len - 1], token_list[:first_seq_len]
-    predicted += first_seq_len
-    while predicted < len(token_list):
-        window_pred_len = min(len(token_list) - predicted, pred_len)
-        window_end = predicted + window_pred_len
-        yield token_list[window_end - max_seq_len - 1: window_end - 1], token_list[window_end - window_pred_len: window_end]
-        predicted += window_pred_len
-
-
-def make_disjoint_window(pair):
-    a, b = pair
-    return a[: len(a) - (len(b) - 1)], b
-
-
-def ref_rolling(w, tokens):
-    windows = map(make_disjoint_window, get_rolling_token_windows(tokens, PREFIX, MAX_LEN, 1))
-    return sum(ref_loglikelihood_tokens(w, a, b)[0] for a, b in windows)
-
-
-def encode(text):
-    return [CHARS.index(c) + 3 for c in text]
-
-
-def ref_encode_pair(context, continuation):
-    n_spaces = len(context) - len(context.rstrip())
-    if n_spaces > 0:
-        continuation = context[-n_spaces:] + continuation
-        context = context[:-n_spaces]
-    whole_enc, context_enc = encode(context + continuation), encode(context)
-    return context_enc, whole_enc[len(context_enc):]
-
-
-def ref_generate_until(w, context, until, max_gen_toks):
-    until = list(until) + ["</s>"]
-    ids = encode(context)[-(MAX_LEN - max_gen_toks):]
-    out = []
-    for _ in range(max_gen_toks):
-        nxt = int(logits_of(w, ids + out)[-1].argmax())
-        out.append(nxt)
-        text = "".join(CHARS[i - 3] if i >= 3 else "" for i in out)
-        if nxt == CFG["eos_token_id"] or any(u in text for u in until):
-            break
-    s = "".join(CHARS[i - 3] if i >= 3 else "" for i in out)
-    for term in until:
-        if term:
-            s = s.split(term)[0]
-    return s
 
 
 def run_eval(folder, requests, tmp_path, check=True):
@@ -127,7 +42,7 @@ def run_eval(folder, requests, tmp_path, check=True):
 
 
 def test_loglikelihood_rolling_and_generation_match_the_harness(tmp_path):
-    folder, w = write_model(tmp_path)
+    folder, h = write_model(tmp_path)
     g = torch.Generator().manual_seed(5)
     ids = lambda n: [int(x) for x in torch.randint(3, 98, (n,), generator=g)]
     ctx = ids(20)
@@ -146,21 +61,21 @@ def test_loglikelihood_rolling_and_generation_match_the_harness(tmp_path):
     got, stderr = run_eval(folder, requests, tmp_path)
     assert len(got) == len(requests)
 
-    want = [ref_loglikelihood(w, ctx, c) for c in choices]
-    want.append(ref_loglikelihood(w, long_ctx, long_cont))
-    want.append(ref_loglikelihood(w, [], requests[5]["continuation_ids"]))
+    want = [h.loglikelihood(ctx, c) for c in choices]
+    want.append(h.loglikelihood(long_ctx, long_cont))
+    want.append(h.loglikelihood([], requests[5]["continuation_ids"]))
     for (ll, greedy), r in zip(want, got[:6]):
         assert r["loglikelihood"] == pytest.approx(ll, abs=2e-4) and r["is_greedy"] == greedy
     for t, r in zip(texts, got[6:11]):
-        assert r["n_tokens"] == len(t) and r["loglikelihood"] == pytest.approx(ref_rolling(w, t), abs=5e-4)
-    ll, greedy = ref_loglikelihood(w, *ref_encode_pair("Question: is it? Answer: ", "yes"))
+        assert r["n_tokens"] == len(t) and r["loglikelihood"] == pytest.approx(h.rolling(t), abs=5e-4)
+    ll, greedy = h.loglikelihood(*h.encode_pair("Question: is it? Answer: ", "yes"))
     assert got[11]["loglikelihood"] == pytest.approx(ll, abs=2e-4) and got[11]["is_greedy"] == greedy
-    ll, _ = ref_loglikelihood(w, [], encode("Hello"))
+    ll, _ = h.loglikelihood([], h.encode("Hello"))
     assert got[12]["loglikelihood"] == pytest.approx(ll, abs=2e-4)
     text = "All the world's a stage, and all the men"
-    assert got[13] == {"loglikelihood": pytest.approx(ref_rolling(w, encode(text)), abs=5e-4), "n_tokens": len(text)}
-    assert got[14]["text"] == ref_generate_until(w, "Q: 1+1=", ["\n", "z"], 12)
-    assert got[15]["text"] == ref_generate_until(w, "abc", [], 9)
+    assert got[13] == {"loglikelihood": pytest.approx(h.rolling(h.encode(text)), abs=5e-4), "n_tokens": len(text)}
+    assert got[14]["text"] == h.generate_until("Q: 1+1=", ["\n", "z"], 12)
+    assert got[15]["text"] == h.generate_until("abc", [], 9)
     # The four choices shared one forward of their context (20 tokens minus the last, 3 times saved).
     assert "shared contexts saved 57 tokens" in stderr
     # The other 4 loglikelihood requests ran as one left-padded batch, and each rolling text's windows
@@ -171,15 +86,15 @@ def test_loglikelihood_rolling_and_generation_match_the_harness(tmp_path):
 def test_rolling_windows_at_the_window_edges(tmp_path):
     """Texts one token short of, at, and past one and two windows: Foundry's totals equal the
     harness's windows (which score every token exactly once)."""
-    folder, w = write_model(tmp_path)
+    folder, h = write_model(tmp_path)
     lengths = (1, 2, 47, 48, 49, 95, 96, 97)
     texts = [[3 + (7 * i) % 95 for i in range(n)] for n in lengths]
     for tokens in texts:
-        windows = [make_disjoint_window(p) for p in get_rolling_token_windows(tokens, PREFIX, MAX_LEN, 1)]
+        windows = [ref.make_disjoint_window(p) for p in ref.get_rolling_token_windows(tokens, PREFIX, MAX_LEN, 1)]
         assert sum(len(b) for _, b in windows) == len(tokens)
     got, _ = run_eval(folder, [{"request_type": "loglikelihood_rolling", "ids": t} for t in texts], tmp_path)
     for t, r in zip(texts, got):
-        assert r["n_tokens"] == len(t) and r["loglikelihood"] == pytest.approx(ref_rolling(w, t), abs=5e-4)
+        assert r["n_tokens"] == len(t) and r["loglikelihood"] == pytest.approx(h.rolling(t), abs=5e-4)
 
 
 @pytest.mark.parametrize("line,message", [

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "foundry/core/tensor.h"
+#include "foundry/text/py_float.h"
 
 namespace foundry::nn {
 
@@ -132,7 +133,7 @@ class Module : public std::enable_shared_from_this<Module> {
 };
 
 /// Python's repr of a float ("1.0", "0.1", "1e-05"), used by extra_repr().
-std::string py_float(double v);
+using text::py_float;
 /// Python's repr of an int tuple ("(3,)", "(3, 3)").
 std::string py_tuple(const std::vector<int64_t>& v);
 /// "True" / "False".
