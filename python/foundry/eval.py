@@ -16,7 +16,7 @@ from ._C import _eval as _E
 __all__ = ["bleu", "corpus_bleu", "chrf", "rouge", "squad_em", "squad_f1", "accuracy", "f1_score",
            "matthews_corrcoef", "pearsonr", "spearmanr", "perplexity", "word_perplexity", "byte_perplexity",
            "weighted_perplexity", "bits_per_byte", "mean", "mean_stderr", "bootstrap_stderr", "tokenize_13a",
-           "porter_stem"]
+           "porter_stem", "roc_auc", "welch_t_test"]
 
 
 def _refs(hyps, refs):
@@ -181,3 +181,15 @@ def bootstrap_stderr(f, xs, iters=100000):
     if len(xs) < 2:
         return _math.nan
     return _E.bootstrap_stderr(len(xs), int(iters), lambda idx: float(fn([xs[i] for i in idx])))
+
+
+def roc_auc(members, non_members):
+    """Area under the ROC curve of members' scores against non-members' (sklearn's roc_auc_score
+    with labels 1 / 0; ties count one half)."""
+    return _E.roc_auc([float(v) for v in members], [float(v) for v in non_members])
+
+
+def welch_t_test(suspect, unseen):
+    """Welch's t-test that the suspect set's mean is greater: (t, df, p_value), as
+    scipy.stats.ttest_ind(suspect, unseen, equal_var=False, alternative="greater")."""
+    return _E.welch_t_test([float(v) for v in suspect], [float(v) for v in unseen])

@@ -3,6 +3,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include "foundry/eval/forensics.h"
 #include "foundry/eval/metrics.h"
 
 namespace py = pybind11;
@@ -50,6 +51,24 @@ void bind_eval(py::module_& m) {
   e.def("bits_per_byte", &eval::bits_per_byte);
   e.def("mean_stderr", &eval::mean_stderr);
   e.def("bootstrap_stderr", &eval::bootstrap_stderr);
+  // Forensics (foundry/eval/forensics.h).
+  e.def("roc_auc", &eval::roc_auc);
+  e.def("welch_t_test", [](const std::vector<double>& a, const std::vector<double>& b) {
+    const eval::WelchTest w = eval::welch_t_test(a, b);
+    return py::make_tuple(w.t, w.df, w.p_value);
+  });
+  e.def("student_t_sf", &eval::student_t_sf);
+  e.def("zscore_columns", &eval::zscore_columns);
+  e.def("average_linkage", [](const std::vector<std::vector<double>>& rows) {
+    const eval::Linkage l = eval::average_linkage(rows);
+    return py::make_tuple(l.merges, l.order);
+  });
+  e.def("least_squares", &eval::least_squares);
+  e.def("zlib_size", &eval::zlib_size);
+  py::class_<eval::SuffixArray>(e, "SuffixArray")
+      .def(py::init<std::string>())
+      .def("longest_prefix_match", [](const eval::SuffixArray& sa, const std::string& q) { return sa.longest_prefix_match(q); })
+      .def("count", [](const eval::SuffixArray& sa, const std::string& q) { return sa.count(q); });
   py::class_<eval::PyRandom>(e, "PyRandom")
       .def(py::init<uint64_t>())
       .def("random", &eval::PyRandom::random)

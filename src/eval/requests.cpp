@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "foundry/autograd/grad_mode.h"
@@ -61,15 +62,32 @@ LoglikelihoodRequest RequestEngine::encode_pair(const std::string& context, cons
 }
 
 std::vector<LoglikelihoodResult> RequestEngine::loglikelihood(const std::vector<LoglikelihoodRequest>& requests) {
-  autograd::NoGradGuard no_grad;
   const int64_t vocab = model_.config().vocab_size;
   std::vector<LoglikelihoodResult> out(requests.size());
+  // Scores rows of log-probabilities [n, vocab] against a continuation (float32 sum, as the harness).
+  score_continuations(requests, [&](size_t i, const float* lp, const int64_t* greedy) {
+    const Ids& continuation = requests[i].continuation;
+    float sum = 0;
+    bool all_greedy = true;
+    for (size_t t = 0; t < continuation.size(); ++t) {
+      sum += lp[int64_t(t) * vocab + continuation[t]];
+      all_greedy = all_greedy && greedy[t] == continuation[t];
+    }
+    out[i] = {double(sum), all_greedy};
+  });
+  return out;
+}
+
+void RequestEngine::score_continuations(const std::vector<LoglikelihoodRequest>& requests,
+                                        const std::function<void(size_t, const float*, const int64_t*)>& visit) {
+  autograd::NoGradGuard no_grad;
+  const int64_t vocab = model_.config().vocab_size;
   // Requests grouped by the prefix they score, longest first (the harness sorts by length too).
   std::map<Ids, std::vector<Scored>> groups;
   for (size_t i = 0; i < requests.size(); ++i) {
     const LoglikelihoodRequest& r = requests[i];
     if (r.continuation.empty()) {
-      out[i] = {0.0, true};
+      visit(i, nullptr, nullptr);
       continue;
     }
     if (int64_t(r.continuation.size()) > max_length_)
@@ -92,16 +110,6 @@ std::vector<LoglikelihoodResult> RequestEngine::loglikelihood(const std::vector<
     s.index = i;
     groups[s.prefix].push_back(std::move(s));
   }
-  // Scores rows of log-probabilities [n, vocab] against a continuation (float32 sum, as the harness).
-  auto score = [&](const float* lp, const int64_t* greedy, const Ids& continuation) {
-    float sum = 0;
-    bool all_greedy = true;
-    for (size_t t = 0; t < continuation.size(); ++t) {
-      sum += lp[int64_t(t) * vocab + continuation[t]];
-      all_greedy = all_greedy && greedy[t] == continuation[t];
-    }
-    return LoglikelihoodResult{double(sum), all_greedy};
-  };
   std::vector<const Scored*> singles;
   for (auto& [prefix, members] : groups) {
     if (members.size() == 1 || prefix.empty()) {  // nothing to share
@@ -124,7 +132,7 @@ std::vector<LoglikelihoodResult> RequestEngine::loglikelihood(const std::vector<
       ++forwards_;
       Tensor logp = log_softmax(logits.to(DType::Float32).reshape({n, vocab}), -1).contiguous();
       Tensor greedy = argmax(logp, -1).contiguous();
-      out[s.index] = score(logp.data<float>(), greedy.data<int64_t>(), s.continuation);
+      visit(s.index, logp.data<float>(), greedy.data<int64_t>());
     }
   }
   // The other requests in batches of similar length, left-padded so that every row's continuation
@@ -158,11 +166,9 @@ std::vector<LoglikelihoodResult> RequestEngine::loglikelihood(const std::vector<
     for (int64_t r = 0; r < rows; ++r) {
       const Scored& s = *singles[b0 + size_t(r)];
       const int64_t skip = last - int64_t(s.tail.size());  // the row's continuation is its last positions
-      out[s.index] = score(logp.data<float>() + (r * last + skip) * vocab, greedy.data<int64_t>() + r * last + skip,
-                           s.continuation);
+      visit(s.index, logp.data<float>() + (r * last + skip) * vocab, greedy.data<int64_t>() + r * last + skip);
     }
   }
-  return out;
 }
 
 std::vector<std::pair<Ids, Ids>> rolling_windows(const Ids& tokens, int64_t prefix_token, int64_t max_length) {
@@ -188,14 +194,52 @@ std::vector<std::pair<Ids, Ids>> rolling_windows(const Ids& tokens, int64_t pref
 }
 
 std::vector<RollingResult> RequestEngine::loglikelihood_rolling(const std::vector<Ids>& texts) {
+  // Every window of every text in one call, so windows of different texts share batches.
+  std::vector<LoglikelihoodRequest> windows;
+  std::vector<size_t> owner;
+  for (size_t i = 0; i < texts.size(); ++i)
+    for (auto& [a, b] : rolling_windows(texts[i], prefix_token_, max_length_)) windows.push_back({a, b}), owner.push_back(i);
   std::vector<RollingResult> out(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) out[i].n_tokens = int64_t(texts[i].size());
+  const auto res = loglikelihood(windows);
+  for (size_t w = 0; w < res.size(); ++w) out[owner[w]].loglikelihood += res[w].loglikelihood;
+  return out;
+}
+
+std::vector<TokenScores> RequestEngine::token_scores(const std::vector<Ids>& texts) {
+  const int64_t vocab = model_.config().vocab_size;
+  std::vector<LoglikelihoodRequest> windows;
+  std::vector<std::pair<size_t, size_t>> owner;  // (text, offset of the window's first token)
+  std::vector<TokenScores> out(texts.size());
   for (size_t i = 0; i < texts.size(); ++i) {
-    std::vector<LoglikelihoodRequest> windows;
-    for (auto& [a, b] : rolling_windows(texts[i], prefix_token_, max_length_)) windows.push_back({a, b});
-    double total = 0;
-    for (const LoglikelihoodResult& r : loglikelihood(windows)) total += r.loglikelihood;
-    out[i] = {total, int64_t(texts[i].size())};
+    size_t offset = 0;
+    for (auto& [a, b] : rolling_windows(texts[i], prefix_token_, max_length_)) {
+      owner.emplace_back(i, offset);
+      offset += b.size();
+      windows.push_back({a, b});
+    }
+    out[i].logprob.resize(texts[i].size());
+    out[i].mean.resize(texts[i].size());
+    out[i].stddev.resize(texts[i].size());
   }
+  score_continuations(windows, [&](size_t w, const float* lp, const int64_t*) {
+    auto& [text, offset] = owner[w];
+    const Ids& cont = windows[w].continuation;
+    TokenScores& ts = out[text];
+    for (size_t t = 0; t < cont.size(); ++t) {
+      const float* row = lp + int64_t(t) * vocab;
+      // The mean and spread of log p under the model's own distribution (Min-K%++'s mu and sigma).
+      double mu = 0, second = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        const double p = std::exp(double(row[v]));
+        mu += p * row[v];
+        second += p * double(row[v]) * row[v];
+      }
+      ts.logprob[offset + t] = row[cont[t]];
+      ts.mean[offset + t] = float(mu);
+      ts.stddev[offset + t] = float(std::sqrt(std::max(0.0, second - mu * mu)));
+    }
+  });
   return out;
 }
 

@@ -78,9 +78,9 @@ def test_loglikelihood_rolling_and_generation_match_the_harness(tmp_path):
     assert got[15]["text"] == h.generate_until("abc", [], 9)
     # The four choices shared one forward of their context (20 tokens minus the last, 3 times saved).
     assert "shared contexts saved 57 tokens" in stderr
-    # The other 4 loglikelihood requests ran as one left-padded batch, and each rolling text's windows
-    # as one batch: 5 + 1 + 6 forwards in all.
-    assert "with 12 forwards" in stderr, stderr
+    # The other 4 loglikelihood requests ran as one left-padded batch, and the 10 windows of the six
+    # rolling texts as two batches of at most 8: 5 + 1 + 2 forwards in all.
+    assert "with 8 forwards" in stderr, stderr
 
 
 def test_rolling_windows_at_the_window_edges(tmp_path):

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct RollingResult {
   double loglikelihood = 0;
   int64_t n_tokens = 0;
 };
+/// Per-token scores of a text (rolling windows, every token once): log p(token), and the mean and
+/// standard deviation of log p under the model's distribution at that position (Min-K%++).
+struct TokenScores {
+  std::vector<float> logprob, mean, stddev;
+};
 struct GenerateRequest {
   std::string context;
   std::vector<std::string> until;  ///< the model's end-of-text string is always added
@@ -53,6 +59,8 @@ class RequestEngine {
   /// The harness's rolling windows (get_rolling_token_windows + make_disjoint_window, context_len
   /// 1, the prefix token first): every token scored exactly once.
   std::vector<RollingResult> loglikelihood_rolling(const std::vector<Ids>& texts);
+  /// Per-token scores of each text through the harness's rolling windows (forensics).
+  std::vector<TokenScores> token_scores(const std::vector<Ids>& texts);
   /// Greedy (argmax) continuation of each context, cut at the first stop string.
   std::vector<std::string> generate_until(const std::vector<GenerateRequest>& requests);
 
@@ -72,6 +80,11 @@ class RequestEngine {
   int64_t shared_prefix_tokens_saved() const { return saved_tokens_; }
 
  private:
+  // Runs the requests (shared prefixes through the KV cache, the rest batched) and hands each one's
+  // rows of float32 log-probabilities [len(continuation), vocab] and argmaxes to `visit`
+  // (nullptrs for an empty continuation).
+  void score_continuations(const std::vector<LoglikelihoodRequest>& requests,
+                           const std::function<void(size_t, const float*, const int64_t*)>& visit);
   const text::Tokenizer& tokenizer() const;
   models::CausalLM& model_;
   const text::Tokenizer* tokenizer_;
