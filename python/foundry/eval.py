@@ -15,7 +15,7 @@ from ._C import _eval as _E
 
 __all__ = ["bleu", "corpus_bleu", "chrf", "rouge", "squad_em", "squad_f1", "accuracy", "f1_score",
            "matthews_corrcoef", "pearsonr", "spearmanr", "perplexity", "word_perplexity", "byte_perplexity",
-           "weighted_perplexity", "bits_per_byte", "mean", "mean_stderr", "bootstrap_stderr", "tokenize_13a",
+           "weighted_perplexity", "token_perplexity", "bits_per_byte", "mean", "mean_stderr", "bootstrap_stderr", "tokenize_13a",
            "porter_stem", "roc_auc", "welch_t_test"]
 
 
@@ -143,6 +143,11 @@ def _pairs(items):
 def weighted_perplexity(items):
     """exp(-sum(ll) / sum(n)) over (loglikelihood, count) items."""
     return _E.weighted_perplexity(_pairs(items))
+
+
+def token_perplexity(items):
+    """exp(-sum(ll) / sum(tokens)) over (loglikelihood, tokens) items."""
+    return weighted_perplexity(items)
 
 
 def word_perplexity(items):

@@ -152,7 +152,7 @@ def test_perplexities_and_stderr_equal_the_harness():
     assert E.perplexity(lls) == pytest.approx(ref.AGGREGATIONS["perplexity"](lls), rel=1e-12)
     items = [(-10.0, 4), (-3.5, 2), (-20.25, 9)]
     assert E.word_perplexity(items) == pytest.approx(ref.AGGREGATIONS["weighted_perplexity"](items), rel=1e-12)
-    assert E.byte_perplexity(items) == E.word_perplexity(items)
+    assert E.byte_perplexity(items) == E.word_perplexity(items) == E.token_perplexity(items)
     assert E.bits_per_byte(items) == pytest.approx(ref.AGGREGATIONS["bits_per_byte"](items), rel=1e-12)
     xs = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
     assert E.mean_stderr(xs) == pytest.approx(ref.sample_stddev(xs) / math.sqrt(len(xs)), rel=1e-12)

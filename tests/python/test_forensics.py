@@ -224,23 +224,29 @@ def run(*args):
 
 def test_forensics_recovers_known_training_data(tmp_path):
     shakespeare = open(os.path.join(REPO, "examples", "data", "tinyshakespeare.txt")).read()
-    docs = "".join(open(f).read() for f in sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))))
-    assert len(docs) > 150_000, "the repository's docs are the second corpus"
+    # The second corpus: WikiText-2 from ../shared/data/corpora, or in a clone without it, this
+    # repository's docs (so the proof runs anywhere).
+    wiki = os.path.join(REPO, "..", "shared", "data", "corpora", "wikitext2.valid.txt")
+    if os.path.exists(wiki):
+        docs = open(wiki).read() + open(wiki.replace("valid", "test")).read()
+    else:
+        docs = "".join(open(f).read() for f in sorted(glob.glob(os.path.join(REPO, "docs", "*.md"))))
+    assert len(docs) > 150_000
     tok = tmp_path / "tokenizer.json"
     byte_tokenizer(tok)
     s_train, s_held = shakespeare[:120_000], shakespeare[200_000:230_000]
     d_train, d_held = docs[:120_000], docs[-30_000:]
-    models = [train(tmp_path, "shakes_a", s_train, 250, 1, tok), train(tmp_path, "docs_a", d_train, 250, 1, tok),
-              train(tmp_path, "shakes_b", s_train, 250, 2, tok), train(tmp_path, "docs_b", d_train, 250, 2, tok)]
+    models = [train(tmp_path, "shakes_a", s_train, 250, 1, tok), train(tmp_path, "other_a", d_train, 250, 1, tok),
+              train(tmp_path, "shakes_b", s_train, 250, 2, tok), train(tmp_path, "other_b", d_train, 250, 2, tok)]
     (tmp_path / "shakespeare_held.txt").write_text(s_held)
-    (tmp_path / "docs_held.txt").write_text(d_held)
+    (tmp_path / "other_held.txt").write_text(d_held)
     fp = tmp_path / "fingerprint"
     run("fingerprint", "--models", ",".join(map(str, models)), "--datasets",
-        f"{tmp_path / 'shakespeare_held.txt'},{tmp_path / 'docs_held.txt'}", "--max-tokens", "6000", "--out", fp)
+        f"{tmp_path / 'shakespeare_held.txt'},{tmp_path / 'other_held.txt'}", "--max-tokens", "6000", "--out", fp)
     m = json.load(open(fp / "matrix.json"))
     bpb = np.array(m["bits_per_byte"])
     assert bpb[0, 0] < bpb[1, 0] and bpb[1, 1] < bpb[0, 1]  # each model knows its own corpus best
-    # The last merge joins the two Shakespeare models with each other and the two docs models with
+    # The last merge joins the two Shakespeare models with each other and the two others with
     # each other: the clusters are the training corpora.
     merges = m["linkage"]
     first_two = sorted(tuple(sorted(map(int, mg[:2]))) for mg in merges[:2])
@@ -284,7 +290,7 @@ def test_forensics_recovers_known_training_data(tmp_path):
     # Attribution: capabilities measured with `foundry eval --tasks` (bits per byte on each held-out
     # set) regressed on the fingerprint's inferred presence credit each capability to its corpus.
     results = []
-    for name, path in (("shakespeare", "shakespeare_held.txt"), ("docs", "docs_held.txt")):
+    for name, path in (("shakespeare", "shakespeare_held.txt"), ("other", "other_held.txt")):
         rows = [{"text": t} for t in open(tmp_path / path).read().split("\n\n")[:20] if t.strip()]
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (tmp_path / f"{name}_task.yaml").write_text(
@@ -292,12 +298,12 @@ def test_forensics_recovers_known_training_data(tmp_path):
             "doc_to_target: text\nmetric_list:\n  - metric: bits_per_byte\n")
     for model in models:
         out = tmp_path / f"res_{model.name}.json"
-        run("eval", "--model", model, "--tasks", f"{tmp_path / 'shakespeare_task.yaml'},{tmp_path / 'docs_task.yaml'}",
+        run("eval", "--model", model, "--tasks", f"{tmp_path / 'shakespeare_task.yaml'},{tmp_path / 'other_task.yaml'}",
             "--output", out)
         results.append(f"{model.name}={out}")
     run("attribute", "--presence", fp / "matrix.json", "--results", ",".join(results), "--out", tmp_path / "attr.json")
     attr = json.load(open(tmp_path / "attr.json"))["capabilities"]
     # Lower bits per byte is better: presence of a corpus lowers its own capability's bits per byte.
     assert attr["shakespeare_bpb/bits_per_byte,none"]["weights"]["shakespeare_held.txt"] < 0
-    assert attr["docs_bpb/bits_per_byte,none"]["weights"]["docs_held.txt"] < 0
-    assert attr["docs_bpb/bits_per_byte,none"]["ranking"][-1] == "docs_held.txt"
+    assert attr["other_bpb/bits_per_byte,none"]["weights"]["other_held.txt"] < 0
+    assert attr["other_bpb/bits_per_byte,none"]["ranking"][-1] == "other_held.txt"
