@@ -48,20 +48,32 @@ std::string read_all(const std::string& path, const char* what) {
   return ss.str();
 }
 
-// Documents of a dataset file: JSON Lines with a "text" field, or plain text split at blank lines.
-std::vector<std::string> read_documents(const std::string& path) {
+// Documents of a dataset file: JSON Lines with a "text" field (and, when `labels` is given, an
+// optional "label": 1 member / 0 non-member on every line or none), or plain text split at blank
+// lines. Empty documents are skipped.
+std::vector<std::string> read_documents(const std::string& path, std::vector<int>* labels = nullptr) {
   const std::string text = read_all(path, "dataset");
   std::vector<std::string> docs;
   if (fs::path(path).extension() == ".jsonl") {
     std::istringstream in(text);
     std::string line;
+    size_t lines = 0;
     for (size_t n = 1; std::getline(in, line); ++n) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       auto j = ordered_json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
         raise<ValueError>("dataset '{}' line {}: needs a JSON object with a string \"text\"", path, n);
-      if (!j["text"].get<std::string>().empty()) docs.push_back(j["text"].get<std::string>());
+      if (j["text"].get<std::string>().empty()) continue;
+      docs.push_back(j["text"].get<std::string>());
+      ++lines;
+      if (labels && j.contains("label")) {
+        if (!j["label"].is_number_integer() || (j["label"] != 0 && j["label"] != 1))
+          raise<ValueError>("dataset '{}' line {}: \"label\" must be 1 (member) or 0 (non-member)", path, n);
+        labels->push_back(j["label"].get<int>());
+      }
     }
+    if (labels && !labels->empty() && labels->size() != lines)
+      raise<ValueError>("dataset '{}': give \"label\" on every line or on none", path);
   } else {
     size_t start = 0;
     while (start < text.size()) {
@@ -272,31 +284,9 @@ void add_membership(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->callback([o] {
     if (o->threads > 0) set_num_threads(o->threads);
-    auto read_labeled = [](const std::string& path, std::vector<int>* labels) {
-      if (fs::path(path).extension() != ".jsonl") return read_documents(path);
-      std::vector<std::string> docs;
-      std::istringstream in(read_all(path, "documents"));
-      std::string line;
-      for (size_t n = 1; std::getline(in, line); ++n) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        auto j = ordered_json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string() || j["text"].get<std::string>().empty())
-          raise<ValueError>("documents '{}' line {}: needs a JSON object with a non-empty string \"text\"", path, n);
-        docs.push_back(j["text"].get<std::string>());
-        if (labels && j.contains("label")) {
-          if (!j["label"].is_number_integer() || (j["label"] != 0 && j["label"] != 1))
-            raise<ValueError>("documents '{}' line {}: \"label\" must be 1 (member) or 0 (non-member)", path, n);
-          labels->push_back(j["label"].get<int>());
-        }
-      }
-      if (labels && !labels->empty() && labels->size() != docs.size())
-        raise<ValueError>("documents '{}': give \"label\" on every line or on none", path);
-      if (docs.empty()) raise<ValueError>("documents '{}' has no document", path);
-      return docs;
-    };
     std::vector<int> labels;
-    const std::vector<std::string> docs = read_labeled(o->documents, &labels);
-    const std::vector<std::string> unseen = o->unseen.empty() ? std::vector<std::string>{} : read_labeled(o->unseen, nullptr);
+    const std::vector<std::string> docs = read_documents(o->documents, &labels);
+    const std::vector<std::string> unseen = o->unseen.empty() ? std::vector<std::string>{} : read_documents(o->unseen);
     LoadedModel target = load(o->model, o->batch_size, o->quantize);
     std::optional<LoadedModel> reference;
     if (!o->reference.empty()) reference = load(o->reference, o->batch_size, o->quantize);

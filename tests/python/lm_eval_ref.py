@@ -186,9 +186,11 @@ class Task:
     def _apply(self, spec, doc):
         return ENV.from_string(spec).render(**doc)
 
-    def doc_to_text(self, doc):
-        spec = self.cfg.get("doc_to_text")
-        if isinstance(spec, int):
+    def _resolve(self, key, doc):
+        """A field name, an int / list literal, or a template (digits become an index when there
+        are choices)."""
+        spec = self.cfg.get(key)
+        if isinstance(spec, (int, list)):
             return spec
         if spec in self.features:
             return doc[spec]
@@ -197,21 +199,17 @@ class Task:
             return ast.literal_eval(text)
         return text
 
+    def doc_to_text(self, doc):
+        return self._resolve("doc_to_text", doc)
+
     def doc_to_target(self, doc):
-        spec = self.cfg.get("doc_to_target")
-        if isinstance(spec, (int, list)):
-            return spec
-        if spec in self.features:
-            return doc[spec]
-        text = self._apply(spec, doc)
-        if text.isdigit() and self.cfg.get("doc_to_choice") is not None:
-            return ast.literal_eval(text)
-        if len(text) >= 2 and text[0] == "[" and text[-1] == "]":
+        value = self._resolve("doc_to_target", doc)
+        if isinstance(value, str) and len(value) >= 2 and value[0] == "[" and value[-1] == "]":
             try:
-                return ast.literal_eval(text)
+                return ast.literal_eval(value)
             except (SyntaxError, ValueError):
-                return text
-        return text
+                return value
+        return value
 
     def doc_to_choice(self, doc):
         spec = self.cfg.get("doc_to_choice")
