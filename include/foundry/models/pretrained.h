@@ -50,9 +50,36 @@ struct ModelConfig {
 
 /// Per-layer key/value buffers [batch, kv_heads, capacity, head_dim], allocated once; decoding
 /// writes into them without reallocating. `length` positions are filled (same for every row).
+///
+/// Or paged (KVCache::paged): per layer a pool of fixed-size blocks [num_blocks, kv_heads,
+/// block_size, head_dim]; each sequence owns a block table, and full blocks may be shared by
+/// several sequences (a common prompt prefix stored once). A forward runs over the sequences
+/// bound with bind(), in that order, as its batch rows; length() is their longest cached length,
+/// and the caller's attention mask [rows, length() + T] left-pads the shorter rows.
 class KVCache {
  public:
   KVCache() = default;
+  static KVCache paged(int64_t layers, int64_t kv_heads, int64_t head_dim, DType dtype, const std::string& format,
+                       int64_t num_blocks, int64_t block_size);
+  bool paged() const { return block_size_ > 0; }
+  int64_t block_size() const { return block_size_; }
+  int64_t num_blocks() const { return int64_t(refs_.size()); }
+  int64_t free_blocks() const { return int64_t(free_.size()); }
+  /// Starts sequence `id` on `prefix` (full blocks that already hold its first positions; each
+  /// gains a reference).
+  void add_sequence(int64_t id, const std::vector<int32_t>& prefix = {});
+  /// Drops the sequence's references to its blocks (a block nobody references is free again).
+  void remove_sequence(int64_t id);
+  /// Allocates blocks for `n` more positions of `id`; false (nothing allocated) when the pool is short.
+  bool reserve_sequence(int64_t id, int64_t n);
+  int64_t sequence_length(int64_t id) const;
+  const std::vector<int32_t>& block_table(int64_t id) const;
+  /// Extra references (a prefix cache keeping blocks for later requests).
+  void retain_block(int32_t block);
+  void release_block(int32_t block);
+  int64_t block_refs(int32_t block) const { return refs_.at(size_t(block)); }
+  /// The sequences of the next forward, as its batch rows.
+  void bind(const std::vector<int64_t>& ids);
   /// `format`: "" keeps keys and values in `dtype`; a format of foundry/quant/block_formats.h
   /// ("f16", "bf16", "q8_0", ...; head_dim must be whole blocks of it) stores each head's row in it,
   /// and append() returns them dequantized to `dtype`.
@@ -92,6 +119,20 @@ class KVCache {
   int64_t length_ = 0, capacity_ = 0, batch_ = 0, head_dim_ = 0;
   DType dtype_ = DType::Float32;
   std::string format_;
+  // Paged layout (block_size_ > 0).
+  struct Sequence {
+    std::vector<int32_t> blocks;
+    int64_t length = 0;
+  };
+  void store_paged(int64_t layer, const Tensor& k, const Tensor& v);
+  std::pair<Tensor, Tensor> read_paged(int64_t layer, int64_t T) const;
+  Sequence& sequence(int64_t id);
+  const Sequence& sequence(int64_t id) const;
+  int64_t block_size_ = 0, kv_heads_ = 0;
+  std::map<int64_t, Sequence> seqs_;
+  std::vector<int64_t> bound_;
+  std::vector<int32_t> free_;
+  std::vector<int64_t> refs_;
 };
 
 namespace hf {

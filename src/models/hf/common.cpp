@@ -75,6 +75,7 @@ Tensor KVCache::read(const Tensor& stored, int64_t length) const {
 
 void KVCache::store(int64_t layer, const Tensor& k, const Tensor& v) {
   FOUNDRY_CHECK_AS(IndexError, layer >= 0 && layer < int64_t(k_.size()), "KVCache: layer {} of {}", layer, k_.size());
+  if (paged()) return store_paged(layer, k, v);
   const int64_t T = k.size(2);
   if (length_ + T > capacity_)
     raise<ValueError>("KVCache: {} cached + {} new positions exceed the capacity of {}", length_, T, capacity_);
@@ -93,6 +94,7 @@ void KVCache::store(int64_t layer, const Tensor& k, const Tensor& v) {
 
 std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {
   store(layer, k, v);
+  if (paged()) return read_paged(layer, k.size(2));
   const int64_t filled = length_ + k.size(2);
   return {read(k_[size_t(layer)], filled), read(v_[size_t(layer)], filled)};
 }
@@ -104,18 +106,25 @@ int64_t KVCache::nbytes() const {
 }
 
 void KVCache::advance(int64_t T) {
+  if (paged()) {
+    length_ = 0;
+    for (int64_t id : bound_) length_ = std::max(length_, sequence(id).length += T);
+    return;
+  }
   FOUNDRY_CHECK_AS(ValueError, T >= 0 && length_ + T <= capacity_, "KVCache: can't advance {} by {} (capacity {})",
                    length_, T, capacity_);
   length_ += T;
 }
 
 void KVCache::truncate(int64_t length) {
+  FOUNDRY_CHECK_AS(ValueError, !paged(), "KVCache: {} is for contiguous caches (a paged cache manages sequences)", __func__);
   FOUNDRY_CHECK_AS(ValueError, length >= 0 && length <= length_, "KVCache: can't truncate {} positions to {}",
                    length_, length);
   length_ = length;
 }
 
 void KVCache::reserve(int64_t capacity) {
+  FOUNDRY_CHECK_AS(ValueError, !paged(), "KVCache: {} is for contiguous caches (a paged cache manages sequences)", __func__);
   if (capacity <= capacity_) return;
   for (size_t l = 0; l < k_.size(); ++l) {
     for (Tensor* t : {&k_[l], &v_[l]}) {
@@ -128,6 +137,7 @@ void KVCache::reserve(int64_t capacity) {
 }
 
 void KVCache::reorder(const std::vector<int64_t>& rows) {
+  FOUNDRY_CHECK_AS(ValueError, !paged(), "KVCache: {} is for contiguous caches (a paged cache manages sequences)", __func__);
   FOUNDRY_CHECK_AS(ValueError, int64_t(rows.size()) == batch_, "KVCache::reorder: {} rows for a batch of {}",
                    rows.size(), batch_);
   for (int64_t r : rows)

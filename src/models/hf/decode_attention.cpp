@@ -3,7 +3,9 @@
 // tiles of cached keys; a running maximum and sum rescale the partial softmax and the weighted sum
 // of the value rows, so nothing of length S is materialised but one tile of scores. Quantized
 // caches are read a tile at a time through the format's dequantize (no full dequantized copy).
+// Contiguous and paged caches differ only in where a row's positions live.
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -17,62 +19,53 @@
 namespace foundry::models {
 
 namespace {
-constexpr int64_t kTile = 64;
-}  // namespace
 
-Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& bias) {
-  autograd::NoGradGuard no_grad;
-  FOUNDRY_CHECK_AS(ValueError, streams_attention(), "KVCache: streaming attention needs a float32 or block-format cache");
-  FOUNDRY_CHECK_AS(ValueError, q.dim() == 4 && q.size(2) == 1 && k.size(2) == 1,
-                   "KVCache::append_and_attend: one query position, got q {} and k {}", shape_str(q.sizes()),
-                   shape_str(k.sizes()));
-  store(layer, k, v);
-  const int64_t B = q.size(0), H = q.size(1), D = q.size(3), Hkv = k.size(1), S = length_ + 1;
-  const int64_t rep = H / Hkv;
-  FOUNDRY_CHECK_AS(ValueError, D == head_dim_ && H % Hkv == 0 && k.size(0) == batch_,
-                   "KVCache::append_and_attend: q {} does not match the cache (batch {}, head_dim {})",
-                   shape_str(q.sizes()), batch_, head_dim_);
+constexpr int64_t kTile = 64;
+
+// Where row b's cached positions live: `visible` positions, the first at bias column `offset`, and
+// locate(b, kv_head, j) -> (key row pointer, value row pointer, positions contiguous from j).
+struct RowLayout {
+  std::function<int64_t(int64_t)> visible, offset;
+  std::function<std::tuple<const uint8_t*, const uint8_t*, int64_t>(int64_t, int64_t, int64_t)> locate;
+};
+
+Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int64_t head_dim, int64_t row_bytes,
+                           const quant::BlockFormatTraits* fmt, const RowLayout& layout) {
+  const int64_t B = q.size(0), H = q.size(1), D = q.size(3), rep = H / Hkv;
   Tensor qc = q.to(DType::Float32).contiguous();
   Tensor bc = bias.to(DType::Float32).contiguous();
   const bool per_head = bc.size(1) == H;
-  FOUNDRY_CHECK_AS(ValueError, bc.size(-1) == S, "KVCache::append_and_attend: bias covers {} positions, the cache {}",
-                   bc.size(-1), S);
+  const int64_t S = bc.size(-1);
   Tensor out = empty({B, 1, H * D}, DType::Float32);
-  const quant::BlockFormatTraits* fmt = format_.empty() ? nullptr : &quant::traits(format_);
-  const Tensor& ks = k_[size_t(layer)];
-  const Tensor& vs = v_[size_t(layer)];
-  const int64_t cap = capacity_, row = ks.size(3);
   const float scale = float(1.0 / std::sqrt(double(D)));
   parallel_for(0, B * Hkv, 1, [&](int64_t lo, int64_t hi) {
     std::vector<float> ktile(static_cast<size_t>(kTile * D)), vtile(static_cast<size_t>(kTile * D));
     std::vector<float> s(static_cast<size_t>(kTile)), acc(static_cast<size_t>(rep * D));
     std::vector<float> m(static_cast<size_t>(rep)), l(static_cast<size_t>(rep));
     for (int64_t bg = lo; bg < hi; ++bg) {
-      const int64_t b = bg / Hkv;
+      const int64_t b = bg / Hkv, g = bg % Hkv, L = layout.visible(b), off = layout.offset(b);
       std::fill(acc.begin(), acc.end(), 0.f);
       std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
       std::fill(l.begin(), l.end(), 0.f);
-      for (int64_t t0 = 0; t0 < S; t0 += kTile) {
-        const int64_t n = std::min(kTile, S - t0);
+      for (int64_t t0 = 0; t0 < L;) {
+        auto [kb, vb, run] = layout.locate(b, g, t0);
+        const int64_t n = std::min({kTile, L - t0, run});
         const float *kt, *vt;
         if (fmt) {
-          const auto* kb = static_cast<const uint8_t*>(ks.data_ptr()) + (bg * cap + t0) * row;
-          const auto* vb = static_cast<const uint8_t*>(vs.data_ptr()) + (bg * cap + t0) * row;
           for (int64_t j = 0; j < n; ++j) {
-            fmt->dequantize(kb + j * row, ktile.data() + j * D, D);
-            fmt->dequantize(vb + j * row, vtile.data() + j * D, D);
+            fmt->dequantize(kb + j * row_bytes, ktile.data() + j * D, D);
+            fmt->dequantize(vb + j * row_bytes, vtile.data() + j * D, D);
           }
           kt = ktile.data();
           vt = vtile.data();
         } else {
-          kt = ks.data<float>() + (bg * cap + t0) * D;
-          vt = vs.data<float>() + (bg * cap + t0) * D;
+          kt = reinterpret_cast<const float*>(kb);
+          vt = reinterpret_cast<const float*>(vb);
         }
         for (int64_t r = 0; r < rep; ++r) {
-          const int64_t h = (bg % Hkv) * rep + r;
+          const int64_t h = g * rep + r;
           const float* qr = qc.data<float>() + (b * H + h) * D;
-          const float* br = bc.data<float>() + (b * (per_head ? H : 1) + (per_head ? h : 0)) * S + t0;
+          const float* br = bc.data<float>() + (b * (per_head ? H : 1) + (per_head ? h : 0)) * S + off + t0;
           kernels::gemv_rows_f32(kt, D, n, D, qr, s.data(), scale, 0.f, nullptr);
           float tile_max = -std::numeric_limits<float>::infinity();
           for (int64_t j = 0; j < n; ++j) {
@@ -92,16 +85,65 @@ Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& 
           float* a = acc.data() + r * D;
           kernels::gemv_cols_f32(vt, D, n, D, s.data(), a, 1.f, correction, nullptr);
         }
+        t0 += n;
       }
       for (int64_t r = 0; r < rep; ++r) {
-        const int64_t h = (bg % Hkv) * rep + r;
+        const int64_t h = g * rep + r;
         float* o = out.data<float>() + b * H * D + h * D;
         const float inv = l[size_t(r)] > 0.f ? 1.f / l[size_t(r)] : 0.f;
         for (int64_t d = 0; d < D; ++d) o[d] = acc[size_t(r * D + d)] * inv;
       }
     }
   });
+  (void)head_dim;
   return out.dtype() == q.dtype() ? out : out.to(q.dtype());
+}
+
+}  // namespace
+
+Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& bias) {
+  autograd::NoGradGuard no_grad;
+  FOUNDRY_CHECK_AS(ValueError, streams_attention(), "KVCache: streaming attention needs a float32 or block-format cache");
+  FOUNDRY_CHECK_AS(ValueError, q.dim() == 4 && q.size(2) == 1 && k.size(2) == 1,
+                   "KVCache::append_and_attend: one query position, got q {} and k {}", shape_str(q.sizes()),
+                   shape_str(k.sizes()));
+  store(layer, k, v);
+  const int64_t H = q.size(1), D = q.size(3), Hkv = k.size(1);
+  FOUNDRY_CHECK_AS(ValueError, D == head_dim_ && H % Hkv == 0 && k.size(0) == batch_,
+                   "KVCache::append_and_attend: q {} does not match the cache (batch {}, head_dim {})",
+                   shape_str(q.sizes()), batch_, head_dim_);
+  FOUNDRY_CHECK_AS(ValueError, bias.size(-1) == length_ + 1,
+                   "KVCache::append_and_attend: bias covers {} positions, the cache {}", bias.size(-1), length_ + 1);
+  const quant::BlockFormatTraits* fmt = format_.empty() ? nullptr : &quant::traits(format_);
+  const Tensor& ks = k_[size_t(layer)];
+  const Tensor& vs = v_[size_t(layer)];
+  const int64_t row = fmt ? ks.size(3) : D * int64_t(sizeof(float));
+  const auto* kbase = static_cast<const uint8_t*>(ks.data_ptr());
+  const auto* vbase = static_cast<const uint8_t*>(vs.data_ptr());
+  RowLayout layout;
+  if (!paged()) {
+    const int64_t S = length_ + 1, cap = capacity_;
+    layout.visible = [S](int64_t) { return S; };
+    layout.offset = [](int64_t) { return int64_t(0); };
+    layout.locate = [=](int64_t b, int64_t g, int64_t j) {
+      const int64_t at = ((b * Hkv + g) * cap + j) * row;
+      return std::make_tuple(kbase + at, vbase + at, S - j);
+    };
+  } else {
+    // Row b: its sequence's positions (this token's included), right-aligned to the bias columns.
+    std::vector<const Sequence*> rows;
+    for (int64_t id : bound_) rows.push_back(&sequence(id));
+    const int64_t S = length_ + 1, bs = block_size_;
+    layout.visible = [rows](int64_t b) { return rows[size_t(b)]->length + 1; };
+    layout.offset = [rows, S](int64_t b) { return S - (rows[size_t(b)]->length + 1); };
+    layout.locate = [=](int64_t b, int64_t g, int64_t j) {
+      const int64_t block = rows[size_t(b)]->blocks[size_t(j / bs)];
+      const int64_t at = ((block * Hkv + g) * bs + j % bs) * row;
+      return std::make_tuple(kbase + at, vbase + at, bs - j % bs);
+    };
+  }
+  return streaming_attention(q, bias, Hkv, D, row, fmt, layout);
 }
 
 }  // namespace foundry::models
