@@ -6,6 +6,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <list>
 #include <map>
 #include <mutex>
@@ -61,6 +62,7 @@ struct Engine::Impl {
   std::deque<std::unique_ptr<Sequence>> waiting;
   std::vector<std::unique_ptr<Sequence>> active;
   std::vector<int64_t> cancelled;
+  std::deque<std::pair<std::function<void()>, std::promise<void>>> tasks;  // run_exclusive
   bool stopping = false;
   int64_t next_id = 1;
   EngineStats st;
@@ -222,8 +224,20 @@ struct Engine::Impl {
       std::vector<std::unique_ptr<Sequence>> dropped;  // cancelled while waiting
       {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return stopping || !waiting.empty() || !active.empty() || !cancelled.empty(); });
+        cv.wait(lock, [&] { return stopping || !waiting.empty() || !active.empty() || !cancelled.empty() || !tasks.empty(); });
         if (stopping) break;
+        while (!tasks.empty()) {
+          auto task = std::move(tasks.front());
+          tasks.pop_front();
+          lock.unlock();
+          try {
+            task.first();
+            task.second.set_value();
+          } catch (...) {
+            task.second.set_exception(std::current_exception());
+          }
+          lock.lock();
+        }
         cancel_ids.swap(cancelled);
         for (int64_t id : cancel_ids)
           for (auto it = waiting.begin(); it != waiting.end(); ++it)
@@ -252,6 +266,8 @@ struct Engine::Impl {
     std::vector<std::unique_ptr<Sequence>> left;
     {
       std::lock_guard<std::mutex> lock(mu);
+      for (auto& t : tasks) t.second.set_exception(std::make_exception_ptr(Error("serve: the engine stopped")));
+      tasks.clear();
       for (auto& s : waiting) left.push_back(std::move(s));
       waiting.clear();
     }
@@ -371,7 +387,19 @@ EngineStats Engine::stats() const {
   return s;
 }
 
+void Engine::run_exclusive(const std::function<void()>& fn) {
+  std::future<void> done;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->tasks.emplace_back(fn, std::promise<void>());
+    done = impl_->tasks.back().second.get_future();
+  }
+  impl_->cv.notify_all();
+  done.get();
+}
+
 int64_t Engine::ctx_size() const { return impl_->ctx; }
+models::CausalLM& Engine::model() { return impl_->model; }
 const EngineOptions& Engine::options() const { return impl_->opt; }
 
 }  // namespace foundry::serve

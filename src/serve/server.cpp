@@ -16,6 +16,9 @@
 
 #include "foundry/core/error.h"
 #include "foundry/models/chat_template.h"
+#include "foundry/models/pretrained.h"
+#include "foundry/ops/ops.h"
+#include "text/base64.h"
 #include "foundry/text/tokenizer.h"
 
 namespace foundry::serve {
@@ -523,6 +526,66 @@ struct Server::Impl {
     });
   }
 
+  // /v1/embeddings: the mean of the final hidden states over the input's tokens, unit length.
+  void handle_embeddings(const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_body(req);
+    check_model(body);
+    if (!body.contains("input")) throw ApiError(400, "'input' is required", "input");
+    const json& in = body["input"];
+    std::vector<std::vector<int64_t>> inputs;
+    auto one = [&](const json& x) {
+      if (x.is_string()) inputs.push_back(encode(x.get<std::string>(), true));
+      else if (x.is_array() && std::all_of(x.begin(), x.end(), [](const json& v) { return v.is_number_integer(); }))
+        inputs.push_back(x.get<std::vector<int64_t>>());
+      else throw ApiError(400, "'input' must be a string, a list of token ids, or a list of those", "input");
+    };
+    if (in.is_string() || (in.is_array() && !in.empty() && in[0].is_number_integer())) one(in);
+    else if (in.is_array() && !in.empty()) for (const json& x : in) one(x);
+    else throw ApiError(400, "'input' must be a string, a list of token ids, or a list of those", "input");
+    const std::string format = get_opt<std::string>(body, "encoding_format").value_or("float");
+    if (format != "float" && format != "base64") throw ApiError(400, "'encoding_format' must be float or base64", "encoding_format");
+    const int64_t hidden = engine.model().config().hidden_size, vocab = engine.model().config().vocab_size;
+    if (auto dims = get_opt<int64_t>(body, "dimensions"); dims && *dims != hidden)
+      throw ApiError(400, fmt::format("this model's embeddings have {} dimensions", hidden), "dimensions");
+    int64_t tokens = 0;
+    for (const auto& ids : inputs) {
+      if (ids.empty()) throw ApiError(400, "an input encodes to no tokens", "input");
+      if (int64_t(ids.size()) > engine.ctx_size())
+        throw ApiError(400, fmt::format("an input has {} tokens, more than the context of {}", ids.size(), engine.ctx_size()),
+                       "input", "context_length_exceeded");
+      for (int64_t id : ids)
+        if (id < 0 || id >= vocab) throw ApiError(400, fmt::format("token id {} is outside the vocabulary", id), "input");
+      tokens += int64_t(ids.size());
+    }
+    std::vector<std::vector<float>> vectors;
+    engine.run_exclusive([&] {
+      for (const auto& ids : inputs) {
+        Tensor h = engine.model().hidden_states(tensor<int64_t>(ids, {1, int64_t(ids.size())})).contiguous();
+        const float* p = h.data<float>();
+        std::vector<float> v(size_t(hidden), 0.f);
+        for (size_t t = 0; t < ids.size(); ++t)
+          for (int64_t d = 0; d < hidden; ++d) v[size_t(d)] += p[int64_t(t) * hidden + d] / float(ids.size());
+        double norm = 0;
+        for (float x : v) norm += double(x) * x;
+        const float inv = norm > 0 ? float(1 / std::sqrt(norm)) : 0.f;
+        for (float& x : v) x *= inv;
+        vectors.push_back(std::move(v));
+      }
+    });
+    json data = json::array();
+    for (size_t i = 0; i < vectors.size(); ++i) {
+      json e = {{"object", "embedding"}, {"index", i}};
+      if (format == "float") {
+        e["embedding"] = vectors[i];
+      } else {
+        e["embedding"] = text::base64_encode(std::string(reinterpret_cast<const char*>(vectors[i].data()), vectors[i].size() * sizeof(float)));
+      }
+      data.push_back(e);
+    }
+    send_json(res, {{"object", "list"}, {"data", data}, {"model", opt.model_name},
+                    {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
+  }
+
   json parse_body(const httplib::Request& req) const {
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
@@ -595,6 +658,7 @@ struct Server::Impl {
     http.Post("/v1/completions", guarded([this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, false); }));
     http.Post("/v1/chat/completions",
               guarded([this](const httplib::Request& q, httplib::Response& r) { handle_generation(q, r, true); }));
+    http.Post("/v1/embeddings", guarded([this](const httplib::Request& q, httplib::Response& r) { handle_embeddings(q, r); }));
     http.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
                res.set_content(metrics(), "text/plain; version=0.0.4");
              }));

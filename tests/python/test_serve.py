@@ -265,3 +265,29 @@ def test_disconnected_stream_frees_its_blocks(folder, server):
         time.sleep(0.1)
     assert values["foundry_requests_running"] == "0"
     assert values["foundry_kv_cache_blocks_used"] == values["foundry_kv_cache_blocks_cached"]
+
+
+def test_embeddings_are_the_mean_final_hidden_state(folder, server):
+    """The LM head is linear, so (unit embedding) @ lm_head^T points where the mean of the logits
+    over the tokens points: checked against the PyTorch reference forward."""
+    w = tp.llama_weights(CFG, torch.Generator().manual_seed(21))
+    texts = ["Hello there", "A much longer input about the sea and the sky"]
+    status, body = post(server.url + "/v1/embeddings", {"model": "tiny", "input": texts})
+    assert status == 200, body
+    r = json.loads(body)
+    assert r["object"] == "list" and r["usage"]["prompt_tokens"] == sum(len(t) for t in texts)
+    for text, item in zip(texts, r["data"]):
+        emb = torch.tensor(item["embedding"], dtype=torch.float64)
+        assert emb.shape == (CFG["hidden_size"],) and abs(float(emb.norm()) - 1) < 1e-5
+        ids = torch.tensor([encode(text)])
+        with torch.no_grad():
+            logits = tp.llama_forward(CFG, w, ids, torch.ones_like(ids))[0].double().mean(0)
+        direction = emb @ w["lm_head.weight"].double().T
+        assert torch.allclose(direction / direction.norm(), logits / logits.norm(), atol=1e-4)
+    status, body = post(server.url + "/v1/embeddings", {"input": "Hello there", "encoding_format": "base64"})
+    import base64
+    import struct
+    raw = base64.b64decode(json.loads(body)["data"][0]["embedding"])
+    assert list(struct.unpack(f"<{len(raw) // 4}f", raw)) == pytest.approx(r["data"][0]["embedding"], abs=1e-7)
+    status, body = post(server.url + "/v1/embeddings", {"input": 7})
+    assert status == 400 and json.loads(body)["error"]["param"] == "input"

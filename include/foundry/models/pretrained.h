@@ -174,6 +174,9 @@ class CausalLM : public nn::Module {
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
   KVCache make_cache(int64_t batch, int64_t capacity) const;
+  /// The final hidden states [B, T, hidden_size] in float32 — after the last norm, transformers'
+  /// last_hidden_state — for embeddings. No gradient.
+  Tensor hidden_states(const Tensor& input_ids, const Tensor& attention_mask = {});
   /// Parameters by their HF names (tied tensors once).
   std::map<std::string, Tensor> weights() const;
   DType dtype() const { return dtype_; }
@@ -206,6 +209,9 @@ class CausalLM : public nn::Module {
   CausalLM(const ModelConfig& c, std::shared_ptr<hf::WeightProducts> products);
   /// The architecture's forward: logits (any float dtype) of the last `last_positions` positions.
   virtual Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) = 0;
+  /// How every run() ends: the LM head over the final hidden states, or the states themselves
+  /// when hidden_states() asked for them.
+  Tensor head(nn::Module& lm_head, const Tensor& final_hidden) { return return_hidden_ ? final_hidden : lm_head.forward(final_hidden); }
   ModelConfig config_;
   DType dtype_ = DType::Float32;
   std::shared_ptr<hf::WeightProducts> products_;
@@ -213,6 +219,7 @@ class CausalLM : public nn::Module {
  private:
   std::string kv_format_;
   bool gradient_checkpointing_ = false;
+  bool return_hidden_ = false;
 };
 
 struct LoadOptions {

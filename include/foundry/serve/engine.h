@@ -70,7 +70,11 @@ class Engine {
   /// Cancels a queued or running request (its on_finish says "cancelled").
   void cancel(int64_t id);
   EngineStats stats() const;
+  /// Runs `fn` on the scheduler's thread between steps (a model runs one forward at a time) and
+  /// waits for it; its exception, if any, is rethrown here.
+  void run_exclusive(const std::function<void()>& fn);
   int64_t ctx_size() const;
+  models::CausalLM& model();
   const EngineOptions& options() const;
 
  private:

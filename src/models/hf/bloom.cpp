@@ -82,7 +82,7 @@ class Bloom : public CausalLM {
     const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_, {.alibi_scale = 1.0});
     Tensor h = word_embeddings_layernorm->forward(word_embeddings->forward(input_ids));
     h = run_layers(*this, blocks, ctx, h, last_positions);
-    return lm_head->forward(ln_f->forward(h));
+    return head(*lm_head, ln_f->forward(h));
   }
 
   std::shared_ptr<Scope> transformer;

@@ -34,6 +34,17 @@ Tensor CausalLM::forward(const Tensor& input_ids, const Tensor& attention_mask, 
   return hf::float_logits(run(input_ids, attention_mask, cache, last_positions));
 }
 
+Tensor CausalLM::hidden_states(const Tensor& input_ids, const Tensor& attention_mask) {
+  autograd::NoGradGuard no_grad;
+  struct Restore {
+    bool& flag;
+    ~Restore() { flag = false; }
+  } restore{return_hidden_};
+  return_hidden_ = true;
+  Tensor h = run(input_ids, attention_mask, nullptr, 0);
+  return h.dtype() == DType::Float32 ? h : h.to(DType::Float32);
+}
+
 Tensor CausalLM::causal_lm_loss(const Tensor& logits, const Tensor& labels) {
   FOUNDRY_CHECK_AS(ValueError, logits.dim() == 3 && labels.dim() == 2 && labels.size(0) == logits.size(0) &&
                                    labels.size(1) == logits.size(1),

@@ -102,7 +102,7 @@ class Decoder : public CausalLM {
     // HF rounds the normaliser to the compute dtype first.
     if (spec_.scale_embeddings) h = h * full({}, std::sqrt(double(c.hidden_size)), h.dtype());
     h = run_layers(*this, layers, ctx, h, last_positions);
-    return lm_head->forward(norm_->forward(h));
+    return head(*lm_head, norm_->forward(h));
   }
 
   std::shared_ptr<Scope> model;

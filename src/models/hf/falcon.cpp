@@ -116,7 +116,7 @@ class Falcon : public CausalLM {
     const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_, p);
     Tensor h = word_embeddings->forward(input_ids);
     h = run_layers(*this, layers, ctx, h, last_positions);
-    return lm_head->forward(ln_f->forward(h));
+    return head(*lm_head, ln_f->forward(h));
   }
 
   std::shared_ptr<Scope> transformer;

@@ -86,7 +86,7 @@ class GPT2 : public CausalLM {
       raise<ValueError>("{}: position {} is past n_positions ({})", c.architecture, last, c.max_positions);
     Tensor h = maybe_dropout(*this, wte->forward(input_ids) + wpe->forward(ctx.positions), o_.embd_pdrop);
     h = run_layers(*this, blocks, ctx, h, last_positions);
-    return lm_head->forward(ln_f->forward(h));
+    return head(*lm_head, ln_f->forward(h));
   }
 
   std::shared_ptr<Scope> transformer;

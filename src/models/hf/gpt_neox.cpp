@@ -85,7 +85,7 @@ class GPTNeoX : public CausalLM {
     const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_, {.rotary_dims = o_.rot_dim});
     Tensor h = maybe_dropout(*this, embed_in->forward(input_ids), o_.hidden_dropout);
     h = run_layers(*this, layers, ctx, h, last_positions);
-    return embed_out->forward(final_layer_norm->forward(h));
+    return head(*embed_out, final_layer_norm->forward(h));
   }
 
   std::shared_ptr<Scope> gpt_neox;

@@ -106,7 +106,7 @@ class OPT : public CausalLM {
     h = run_layers(*this, layers, ctx, h, last_positions);
     if (final_layer_norm) h = final_layer_norm->forward(h);
     if (project_out) h = project_out->forward(h);
-    return lm_head->forward(h);
+    return head(*lm_head, h);
   }
 
   std::shared_ptr<Scope> decoder;

@@ -79,7 +79,7 @@ class Phi : public CausalLM {
     const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_, {.rotary_dims = o_.rot_dim});
     Tensor h = maybe_dropout(*this, embed_tokens->forward(input_ids), o_.embd_pdrop);
     h = run_layers(*this, layers, ctx, h, last_positions);
-    return lm_head->forward(final_layernorm->forward(h));
+    return head(*lm_head, final_layernorm->forward(h));
   }
 
   std::shared_ptr<Scope> model;
