@@ -20,6 +20,7 @@ void add_finetune_commands(CLI::App& app);  ///< finetune, merge
 void add_eval_command(CLI::App& app);        ///< eval (lm-evaluation-harness tasks and requests)
 void add_forensics_commands(CLI::App& app);  ///< fingerprint, membership, attribute, memorization
 void add_serve_command(CLI::App& app);       ///< serve (OpenAI-compatible HTTP server)
+void add_chat_command(CLI::App& app);        ///< chat (interactive terminal chat)
 void add_template_command(CLI::App& app);    ///< template (chat templates)
 void add_runs_commands(CLI::App& app);      ///< runs list|show|compare|export|gc|sync, dashboard
 

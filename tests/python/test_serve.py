@@ -291,3 +291,52 @@ def test_embeddings_are_the_mean_final_hidden_state(folder, server):
     assert list(struct.unpack(f"<{len(raw) // 4}f", raw)) == pytest.approx(r["data"][0]["embedding"], abs=1e-7)
     status, body = post(server.url + "/v1/embeddings", {"input": 7})
     assert status == 400 and json.loads(body)["error"]["param"] == "input"
+
+
+def greedy_chat_answer(folder, messages, n):
+    prompt = subprocess.run([tp.FOUNDRY, "template", "--model", str(folder), "--messages", "/dev/stdin"],
+                            input=json.dumps(messages), capture_output=True, text=True, check=True).stdout
+    ids = [1] + encode(prompt[3:]) if prompt.startswith("<s>") else encode(prompt)
+    want = generate_ids(folder, ids, n)
+    return "".join(CHARS[i - 3] for i in want if i >= 3)
+
+
+def test_foundry_chat_keeps_history_and_obeys_commands(folder):
+    script = "Hello there\nHow are you?\n/system Be brief.\nHi again\n/reset\nHello there\n/exit\n"
+    p = subprocess.run([tp.FOUNDRY, "chat", "--model", str(folder), "--temperature", "0", "--max-new-tokens", "8"],
+                       input=script, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    a1 = greedy_chat_answer(folder, [{"role": "user", "content": "Hello there"}], 8)
+    a2 = greedy_chat_answer(folder, [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": a1},
+                                     {"role": "user", "content": "How are you?"}], 8)
+    sys = {"role": "system", "content": "Be brief."}
+    a3 = greedy_chat_answer(folder, [sys, {"role": "user", "content": "Hi again"}], 8)
+    a4 = greedy_chat_answer(folder, [sys, {"role": "user", "content": "Hello there"}], 8)
+    assert lines == [a1, a2, "(new system message; conversation reset)", a3, "(conversation reset)", a4], p.stdout
+
+
+def test_ctrl_c_stops_the_answer_not_the_chat(tmp_path):
+    import signal
+    # A context of 8192 positions: an answer takes seconds, so Ctrl-C lands in the middle of it.
+    cfg = dict(CFG, max_position_embeddings=8192)
+    w = tp.llama_weights(cfg, torch.Generator().manual_seed(21))
+    folder = tmp_path / "long"
+    tp.write_folder(str(folder), cfg, w)
+    ref.Harness(cfg, w, CHARS).write_tokenizer(folder)
+    p = subprocess.Popen([tp.FOUNDRY, "chat", "--model", str(folder), "--temperature", "0.9", "--max-new-tokens", "8000"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write(b"Tell me a long story\n")
+    p.stdin.flush()
+    first = p.stdout.read(1)  # the answer has started streaming
+    assert first
+    p.send_signal(signal.SIGINT)
+    out = first
+    while b"[stopped]" not in out:
+        chunk = p.stdout.read1(4096)
+        assert chunk, p.stderr.read()
+        out += chunk
+    # The program is still there: it answers the next message, then exits cleanly.
+    p.stdin.write(b"Hi\n/exit\n")
+    p.stdin.close()
+    assert p.wait(60) == 0
