@@ -173,14 +173,16 @@ struct Engine::Impl {
     std::vector<float> row(logits, logits + vocab);
     TokenEvent ev;
     {
+      std::vector<float> scores = row;
+      models::process_scores(scores, s.context, s.prompt_len, s.req.sampling);
+      ev.token = models::choose_token(std::move(scores), s.req.sampling, s.gen.get());
+    }
+    if (s.req.logprobs) {
       // log-probabilities of the model's distribution
       float mx = *std::max_element(row.begin(), row.end());
       double sum = 0;
       for (float v : row) sum += std::exp(double(v - mx));
       const float lse = float(mx + std::log(sum));
-      std::vector<float> scores = row;
-      models::process_scores(scores, s.context, s.prompt_len, s.req.sampling);
-      ev.token = models::choose_token(std::move(scores), s.req.sampling, s.gen.get());
       ev.logprob = row[size_t(ev.token)] - lse;
       if (s.req.top_logprobs > 0) {
         std::vector<int64_t> idx(static_cast<size_t>(vocab));
@@ -284,27 +286,57 @@ struct Engine::Impl {
     st.kv_blocks_cached = int64_t(prefix.size());
   }
 
-  // One scheduler iteration: a prefill chunk of one sequence that is still reading its prompt,
-  // then one decode step for every sequence that is generating.
+  // The attention mask of a forward over `ids` adding T positions each: rows with less cached
+  // than the longest are left-padded. Undefined when no row needs padding.
+  Tensor padding_mask(const std::vector<int64_t>& ids, int64_t T) const {
+    const int64_t past = cache.length(), B = int64_t(ids.size());
+    bool padded = false;
+    for (int64_t id : ids) padded = padded || cache.sequence_length(id) != past;
+    if (!padded) return Tensor();
+    std::vector<int64_t> mask(size_t(B * (past + T)), 0);
+    for (int64_t r = 0; r < B; ++r) {
+      const int64_t len = cache.sequence_length(ids[size_t(r)]);
+      for (int64_t t = past - len; t < past + T; ++t) mask[size_t(r * (past + T) + t)] = 1;
+    }
+    return tensor<int64_t>(mask, {B, past + T});
+  }
+
+  // One scheduler iteration: prefill chunks of the sequences still reading their prompts (those
+  // whose next chunk has the same length run as one batch, up to a token budget), then one decode
+  // step for every sequence that is generating.
   void step() {
+    std::vector<size_t> pre;
+    int64_t chunk = 0;
     for (size_t i = 0; i < active.size(); ++i) {
-      Sequence& s = *active[i];
+      const Sequence& s = *active[i];
       if (s.decoding()) continue;
       const int64_t T = std::min(opt.prefill_chunk, int64_t(s.prompt_len) - s.processed);
-      std::vector<int64_t> ids(s.context.begin() + s.processed, s.context.begin() + s.processed + T);
-      cache.bind({s.id});
+      if (pre.empty()) chunk = T;
+      if (T != chunk || int64_t(pre.size() + 1) * T > 4 * opt.prefill_chunk) continue;
+      pre.push_back(i);
+    }
+    if (!pre.empty()) {
+      std::vector<int64_t> ids, input;
+      for (size_t i : pre) {
+        const Sequence& s = *active[i];
+        ids.push_back(s.id);
+        input.insert(input.end(), s.context.begin() + s.processed, s.context.begin() + s.processed + chunk);
+      }
+      cache.bind(ids);
       Tensor logits;
       try {
-        logits = model.forward(tensor<int64_t>(ids, {1, T}), Tensor(), &cache, 1).contiguous();
+        logits = model.forward(tensor<int64_t>(input, {int64_t(pre.size()), chunk}), padding_mask(ids, chunk), &cache, 1)
+                     .contiguous();
       } catch (const std::exception& e) {
-        finish(s, std::string("error: ") + e.what());
-        retire(i);
+        for (size_t k = pre.size(); k-- > 0;) finish(*active[pre[k]], std::string("error: ") + e.what()), retire(pre[k]);
         return;
       }
-      s.processed += T;
-      register_prefix(s);
-      if (s.decoding() && !emit(s, logits.data<float>())) retire(i);
-      break;
+      for (size_t k = pre.size(); k-- > 0;) {
+        Sequence& s = *active[pre[k]];
+        s.processed += chunk;
+        register_prefix(s);
+        if (s.decoding() && !emit(s, logits.data<float>() + int64_t(k) * vocab)) retire(pre[k]);
+      }
     }
     std::vector<size_t> rows;
     for (size_t i = 0; i < active.size(); ++i)
@@ -313,15 +345,10 @@ struct Engine::Impl {
     std::vector<int64_t> ids, input;
     for (size_t i : rows) ids.push_back(active[i]->id), input.push_back(active[i]->pending);
     cache.bind(ids);
-    const int64_t B = int64_t(rows.size()), past = cache.length();
-    std::vector<int64_t> mask(size_t(B * (past + 1)), 0);
-    for (int64_t r = 0; r < B; ++r) {
-      const int64_t len = cache.sequence_length(ids[size_t(r)]);
-      for (int64_t t = past - len; t <= past; ++t) mask[size_t(r * (past + 1) + t)] = 1;
-    }
+    const int64_t B = int64_t(rows.size());
     Tensor logits;
     try {
-      logits = model.forward(tensor<int64_t>(input, {B, 1}), tensor<int64_t>(mask, {B, past + 1}), &cache, 1).contiguous();
+      logits = model.forward(tensor<int64_t>(input, {B, 1}), padding_mask(ids, 1), &cache, 1).contiguous();
     } catch (const std::exception& e) {
       for (size_t k = rows.size(); k-- > 0;) finish(*active[rows[k]], std::string("error: ") + e.what()), retire(rows[k]);
       return;

@@ -210,6 +210,7 @@ struct Server::Impl {
     r.sampling.seed = p.sampling.seed + uint64_t(index);
     const int64_t room = engine.ctx_size() - int64_t(prompt.size());
     r.sampling.max_new_tokens = std::min(p.max_tokens.value_or(room), room);
+    r.logprobs = p.want_logprobs;
     r.top_logprobs = p.logprobs;
     const std::vector<std::string> stop = p.stop;
     const text::Tokenizer* t = &tok;

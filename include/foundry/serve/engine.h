@@ -32,7 +32,7 @@ struct EngineOptions {
 
 struct TokenEvent {
   int64_t token = 0;
-  float logprob = 0;                                ///< log p of the token under the model (before sampling filters)
+  float logprob = 0;  ///< log p of the token under the model, before sampling filters (with Request::logprobs)
   std::vector<std::pair<int64_t, float>> top;       ///< the top_logprobs most likely tokens
 };
 
@@ -40,7 +40,8 @@ struct Request {
   std::vector<int64_t> prompt;
   /// max_new_tokens, do_sample, temperature, top_k, top_p, min_p, penalties, seed, eos ids, ignore_eos.
   models::GenerationConfig sampling;
-  int64_t top_logprobs = 0;
+  bool logprobs = false;      ///< fill TokenEvent::logprob
+  int64_t top_logprobs = 0;  ///< and this many of the most likely tokens
   /// Each generated token as it is chosen; returning false cancels (the client went away).
   std::function<bool(const TokenEvent&)> on_token;
   /// Called after each token with the generated tokens; true ends the request with "stop" (stop strings).
