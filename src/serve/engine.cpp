@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <deque>
 #include <future>
+#include <limits>
 #include <list>
 #include <map>
 #include <mutex>
@@ -168,6 +169,23 @@ struct Engine::Impl {
     }
   }
 
+  // Leaves only allowed tokens a finite score: the most likely candidates first (greedy needs just
+  // the best allowed one); false when no token is allowed.
+  static bool constrain(TokenConstraint& c, std::vector<float>& scores) {
+    std::vector<int64_t> order(scores.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+    const size_t k = std::min<size_t>(order.size(), 512);
+    std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(k), order.end(),
+                      [&](int64_t a, int64_t b) { return scores[size_t(a)] > scores[size_t(b)]; });
+    std::vector<bool> keep(scores.size(), false);
+    size_t allowed = 0;
+    for (size_t i = 0; i < order.size() && (i < k || allowed == 0); ++i)
+      if (std::isfinite(scores[size_t(order[i])]) && c.allows(order[i])) keep[size_t(order[i])] = true, ++allowed;
+    for (size_t i = 0; i < scores.size(); ++i)
+      if (!keep[i]) scores[i] = -std::numeric_limits<float>::infinity();
+    return allowed > 0;
+  }
+
   // Samples from one row of logits; returns false when the sequence is done (finished already).
   bool emit(Sequence& s, const float* logits) {
     std::vector<float> row(logits, logits + vocab);
@@ -175,7 +193,9 @@ struct Engine::Impl {
     {
       std::vector<float> scores = row;
       models::process_scores(scores, s.context, s.prompt_len, s.req.sampling);
+      if (s.req.constraint && !constrain(*s.req.constraint, scores)) return finish(s, "error: no token satisfies the constraint"), false;
       ev.token = models::choose_token(std::move(scores), s.req.sampling, s.gen.get());
+      if (s.req.constraint) s.req.constraint->accept(ev.token);
     }
     if (s.req.logprobs) {
       // log-probabilities of the model's distribution
@@ -204,6 +224,7 @@ struct Engine::Impl {
     const auto& eos = s.req.sampling.eos_token_ids.empty() ? model.config().eos_token_ids : s.req.sampling.eos_token_ids;
     if (!s.req.sampling.ignore_eos && std::find(eos.begin(), eos.end(), ev.token) != eos.end()) return finish(s, "stop"), false;
     if (s.req.should_stop && s.req.should_stop(s.generated)) return finish(s, "stop"), false;
+    if (s.req.constraint && s.req.constraint->complete()) return finish(s, "stop"), false;
     if (int64_t(s.generated.size()) >= s.req.sampling.max_new_tokens) return finish(s, "length"), false;
     if (int64_t(s.context.size()) >= ctx) return finish(s, "length"), false;  // the next token would not fit
     if (!cache.reserve_sequence(s.id, 1) && !(make_room(1) && cache.reserve_sequence(s.id, 1)))

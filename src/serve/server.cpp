@@ -3,6 +3,8 @@
 // /tokenize, /detokenize, /apply-template; API keys, body limits and OpenAI's error shape.
 #include "foundry/serve/server.h"
 
+#include "foundry/serve/json_schema.h"
+
 #include <httplib.h>
 
 #include <atomic>
@@ -84,6 +86,40 @@ struct Params {
   int64_t n = 1, logprobs = 0;
   bool want_logprobs = false, echo = false, stream = false, include_usage = false;
   std::optional<int64_t> max_tokens;
+  std::string json_schema;  ///< response_format: the schema the output must match ("" none)
+};
+
+// Constrained decoding: a token may come next when its text keeps the output a valid beginning of
+// a document of the schema (its text read in the context of the tokens before it, as decoding
+// joins them); end-of-text only once the document is complete.
+class JsonConstraint : public TokenConstraint {
+ public:
+  JsonConstraint(const std::string& schema, const text::Tokenizer& tok, std::vector<int64_t> eos)
+      : matcher_(schema), tok_(tok), eos_(std::move(eos)) {}
+  bool allows(int64_t token) override {
+    if (std::find(eos_.begin(), eos_.end(), token) != eos_.end()) return matcher_.complete();
+    const std::string text = piece(token);
+    return !text.empty() && matcher_.accepts(text);
+  }
+  void accept(int64_t token) override {
+    if (std::find(eos_.begin(), eos_.end(), token) == eos_.end()) matcher_.feed(piece(token));
+    tail_.push_back(token);
+    if (tail_.size() > 4) tail_.erase(tail_.begin());
+  }
+  bool complete() const override { return matcher_.complete(); }
+
+ private:
+  std::string piece(int64_t token) const {
+    std::vector<uint32_t> ids(tail_.begin(), tail_.end());
+    const std::string before = tok_.decode(ids, true);
+    ids.push_back(uint32_t(token));
+    const std::string after = tok_.decode(ids, true);
+    if (after.compare(0, before.size(), before) != 0) return tok_.decode({uint32_t(token)}, true);
+    return after.substr(before.size());
+  }
+  JsonMatcher matcher_;
+  const text::Tokenizer& tok_;
+  std::vector<int64_t> eos_, tail_;
 };
 
 Params parse_params(const json& b, bool chat) {
@@ -134,10 +170,24 @@ Params parse_params(const json& b, bool chat) {
     const json& rf = b["response_format"];
     if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
       throw ApiError(400, "'response_format' must be an object with a 'type'", "response_format");
-    if (rf["type"] != "text")
-      throw ApiError(400, fmt::format("response_format type '{}' (constrained decoding) is not supported by this server yet",
-                                      rf["type"].get<std::string>()),
+    const std::string type = rf["type"].get<std::string>();
+    if (type == "json_object") {
+      p.json_schema = R"({"type": "object"})";
+    } else if (type == "json_schema") {
+      if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema"))
+        throw ApiError(400, "response_format json_schema needs {\"json_schema\": {\"name\", \"schema\"}}", "response_format");
+      p.json_schema = rf["json_schema"]["schema"].dump();
+    } else if (type != "text") {
+      throw ApiError(400, fmt::format("response_format type '{}' is not one of text, json_object, json_schema", type),
                      "response_format");
+    }
+    if (!p.json_schema.empty()) {
+      try {
+        JsonMatcher check(p.json_schema);
+      } catch (const ValueError& e) {
+        throw ApiError(400, e.what(), "response_format");
+      }
+    }
   }
   return p;
 }
@@ -210,6 +260,8 @@ struct Server::Impl {
     r.sampling.seed = p.sampling.seed + uint64_t(index);
     const int64_t room = engine.ctx_size() - int64_t(prompt.size());
     r.sampling.max_new_tokens = std::min(p.max_tokens.value_or(room), room);
+    if (!p.json_schema.empty())
+      r.constraint = std::make_shared<JsonConstraint>(p.json_schema, tok, engine.model().config().eos_token_ids);
     r.logprobs = p.want_logprobs;
     r.top_logprobs = p.logprobs;
     const std::vector<std::string> stop = p.stop;

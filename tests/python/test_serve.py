@@ -340,3 +340,46 @@ def test_ctrl_c_stops_the_answer_not_the_chat(tmp_path):
     p.stdin.write(b"Hi\n/exit\n")
     p.stdin.close()
     assert p.wait(60) == 0
+
+
+SCHEMA = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"},
+                         "ok": {"type": "boolean"}, "score": {"type": "number"},
+                         "tags": {"type": "array", "items": {"enum": ["red", "green", 3]}, "maxItems": 3},
+                         "pet": {"type": ["object", "null"], "properties": {"kind": {"const": "cat"}},
+                                 "required": ["kind"]}},
+          "required": ["name", "age", "ok", "tags", "pet"]}
+
+
+def check_schema(v):
+    assert isinstance(v, dict) and set(v) <= set(SCHEMA["properties"]) and set(SCHEMA["required"]) <= set(v)
+    assert isinstance(v["name"], str) and len(v["name"]) <= 8
+    assert isinstance(v["age"], int) and isinstance(v["ok"], bool)
+    assert "score" not in v or isinstance(v["score"], (int, float))
+    assert isinstance(v["tags"], list) and len(v["tags"]) <= 3 and all(t in ("red", "green", 3) for t in v["tags"])
+    assert v["pet"] is None or v["pet"] == {"kind": "cat"}
+
+
+def test_response_format_constrains_the_output(server):
+    for seed in range(4):
+        body = {"messages": [{"role": "user", "content": "Describe a person as JSON"}], "max_tokens": 400,
+                "temperature": 1.0, "seed": seed,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}}
+        status, text = post(server.url + "/v1/chat/completions", body)
+        assert status == 200, text
+        choice = json.loads(text)["choices"][0]
+        assert choice["finish_reason"] == "stop", choice
+        check_schema(json.loads(choice["message"]["content"]))
+    status, text = post(server.url + "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 400, "temperature": 0,
+                         "response_format": {"type": "json_object"}})
+    choice = json.loads(text)["choices"][0]
+    content = choice["message"]["content"]
+    assert content.lstrip().startswith("{")
+    if choice["finish_reason"] == "stop":
+        assert isinstance(json.loads(content), dict)
+    status, text = post(server.url + "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "x"}],
+                         "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"anyOf": []}}}})
+    err = json.loads(text)["error"]
+    assert status == 400 and "anyOf" in err["message"] and err["param"] == "response_format"

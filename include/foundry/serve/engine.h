@@ -36,12 +36,22 @@ struct TokenEvent {
   std::vector<std::pair<int64_t, float>> top;       ///< the top_logprobs most likely tokens
 };
 
+/// Restricts which token may come next (constrained decoding, e.g. JSON): asked about candidates
+/// in order of preference, told the chosen one; complete() ends the request with "stop".
+struct TokenConstraint {
+  virtual ~TokenConstraint() = default;
+  virtual bool allows(int64_t token) = 0;
+  virtual void accept(int64_t token) = 0;
+  virtual bool complete() const = 0;
+};
+
 struct Request {
   std::vector<int64_t> prompt;
   /// max_new_tokens, do_sample, temperature, top_k, top_p, min_p, penalties, seed, eos ids, ignore_eos.
   models::GenerationConfig sampling;
   bool logprobs = false;      ///< fill TokenEvent::logprob
   int64_t top_logprobs = 0;  ///< and this many of the most likely tokens
+  std::shared_ptr<TokenConstraint> constraint;
   /// Each generated token as it is chosen; returning false cancels (the client went away).
   std::function<bool(const TokenEvent&)> on_token;
   /// Called after each token with the generated tokens; true ends the request with "stop" (stop strings).
