@@ -383,3 +383,24 @@ def test_response_format_constrains_the_output(server):
                          "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"anyOf": []}}}})
     err = json.loads(text)["error"]
     assert status == 400 and "anyOf" in err["message"] and err["param"] == "response_format"
+
+
+def test_kv_cache_format_and_adapterless_flags(folder):
+    """--kv-cache f16 stores the paged blocks in f16: greedy output equals `foundry generate
+    --kv-cache f16` on the same prompt ids (through prefill gathers and streaming decode)."""
+    s = Server(folder, "--kv-cache", "f16", "--parallel", "2", "--ctx-size", "128", "--block-size", "8")
+    try:
+        ids = [1] + encode("Paged blocks in half precision")
+        status, body = post(s.url + "/v1/completions", {"prompt": ids, "max_tokens": 20, "temperature": 0})
+        assert status == 200, body
+        out = subprocess.run([tp.FOUNDRY, "generate", "--model", str(folder), "--input-ids", ",".join(map(str, ids)),
+                              "--max-new-tokens", "20", "--temperature", "0", "--kv-cache", "f16", "--print-ids"],
+                             capture_output=True, text=True, check=True).stdout
+        want = json.loads(out.strip().splitlines()[-1])
+        assert json.loads(body)["choices"][0]["text"] == "".join(CHARS[i - 3] for i in want if i >= 3)
+        models = json.loads(urllib.request.urlopen(s.url + "/v1/models").read())
+        assert models["data"][0]["max_model_len"] == 128
+        status, body = post(s.url + "/v1/completions", {"prompt": "x" * 200})
+        assert status == 400 and "maximum context length is 128" in json.loads(body)["error"]["message"]
+    finally:
+        s.close()
