@@ -49,14 +49,10 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->callback([o] {
     if (o->threads > 0) set_num_threads(o->threads);
-    models::LoadOptions lo;
-    lo.quantize = o->quantize;
-    std::shared_ptr<models::CausalLM> model = load_model(o->model, lo, o->adapter);
-    std::unique_ptr<text::Tokenizer> tok = models::folder_tokenizer(o->model);
-    if (!tok) raise<ValueError>("chat: '{}' has no tokenizer", o->model);
-    models::TokenizerSettings ts;
-    if (!models::is_gguf_file(o->model)) ts = models::folder_tokenizer_settings(o->model);
-    std::string source = ts.chat_template.value_or("");
+    ChatModel m = load_chat_model(o->model, o->quantize, o->adapter, "chat");
+    std::shared_ptr<models::CausalLM> model = m.model;
+    const text::Tokenizer* tok = m.tokenizer.get();
+    std::string source = m.chat_template;
     if (source.empty()) {
       std::fprintf(stderr, "foundry: warning: '%s' has no chat_template (tokenizer_config.json); using ChatML\n", o->model.c_str());
       source = models::kChatMlTemplate;
@@ -70,7 +66,7 @@ void add_chat_command(CLI::App& app) {
     g.top_k = o->top_k;
     g.seed = o->seed;
     g.eos_token_ids = model->config().eos_token_ids;
-    for (const std::string& end : {ts.eos_token, std::string("<|im_end|>"), std::string("<|eot_id|>"), std::string("<end_of_turn>")})
+    for (const std::string& end : {m.eos_token, std::string("<|im_end|>"), std::string("<|eot_id|>"), std::string("<end_of_turn>")})
       if (auto id = end.empty() ? std::nullopt : tok->token_to_id(end)) g.eos_token_ids.push_back(int64_t(*id));
     nlohmann::json messages = nlohmann::json::array();
     if (!o->system.empty()) messages.push_back({{"role", "system"}, {"content", o->system}});
@@ -108,7 +104,7 @@ void add_chat_command(CLI::App& app) {
         continue;
       }
       messages.push_back({{"role", "user"}, {"content", line}});
-      const std::string prompt = chat.apply(messages.dump(), true, ts.bos_token, ts.eos_token);
+      const std::string prompt = chat.apply(messages.dump(), true, m.bos_token, m.eos_token);
       std::vector<int64_t> ids;
       for (uint32_t id : tok->encode_ids(prompt, false)) ids.push_back(int64_t(id));
       const int64_t room = model->config().max_positions > 0 ? model->config().max_positions - int64_t(ids.size()) : g.max_new_tokens;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "foundry/models/pretrained.h"
+#include "foundry/text/tokenizer.h"
 
 namespace foundry::cli {
 
@@ -28,5 +29,15 @@ void add_runs_commands(CLI::App& app);      ///< runs list|show|compare|export|g
 /// (unmerged), or merged into the float weights at load when `merge` (then quantized if asked).
 std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const models::LoadOptions& options,
                                              const std::string& adapter = "", bool merge = false);
+
+/// A model with the tokenizer and chat-template settings of its folder (GGUF: the file's tokenizer,
+/// no template); `command` names the caller in the error for a folder without a tokenizer.
+struct ChatModel {
+  std::shared_ptr<models::CausalLM> model;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::string chat_template, bos_token, eos_token;  ///< chat_template "": the folder has none
+};
+ChatModel load_chat_model(const std::string& dir, const std::string& quantize, const std::string& adapter,
+                          const char* command);
 
 }  // namespace foundry::cli

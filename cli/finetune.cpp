@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "foundry/models/gguf.h"
 #include "foundry/core/error.h"
 #include "foundry/models/tokenizer_files.h"
 #include "foundry/peft/lora.h"
@@ -29,6 +30,24 @@ std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const model
     model->freeze_if_quantized();
   }
   return model;
+}
+
+ChatModel load_chat_model(const std::string& dir, const std::string& quantize, const std::string& adapter,
+                          const char* command) {
+  ChatModel m;
+  models::LoadOptions lo;
+  lo.quantize = quantize;
+  m.model = load_model(dir, lo, adapter);
+  m.tokenizer = models::folder_tokenizer(dir);
+  if (!m.tokenizer)
+    raise<ValueError>("{}: '{}' has no tokenizer (tokenizer.json, tokenizer.model or vocab.json + merges.txt)", command, dir);
+  if (!models::is_gguf_file(dir)) {
+    const models::TokenizerSettings s = models::folder_tokenizer_settings(dir);
+    m.chat_template = s.chat_template.value_or("");
+    m.bos_token = s.bos_token;
+    m.eos_token = s.eos_token;
+  }
+  return m;
 }
 
 namespace {

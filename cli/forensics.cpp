@@ -98,11 +98,9 @@ struct LoadedModel {
 LoadedModel load(const std::string& dir, int64_t batch_size, const std::string& quantize = "") {
   LoadedModel m;
   m.dir = dir;
-  models::LoadOptions lo;
-  lo.quantize = quantize;
-  m.model = load_model(dir, lo);
-  m.tokenizer = models::folder_tokenizer(dir);
-  if (!m.tokenizer) raise<ValueError>("the model '{}' has no tokenizer, and forensics reads text", dir);
+  ChatModel loaded = load_chat_model(dir, quantize, "", "forensics (which reads text)");
+  m.model = loaded.model;
+  m.tokenizer = std::move(loaded.tokenizer);
   m.engine = std::make_unique<eval::RequestEngine>(*m.model, m.tokenizer.get());
   m.engine->set_batch_size(batch_size);
   return m;

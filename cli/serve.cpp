@@ -49,11 +49,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "threads for the model (default: all cores)");
   cmd->callback([o] {
     if (o->threads > 0) set_num_threads(o->threads);
-    models::LoadOptions lo;
-    lo.quantize = o->quantize;
-    std::shared_ptr<models::CausalLM> model = load_model(o->model, lo, o->adapter);
-    std::unique_ptr<text::Tokenizer> tok = models::folder_tokenizer(o->model);
-    if (!tok) raise<ValueError>("serve: '{}' has no tokenizer (tokenizer.json, tokenizer.model or vocab.json + merges.txt)", o->model);
+    ChatModel m = load_chat_model(o->model, o->quantize, o->adapter, "serve");
     serve::ServerOptions so;
     so.host = o->host;
     so.port = o->port;
@@ -63,12 +59,9 @@ void add_serve_command(CLI::App& app) {
     so.model_name = o->name.empty() ? p.filename().string() : o->name;
     so.request_timeout_s = o->timeout;
     so.max_body_bytes = o->max_body;
-    if (!models::is_gguf_file(o->model)) {
-      const models::TokenizerSettings s = models::folder_tokenizer_settings(o->model);
-      so.chat_template = s.chat_template.value_or("");
-      so.bos_token = s.bos_token;
-      so.eos_token = s.eos_token;
-    }
+    so.chat_template = m.chat_template;
+    so.bos_token = m.bos_token;
+    so.eos_token = m.eos_token;
     if (so.chat_template.empty())
       std::fprintf(stderr, "foundry: warning: '%s' has no chat_template (tokenizer_config.json); chat uses ChatML\n",
                    o->model.c_str());
@@ -79,8 +72,8 @@ void add_serve_command(CLI::App& app) {
     eo.block_size = o->block_size;
     eo.prefill_chunk = o->prefill_chunk;
     eo.kv_format = o->kv_cache;
-    serve::Engine engine(*model, eo);
-    serve::Server server(engine, *tok, so);
+    serve::Engine engine(*m.model, eo);
+    serve::Server server(engine, *m.tokenizer, so);
     g_server = &server;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
