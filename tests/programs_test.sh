@@ -23,6 +23,13 @@ for p in foundry bench_infer bench_finetune bench_train_step bench_ops_vs_torch 
 done
 [ -x "$bin/foundry" ] && check foundry 1 generate --model /nonexistent/model --input-ids 1,2
 [ -x "$bin/foundry" ] && check foundry 1 train --config /nonexistent.toml
+[ -x "$bin/foundry" ] && check foundry 1 serve --model /nonexistent/model --port 0
+[ -x "$bin/foundry" ] && check foundry 1 chat --model /nonexistent/model
+[ -x "$bin/foundry" ] && check foundry 1 eval --model /nonexistent/model --tasks /nonexistent/task.yaml
+[ -x "$bin/foundry" ] && check foundry 1 fingerprint --models /nonexistent/model --datasets /nonexistent.txt --out /tmp/x
+[ -x "$bin/foundry" ] && check foundry 1 membership --model /nonexistent/model --documents /nonexistent.jsonl --out /tmp/x
+[ -x "$bin/foundry" ] && check foundry 1 attribute --presence /nonexistent.csv --scores /nonexistent.csv --out /tmp/x.json
+[ -x "$bin/foundry" ] && check foundry 1 memorization --model /nonexistent/model --corpus /nonexistent.txt --out /tmp/x.json
 [ -x "$bin/bench_infer" ] && check bench_infer 1 --model /nonexistent/model
 [ -x "$bin/bench_infer" ] && check bench_infer 1 --model
 [ -x "$bin/bench_finetune" ] && check bench_finetune 1 --model /nonexistent/model
