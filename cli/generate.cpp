@@ -14,6 +14,7 @@
 #include "foundry/core/parallel.h"
 #include "foundry/io/npy.h"
 #include "foundry/models/generate.h"
+#include "foundry/models/encoder.h"
 #include "foundry/models/gguf.h"
 #include "foundry/models/perplexity.h"
 #include "foundry/models/quantized_folder.h"
@@ -213,9 +214,16 @@ void add_forward(CLI::App& app) {
        out = std::make_shared<std::string>(), dtype = std::make_shared<std::string>("float32"),
        adapter = std::make_shared<std::string>();
   auto merge = std::make_shared<bool>(false);
-  CLI::App* cmd = app.add_subcommand("forward", "logits of a batch of token ids as a float32 .npy [batch, seq, vocab]");
+  auto output = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("forward", "logits (or hidden states) of a batch of token ids as a float32 .npy");
   cmd->add_option("--model", *model_dir, "Hugging Face model folder")->required();
-  cmd->add_option("--inputs", *inputs, "JSON {\"input_ids\": [[...]], \"attention_mask\": [[...]]}")->required();
+  cmd->add_option("--inputs", *inputs,
+                  "JSON {\"input_ids\": [[...]], \"attention_mask\": [[...]], \"token_type_ids\": [[...]]}")
+      ->required();
+  cmd->add_option("--output", *output,
+                  "what to write: logits | last_hidden_state | pooler_output (default: the head's logits, or "
+                  "last_hidden_state for a base encoder)")
+      ->check(CLI::IsMember({"logits", "last_hidden_state", "pooler_output"}));
   cmd->add_option("--out", *out, "output .npy")->required();
   cmd->add_option("--adapter", *adapter, "a LoRA adapter folder (PEFT layout) applied to the model");
   cmd->add_flag("--merge", *merge, "merge the adapter into the weights at load");
@@ -243,7 +251,7 @@ void add_forward(CLI::App& app) {
         raise<ValueError>("forward: '{}' must be a list of lists of integers", key);
       }
     };
-    auto ids = rows("input_ids", true), mask = rows("attention_mask", false);
+    auto ids = rows("input_ids", true), mask = rows("attention_mask", false), types = rows("token_type_ids", false);
     if (ids.empty() || ids[0].empty()) raise<ValueError>("forward: input_ids is empty");
     const int64_t B = int64_t(ids.size()), T = int64_t(ids[0].size());
     std::vector<int64_t> flat, flat_mask;
@@ -258,11 +266,34 @@ void add_forward(CLI::App& app) {
         flat_mask.insert(flat_mask.end(), r.begin(), r.end());
       }
     }
+    if (models::is_encoder_folder(*model_dir)) {  // BERT / RoBERTa
+      std::vector<int64_t> flat_types;
+      if (!types.empty()) {
+        if (int64_t(types.size()) != B) raise<ValueError>("forward: token_type_ids has {} rows, input_ids {}", types.size(), B);
+        for (const auto& r : types) {
+          if (int64_t(r.size()) != T) raise<ValueError>("forward: token_type_ids rows must match input_ids ({} tokens)", T);
+          flat_types.insert(flat_types.end(), r.begin(), r.end());
+        }
+      }
+      auto enc = models::load_encoder(*model_dir);
+      models::EncoderOutput o = enc->encode(tensor<int64_t>(flat, {B, T}), mask.empty() ? Tensor() : tensor<int64_t>(flat_mask, {B, T}),
+                                            types.empty() ? Tensor() : tensor<int64_t>(flat_types, {B, T}));
+      const std::string what = !output->empty() ? *output : enc->head() == "base" ? "last_hidden_state" : "logits";
+      const Tensor& t = what == "logits" ? o.logits : what == "pooler_output" ? o.pooler_output : o.last_hidden_state;
+      if (!t.defined())
+        raise<ValueError>("forward: {} ({}) has no {}", *model_dir, enc->config().architecture, what);
+      io::save_npy(*out, t.contiguous());
+      return;
+    }
+    if (!types.empty()) raise<ValueError>("forward: token_type_ids are for encoder models (BERT); {} is a decoder", *model_dir);
+    if (!output->empty() && *output != "logits" && *output != "last_hidden_state")
+      raise<ValueError>("forward: --output {} is for encoder models", *output);
     auto model = load_model(*model_dir, load_options(*dtype), *adapter, *merge);
     for (int64_t t : flat)
       if (t < 0 || t >= model->config().vocab_size)
         raise<ValueError>("forward: token id {} is outside the vocabulary (size {})", t, model->config().vocab_size);
     Tensor m = mask.empty() ? Tensor() : tensor<int64_t>(flat_mask, {B, T});
+    if (*output == "last_hidden_state") return io::save_npy(*out, model->hidden_states(tensor<int64_t>(flat, {B, T}), m).contiguous());
     autograd::NoGradGuard no_grad;  // inference: the blocks' fast paths
     Tensor logits = model->forward(tensor<int64_t>(flat, {B, T}), m);
     io::save_npy(*out, logits.contiguous());

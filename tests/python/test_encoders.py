@@ -1,0 +1,150 @@
+"""BERT and RoBERTa (transformers v4.40) through `foundry forward`, against a PyTorch 1.13
+transcription of modeling_bert.py / modeling_roberta.py: BertModel (last_hidden_state, pooler),
+BertForMaskedLM (tied decoder + bias), BertForSequenceClassification, BertForTokenClassification,
+RobertaModel and RobertaForMaskedLM (position ids from padding_idx), on plain and padded batches
+with token types; logits within 1e-4."""
+import json
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import test_pretrained as tp
+
+pytestmark = tp.pytestmark
+
+BERT = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+            hidden_act="gelu", max_position_embeddings=40, type_vocab_size=2, layer_norm_eps=1e-12, pad_token_id=0)
+
+
+def weights(cfg, arch, g):
+    r = lambda *s: torch.randn(*s, generator=g) * 0.2
+    C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    roberta = arch.startswith("Roberta")
+    t = "roberta." if roberta else "bert."
+    w = {t + "embeddings.word_embeddings.weight": r(V, C), t + "embeddings.position_embeddings.weight": r(cfg["max_position_embeddings"], C),
+         t + "embeddings.token_type_embeddings.weight": r(cfg["type_vocab_size"], C),
+         t + "embeddings.LayerNorm.weight": 1 + r(C), t + "embeddings.LayerNorm.bias": r(C)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"{t}encoder.layer.{i}."
+        for n in ("query", "key", "value"):
+            w[p + f"attention.self.{n}.weight"], w[p + f"attention.self.{n}.bias"] = r(C, C), r(C)
+        w[p + "attention.output.dense.weight"], w[p + "attention.output.dense.bias"] = r(C, C), r(C)
+        w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"] = 1 + r(C), r(C)
+        w[p + "intermediate.dense.weight"], w[p + "intermediate.dense.bias"] = r(I, C), r(I)
+        w[p + "output.dense.weight"], w[p + "output.dense.bias"] = r(C, I), r(C)
+        w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"] = 1 + r(C), r(C)
+    if arch.endswith("Model") or arch == "BertForSequenceClassification":
+        w[t + "pooler.dense.weight"], w[t + "pooler.dense.bias"] = r(C, C), r(C)
+    if arch == "BertForMaskedLM":
+        w["cls.predictions.transform.dense.weight"], w["cls.predictions.transform.dense.bias"] = r(C, C), r(C)
+        w["cls.predictions.transform.LayerNorm.weight"], w["cls.predictions.transform.LayerNorm.bias"] = 1 + r(C), r(C)
+        w["cls.predictions.bias"] = r(V)
+    if arch == "RobertaForMaskedLM":
+        w["lm_head.dense.weight"], w["lm_head.dense.bias"] = r(C, C), r(C)
+        w["lm_head.layer_norm.weight"], w["lm_head.layer_norm.bias"] = 1 + r(C), r(C)
+        w["lm_head.bias"] = r(V)
+    if arch in ("BertForSequenceClassification", "BertForTokenClassification"):
+        w["classifier.weight"], w["classifier.bias"] = r(3, C), r(3)
+    return w
+
+
+def reference(cfg, w, arch, ids, mask, types):
+    """transformers v4.40's BertModel / RobertaModel forward and heads, transcribed."""
+    roberta = arch.startswith("Roberta")
+    t = "roberta." if roberta else "bert."
+    C, H, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg["layer_norm_eps"]
+    ln = lambda x, p: F.layer_norm(x, (C,), w[p + ".weight"], w[p + ".bias"], eps)
+    lin = lambda x, p: x @ w[p + ".weight"].T + w[p + ".bias"]
+    if roberta:
+        keep = (ids != cfg["pad_token_id"]).long()
+        pos = torch.cumsum(keep, 1) * keep + cfg["pad_token_id"]
+    else:
+        pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
+    h = w[t + "embeddings.word_embeddings.weight"][ids] + w[t + "embeddings.token_type_embeddings.weight"][types] + \
+        w[t + "embeddings.position_embeddings.weight"][pos]
+    h = ln(h, t + "embeddings.LayerNorm")
+    bias = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+    B, T = ids.shape
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"{t}encoder.layer.{i}."
+        q, k, v = (lin(h, p + f"attention.self.{n}").view(B, T, H, C // H).transpose(1, 2) for n in ("query", "key", "value"))
+        a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(C // H) + bias, -1) @ v
+        a = a.transpose(1, 2).reshape(B, T, C)
+        a = ln(lin(a, p + "attention.output.dense") + h, p + "attention.output.LayerNorm")
+        f = F.gelu(lin(a, p + "intermediate.dense"))
+        h = ln(lin(f, p + "output.dense") + a, p + "output.LayerNorm")
+    out = {"last_hidden_state": h}
+    if t + "pooler.dense.weight" in w:
+        out["pooler_output"] = torch.tanh(lin(h[:, 0], t + "pooler.dense"))
+    if arch == "BertForMaskedLM":
+        x = ln(F.gelu(lin(h, "cls.predictions.transform.dense")), "cls.predictions.transform.LayerNorm")
+        out["logits"] = x @ w[t + "embeddings.word_embeddings.weight"].T + w["cls.predictions.bias"]
+    if arch == "RobertaForMaskedLM":
+        x = F.layer_norm(F.gelu(lin(h, "lm_head.dense")), (C,), w["lm_head.layer_norm.weight"], w["lm_head.layer_norm.bias"], eps)
+        out["logits"] = x @ w[t + "embeddings.word_embeddings.weight"].T + w["lm_head.bias"]
+    if arch == "BertForSequenceClassification":
+        out["logits"] = lin(out["pooler_output"], "classifier")
+    if arch == "BertForTokenClassification":
+        out["logits"] = lin(h, "classifier")
+    return out
+
+
+CASES = ["BertModel", "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
+         "RobertaModel", "RobertaForMaskedLM"]
+
+
+@pytest.mark.parametrize("arch", CASES)
+def test_encoder_outputs_equal_transformers(tmp_path, arch):
+    cfg = dict(BERT, architectures=[arch], model_type="roberta" if arch.startswith("Roberta") else "bert")
+    if arch.startswith("Roberta"):
+        cfg["pad_token_id"] = 1
+    if "Classification" in arch:
+        cfg["num_labels"] = 3
+    w = weights(cfg, arch, torch.Generator().manual_seed(len(arch)))
+    folder = tmp_path / "m"
+    tp.write_folder(str(folder), cfg, w)
+    pad = cfg["pad_token_id"]
+    ids = torch.tensor([[2, 17, 5, 33, 8, 9, 3], [2, 41, 12, 3, pad, pad, pad]])
+    mask = torch.tensor([[1] * 7, [1, 1, 1, 1, 0, 0, 0]])
+    types = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 0, 0, 0]])
+    inputs = tmp_path / "in.json"
+    inputs.write_text(json.dumps({"input_ids": ids.tolist(), "attention_mask": mask.tolist(), "token_type_ids": types.tolist()}))
+    want = reference(cfg, w, arch, ids, mask, types)
+    for what in ("last_hidden_state", "pooler_output", "logits"):
+        out = tmp_path / f"{what}.npy"
+        p = subprocess.run([tp.FOUNDRY, "forward", "--model", str(folder), "--inputs", str(inputs), "--out", str(out),
+                            "--output", what], capture_output=True, text=True)
+        if what not in want:
+            assert p.returncode == 1 and f"has no {what}" in p.stderr, p.stderr
+            continue
+        assert p.returncode == 0, p.stderr
+        got = np.load(out)
+        assert got.shape == tuple(want[what].shape)
+        np.testing.assert_allclose(got, want[what].numpy(), atol=1e-4, rtol=1e-4)
+    # The default output: the head's logits, or the last hidden state of a base model.
+    out = tmp_path / "default.npy"
+    subprocess.run([tp.FOUNDRY, "forward", "--model", str(folder), "--inputs", str(inputs), "--out", str(out)], check=True)
+    np.testing.assert_allclose(np.load(out), want["logits" if "logits" in want else "last_hidden_state"].numpy(), atol=1e-4)
+
+
+def test_bad_encoder_inputs_fail_clearly(tmp_path):
+    cfg = dict(BERT, architectures=["BertModel"], model_type="bert")
+    tp.write_folder(str(tmp_path / "m"), cfg, weights(cfg, "BertModel", torch.Generator().manual_seed(1)))
+    for body, message in ((({"input_ids": [[1, 2]], "token_type_ids": [[0, 5]]}), "token_type_ids must be in"),
+                          (({"input_ids": [[1, 99]]}), "input ids must be in"),
+                          (({"input_ids": [[1, 2]], "token_type_ids": [[0]]}), "token_type_ids rows must match")):
+        (tmp_path / "in.json").write_text(json.dumps(body))
+        p = subprocess.run([tp.FOUNDRY, "forward", "--model", str(tmp_path / "m"), "--inputs", str(tmp_path / "in.json"),
+                            "--out", str(tmp_path / "o.npy")], capture_output=True, text=True)
+        assert p.returncode == 1 and message in p.stderr, p.stderr
+    cfg2 = dict(cfg, position_embedding_type="relative_key")
+    tp.write_folder(str(tmp_path / "rel"), cfg2, weights(cfg, "BertModel", torch.Generator().manual_seed(1)))
+    (tmp_path / "in.json").write_text(json.dumps({"input_ids": [[1, 2]]}))
+    p = subprocess.run([tp.FOUNDRY, "forward", "--model", str(tmp_path / "rel"), "--inputs", str(tmp_path / "in.json"),
+                        "--out", str(tmp_path / "o.npy")], capture_output=True, text=True)
+    assert p.returncode == 1 and "relative_key" in p.stderr, p.stderr
