@@ -22,6 +22,7 @@ void add_eval_command(CLI::App& app);        ///< eval (lm-evaluation-harness ta
 void add_forensics_commands(CLI::App& app);  ///< fingerprint, membership, attribute, memorization
 void add_serve_command(CLI::App& app);       ///< serve (OpenAI-compatible HTTP server)
 void add_chat_command(CLI::App& app);        ///< chat (interactive terminal chat)
+void add_embed_command(CLI::App& app);       ///< embed (sentence embeddings of encoder models)
 void add_template_command(CLI::App& app);    ///< template (chat templates)
 void add_runs_commands(CLI::App& app);      ///< runs list|show|compare|export|gc|sync, dashboard
 

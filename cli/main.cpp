@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   foundry::cli::add_forensics_commands(app);
   foundry::cli::add_serve_command(app);
   foundry::cli::add_chat_command(app);
+  foundry::cli::add_embed_command(app);
   foundry::cli::add_runs_commands(app);
   try {
     app.parse(argc, argv);

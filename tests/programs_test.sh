@@ -25,6 +25,7 @@ done
 [ -x "$bin/foundry" ] && check foundry 1 train --config /nonexistent.toml
 [ -x "$bin/foundry" ] && check foundry 1 serve --model /nonexistent/model --port 0
 [ -x "$bin/foundry" ] && check foundry 1 chat --model /nonexistent/model
+[ -x "$bin/foundry" ] && check foundry 1 embed --model /nonexistent/model --text hi
 [ -x "$bin/foundry" ] && check foundry 1 eval --model /nonexistent/model --tasks /nonexistent/task.yaml
 [ -x "$bin/foundry" ] && check foundry 1 fingerprint --models /nonexistent/model --datasets /nonexistent.txt --out /tmp/x
 [ -x "$bin/foundry" ] && check foundry 1 membership --model /nonexistent/model --documents /nonexistent.jsonl --out /tmp/x

@@ -148,3 +148,46 @@ def test_bad_encoder_inputs_fail_clearly(tmp_path):
     p = subprocess.run([tp.FOUNDRY, "forward", "--model", str(tmp_path / "rel"), "--inputs", str(tmp_path / "in.json"),
                         "--out", str(tmp_path / "o.npy")], capture_output=True, text=True)
     assert p.returncode == 1 and "relative_key" in p.stderr, p.stderr
+
+
+def wordpiece_tokenizer(folder, words):
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, **{w: i + 4 for i, w in enumerate(words)}}
+    tok = {"version": "1.0", "truncation": None, "padding": None,
+           "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                             "normalized": False, "special": True} for t, i in list(vocab.items())[:4]],
+           "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                          "strip_accents": None, "lowercase": True},
+           "pre_tokenizer": {"type": "BertPreTokenizer"},
+           "post_processor": {"type": "TemplateProcessing",
+                              "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                                         {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+                              "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                              "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                                                 "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+           "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+           "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                     "max_input_chars_per_word": 100, "vocab": vocab}}
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    return vocab
+
+
+def test_foundry_embed_pools_the_last_hidden_state(tmp_path):
+    cfg = dict(BERT, architectures=["BertModel"], model_type="bert")
+    w = weights(cfg, "BertModel", torch.Generator().manual_seed(9))
+    folder = tmp_path / "m"
+    tp.write_folder(str(folder), cfg, w)
+    vocab = wordpiece_tokenizer(folder, ["the", "cat", "sat", "on", "mat", "a", "dog", "ran"])
+    texts = ["The cat sat on the mat", "A dog ran"]
+    for pooling in ("mean", "cls"):
+        p = subprocess.run([tp.FOUNDRY, "embed", "--model", str(folder), "--pooling", pooling] +
+                           sum((["--text", t] for t in texts), []), capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        got = json.loads(p.stdout)
+        for text, vec in zip(texts, got):
+            ids = torch.tensor([[2] + [vocab[x] for x in text.lower().split()] + [3]])
+            h = reference(cfg, w, "BertModel", ids, torch.ones_like(ids), torch.zeros_like(ids))["last_hidden_state"][0]
+            want = h.mean(0) if pooling == "mean" else h[0]
+            np.testing.assert_allclose(vec, want.numpy(), atol=1e-4)
+    p = subprocess.run([tp.FOUNDRY, "embed", "--model", str(folder), "--text", "the cat", "--normalize"],
+                       capture_output=True, text=True)
+    assert abs(np.linalg.norm(json.loads(p.stdout)[0]) - 1) < 1e-5
