@@ -48,8 +48,11 @@ def weights(cfg, arch, g):
         w["lm_head.dense.weight"], w["lm_head.dense.bias"] = r(C, C), r(C)
         w["lm_head.layer_norm.weight"], w["lm_head.layer_norm.bias"] = 1 + r(C), r(C)
         w["lm_head.bias"] = r(V)
-    if arch in ("BertForSequenceClassification", "BertForTokenClassification"):
+    if arch in ("BertForSequenceClassification", "BertForTokenClassification", "RobertaForTokenClassification"):
         w["classifier.weight"], w["classifier.bias"] = r(3, C), r(3)
+    if arch == "RobertaForSequenceClassification":
+        w["classifier.dense.weight"], w["classifier.dense.bias"] = r(C, C), r(C)
+        w["classifier.out_proj.weight"], w["classifier.out_proj.bias"] = r(3, C), r(3)
     return w
 
 
@@ -89,13 +92,15 @@ def reference(cfg, w, arch, ids, mask, types):
         out["logits"] = x @ w[t + "embeddings.word_embeddings.weight"].T + w["lm_head.bias"]
     if arch == "BertForSequenceClassification":
         out["logits"] = lin(out["pooler_output"], "classifier")
-    if arch == "BertForTokenClassification":
+    if arch in ("BertForTokenClassification", "RobertaForTokenClassification"):
         out["logits"] = lin(h, "classifier")
+    if arch == "RobertaForSequenceClassification":  # RobertaClassificationHead on <s>
+        out["logits"] = lin(torch.tanh(lin(h[:, 0], "classifier.dense")), "classifier.out_proj")
     return out
 
 
 CASES = ["BertModel", "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
-         "RobertaModel", "RobertaForMaskedLM"]
+         "RobertaModel", "RobertaForMaskedLM", "RobertaForSequenceClassification", "RobertaForTokenClassification"]
 
 
 @pytest.mark.parametrize("arch", CASES)
