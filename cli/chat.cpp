@@ -121,8 +121,7 @@ void add_chat_command(CLI::App& app) {
       turn.should_stop = [&](int64_t, const std::vector<int64_t>& gen) {
         generated = gen;
         std::string text = tok->decode(std::vector<uint32_t>(gen.begin(), gen.end()), true);
-        size_t safe = text.size();
-        if (safe >= 3 && text.compare(safe - 3, 3, "\xEF\xBF\xBD") == 0) safe -= 3;  // half a character so far
+        const size_t safe = text::settled_text_length(text);
         if (safe > printed) {
           std::fwrite(text.data() + printed, 1, safe - printed, stdout);
           std::fflush(stdout);

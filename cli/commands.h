@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "foundry/models/pretrained.h"
 #include "foundry/text/tokenizer.h"
@@ -30,6 +31,9 @@ void add_runs_commands(CLI::App& app);      ///< runs list|show|compare|export|g
 /// (unmerged), or merged into the float weights at load when `merge` (then quantized if asked).
 std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const models::LoadOptions& options,
                                              const std::string& adapter = "", bool merge = false);
+
+/// The non-empty items of a comma-separated list ("a,b,,c" -> a, b, c).
+std::vector<std::string> split_list(const std::string& s);
 
 /// A model with the tokenizer and chat-template settings of its folder (GGUF: the file's tokenizer,
 /// no template); `command` names the caller in the error for a folder without a tokenizer.

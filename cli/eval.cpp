@@ -45,13 +45,7 @@ void run_tasks(const Options& o) {
   if (o.log_samples && o.output.empty()) raise<ValueError>("eval: --log-samples writes beside --output; give --output results.json");
   // Every task file is read and checked before the model loads: a bad key fails in a second.
   std::vector<std::unique_ptr<eval::Task>> tasks;
-  for (size_t start = 0; start <= o.tasks.size();) {
-    size_t end = o.tasks.find(',', start);
-    if (end == std::string::npos) end = o.tasks.size();
-    const std::string file = o.tasks.substr(start, end - start);
-    if (!file.empty()) tasks.push_back(eval::Task::load(file));
-    start = end + 1;
-  }
+  for (const std::string& file : split_list(o.tasks)) tasks.push_back(eval::Task::load(file));
   if (tasks.empty()) raise<ValueError>("eval: --tasks names no task file");
   models::LoadOptions lo;
   lo.quantize = o.quantize;

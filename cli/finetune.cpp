@@ -50,8 +50,6 @@ ChatModel load_chat_model(const std::string& dir, const std::string& quantize, c
   return m;
 }
 
-namespace {
-
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -60,6 +58,8 @@ std::vector<std::string> split_list(const std::string& s) {
     if (!item.empty()) out.push_back(item);
   return out;
 }
+
+namespace {
 
 void add_finetune(CLI::App& app) {
   auto c = std::make_shared<train::FinetuneConfig>();

@@ -23,7 +23,6 @@
 #include "foundry/models/generate.h"
 #include "foundry/models/tokenizer_files.h"
 #include "foundry/text/tokenizer.h"
-#include "../src/track/png.h"
 
 namespace foundry::cli {
 
@@ -32,27 +31,13 @@ namespace {
 using nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
-std::string read_all(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) raise<IOError>("{}: cannot open '{}'", what, path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Documents of a dataset file: JSON Lines with a "text" field (and, when `labels` is given, an
 // optional "label": 1 member / 0 non-member on every line or none), or plain text split at blank
 // lines. Empty documents are skipped.
 std::vector<std::string> read_documents(const std::string& path, std::vector<int>* labels = nullptr) {
-  const std::string text = read_all(path, "dataset");
+  const std::string text = io::read_file(path);
   std::vector<std::string> docs;
   if (fs::path(path).extension() == ".jsonl") {
     std::istringstream in(text);
@@ -110,51 +95,6 @@ std::string model_name(const std::string& dir) {
   fs::path p(dir);
   if (p.filename().empty()) p = p.parent_path();
   return p.filename().string();
-}
-
-// ---- the fingerprint picture: dendrogram | heatmap of z-scores (blue low loss, red high) ------
-
-void draw_fingerprint_png(const std::string& path, const std::vector<std::vector<double>>& z, const eval::Linkage& link) {
-  const int64_t rows = int64_t(z.size()), cols = z.empty() ? 0 : int64_t(z[0].size());
-  const int64_t cell = 24, dendro = 120, pad = 8;
-  const int64_t width = pad + dendro + cols * cell + pad, height = pad + std::max<int64_t>(1, rows) * cell + pad;
-  std::vector<uint8_t> px(size_t(width * height * 3), 255);
-  auto put = [&](int64_t x, int64_t y, uint8_t r, uint8_t g, uint8_t b) {
-    if (x < 0 || y < 0 || x >= width || y >= height) return;
-    uint8_t* p = &px[size_t((y * width + x) * 3)];
-    p[0] = r, p[1] = g, p[2] = b;
-  };
-  std::vector<int64_t> row_of(static_cast<size_t>(rows));
-  for (size_t i = 0; i < link.order.size(); ++i) row_of[link.order[i]] = int64_t(i);
-  for (int64_t m = 0; m < rows; ++m)
-    for (int64_t d = 0; d < cols; ++d) {
-      const double v = std::clamp(z[size_t(m)][size_t(d)] / 2.0, -1.0, 1.0);  // +-2 sd saturate
-      const uint8_t r = uint8_t(v > 0 ? 255 : 255 * (1 + v)), b = uint8_t(v < 0 ? 255 : 255 * (1 - v));
-      const uint8_t g = uint8_t(255 * (1 - std::abs(v)));
-      for (int64_t y = 1; y < cell - 1; ++y)
-        for (int64_t x = 1; x < cell - 1; ++x) put(pad + dendro + d * cell + x, pad + row_of[size_t(m)] * cell + y, r, g, b);
-    }
-  // Dendrogram: each cluster at (x by merge distance, y at the mean of its children).
-  double top = 1e-12;
-  for (const auto& mg : link.merges) top = std::max(top, mg[2]);
-  std::vector<std::pair<double, double>> pos(size_t(rows) + link.merges.size());  // (x, y)
-  for (int64_t m = 0; m < rows; ++m) pos[size_t(m)] = {double(pad + dendro), double(pad + row_of[size_t(m)] * cell + cell / 2)};
-  auto hline = [&](double x0, double x1, double y) {
-    for (int64_t x = int64_t(std::min(x0, x1)); x <= int64_t(std::max(x0, x1)); ++x) put(x, int64_t(y), 0, 0, 0);
-  };
-  auto vline = [&](double x, double y0, double y1) {
-    for (int64_t y = int64_t(std::min(y0, y1)); y <= int64_t(std::max(y0, y1)); ++y) put(int64_t(x), y, 0, 0, 0);
-  };
-  for (size_t i = 0; i < link.merges.size(); ++i) {
-    const auto& mg = link.merges[i];
-    const auto a = pos[size_t(mg[0])], b = pos[size_t(mg[1])];
-    const double x = double(pad + dendro) - (mg[2] / top) * double(dendro - 4);
-    hline(a.first, x, a.second);
-    hline(b.first, x, b.second);
-    vline(x, a.second, b.second);
-    pos[size_t(rows) + i] = {x, (a.second + b.second) / 2};
-  }
-  io::write_file_atomic(path, track::encode_png(px.data(), height, width, 3));
 }
 
 void add_fingerprint(CLI::App& app) {
@@ -245,7 +185,7 @@ void add_fingerprint(CLI::App& app) {
                       {"linkage", link.merges},
                       {"order", link.order}};
     io::write_file_atomic((fs::path(o->out) / "matrix.json").string(), j.dump(2) + "\n");
-    draw_fingerprint_png((fs::path(o->out) / "fingerprint.png").string(), z, link);
+    io::write_file_atomic((fs::path(o->out) / "fingerprint.png").string(), eval::fingerprint_png(z, link));
     // The table: models in dendrogram order, bits per byte per dataset.
     std::printf("%-24s", "model");
     for (const auto& s : set_names) std::printf(" %14.14s", s.c_str());
@@ -354,7 +294,7 @@ void add_membership(CLI::App& app) {
 
 // A CSV of numbers with a "model" column: model -> {column -> value}, columns in order.
 std::pair<std::vector<std::string>, std::map<std::string, std::vector<double>>> read_table(const std::string& path) {
-  std::istringstream in(read_all(path, "table"));
+  std::istringstream in(io::read_file(path));
   std::string line;
   std::vector<std::string> header;
   std::map<std::string, std::vector<double>> rows;
@@ -403,7 +343,7 @@ void add_attribute(CLI::App& app) {
     std::vector<std::string> datasets;
     std::map<std::string, std::vector<double>> presence;
     if (fs::path(o->presence).extension() == ".json") {
-      auto j = ordered_json::parse(read_all(o->presence, "presence"), nullptr, false);
+      auto j = ordered_json::parse(io::read_file(o->presence), nullptr, false);
       if (j.is_discarded() || !j.contains("models") || !j.contains("zscores") || !j.contains("datasets"))
         raise<ValueError>("presence '{}': not a fingerprint matrix.json (models, datasets, zscores)", o->presence);
       datasets = j["datasets"].get<std::vector<std::string>>();
@@ -428,7 +368,7 @@ void add_attribute(CLI::App& app) {
       const size_t eq = item.find('=');
       if (eq == std::string::npos) raise<ValueError>("attribute: --results entries are MODEL=results.json, got '{}'", item);
       const std::string m = item.substr(0, eq), path = item.substr(eq + 1);
-      auto j = ordered_json::parse(read_all(path, "results"), nullptr, false);
+      auto j = ordered_json::parse(io::read_file(path), nullptr, false);
       if (j.is_discarded() || !j.contains("results") || !j["results"].is_object())
         raise<ValueError>("results '{}': not an lm-eval results.json", path);
       for (auto t = j["results"].begin(); t != j["results"].end(); ++t)
@@ -502,11 +442,11 @@ void add_memorization(CLI::App& app) {
   cmd->callback([o] {
     if (o->threads > 0) set_num_threads(o->threads);
     if (o->samples < 1 || o->max_new_tokens < 1 || o->window < 1) raise<ValueError>("memorization: --samples, --max-new-tokens and --window must be positive");
-    const eval::SuffixArray corpus(read_all(o->corpus, "corpus"));
+    const eval::SuffixArray corpus(io::read_file(o->corpus));
     if (corpus.text().empty()) raise<ValueError>("memorization: the corpus '{}' is empty", o->corpus);
     std::vector<std::string> prompts;
     if (!o->prompts.empty()) {
-      std::istringstream in(read_all(o->prompts, "prompts"));
+      std::istringstream in(io::read_file(o->prompts));
       for (std::string line; std::getline(in, line);)
         if (!line.empty()) prompts.push_back(line);
       if (prompts.empty()) raise<ValueError>("memorization: '{}' has no prompt", o->prompts);

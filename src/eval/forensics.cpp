@@ -8,6 +8,8 @@
 #include <numeric>
 
 #include "foundry/core/error.h"
+#include "foundry/eval/metrics.h"
+#include "track/png.h"
 
 namespace foundry::eval {
 
@@ -56,20 +58,12 @@ MembershipScores membership_scores(const TokenScores& target, const std::string&
 
 double roc_auc(const std::vector<double>& members, const std::vector<double>& non_members) {
   if (members.empty() || non_members.empty()) raise<ValueError>("roc_auc needs members and non-members");
-  std::vector<std::pair<double, bool>> all;
-  for (double v : members) all.emplace_back(v, true);
-  for (double v : non_members) all.emplace_back(v, false);
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  double rank_sum = 0;  // Mann-Whitney with average ranks for ties
-  for (size_t i = 0; i < all.size();) {
-    size_t j = i;
-    while (j + 1 < all.size() && all[j + 1].first == all[i].first) ++j;
-    const double rank = (double(i) + double(j)) / 2 + 1;
-    for (size_t q = i; q <= j; ++q)
-      if (all[q].second) rank_sum += rank;
-    i = j + 1;
-  }
+  // Mann-Whitney U from the members' average ranks among all scores.
+  std::vector<double> all = members;
+  all.insert(all.end(), non_members.begin(), non_members.end());
+  const std::vector<double> rank = average_ranks(all);
   const double n1 = double(members.size()), n0 = double(non_members.size());
+  const double rank_sum = std::accumulate(rank.begin(), rank.begin() + std::ptrdiff_t(members.size()), 0.0);
   return (rank_sum - n1 * (n1 + 1) / 2) / (n1 * n0);
 }
 
@@ -101,13 +95,6 @@ double incomplete_beta(double x, double a, double b) {
   return front * (f - 1);
 }
 
-double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()); }
-double sample_variance(const std::vector<double>& v, double mu) {
-  double ss = 0;
-  for (double x : v) ss += (x - mu) * (x - mu);
-  return ss / double(v.size() - 1);
-}
-
 }  // namespace
 
 double student_t_sf(double t, double df) {
@@ -120,7 +107,8 @@ double student_t_sf(double t, double df) {
 WelchTest welch_t_test(const std::vector<double>& suspect, const std::vector<double>& unseen) {
   if (suspect.size() < 2 || unseen.size() < 2) raise<ValueError>("Welch's t-test needs at least 2 scores in each set");
   const double m1 = mean(suspect), m2 = mean(unseen);
-  const double a = sample_variance(suspect, m1) / double(suspect.size()), b = sample_variance(unseen, m2) / double(unseen.size());
+  // Each set's squared standard error: its sample variance over its size.
+  const double a = std::pow(mean_stderr(suspect), 2), b = std::pow(mean_stderr(unseen), 2);
   WelchTest w;
   w.t = (m1 - m2) / std::sqrt(a + b);
   w.df = (a + b) * (a + b) / (a * a / double(suspect.size() - 1) + b * b / double(unseen.size() - 1));
@@ -198,6 +186,50 @@ Linkage average_linkage(const std::vector<std::vector<double>>& rows) {
   }
   return out;
 }
+
+std::string fingerprint_png(const std::vector<std::vector<double>>& z, const Linkage& link) {
+  const int64_t rows = int64_t(z.size()), cols = z.empty() ? 0 : int64_t(z[0].size());
+  const int64_t cell = 24, dendro = 120, pad = 8;
+  const int64_t width = pad + dendro + cols * cell + pad, height = pad + std::max<int64_t>(1, rows) * cell + pad;
+  std::vector<uint8_t> px(size_t(width * height * 3), 255);
+  auto put = [&](int64_t x, int64_t y, uint8_t r, uint8_t g, uint8_t b) {
+    if (x < 0 || y < 0 || x >= width || y >= height) return;
+    uint8_t* p = &px[size_t((y * width + x) * 3)];
+    p[0] = r, p[1] = g, p[2] = b;
+  };
+  std::vector<int64_t> row_of(static_cast<size_t>(rows));
+  for (size_t i = 0; i < link.order.size(); ++i) row_of[link.order[i]] = int64_t(i);
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t d = 0; d < cols; ++d) {
+      const double v = std::clamp(z[size_t(m)][size_t(d)] / 2.0, -1.0, 1.0);  // +-2 sd saturate
+      const uint8_t r = uint8_t(v > 0 ? 255 : 255 * (1 + v)), b = uint8_t(v < 0 ? 255 : 255 * (1 - v));
+      const uint8_t g = uint8_t(255 * (1 - std::abs(v)));
+      for (int64_t y = 1; y < cell - 1; ++y)
+        for (int64_t x = 1; x < cell - 1; ++x) put(pad + dendro + d * cell + x, pad + row_of[size_t(m)] * cell + y, r, g, b);
+    }
+  // Dendrogram: each cluster at (x by merge distance, y at the mean of its children).
+  double top = 1e-12;
+  for (const auto& mg : link.merges) top = std::max(top, mg[2]);
+  std::vector<std::pair<double, double>> pos(size_t(rows) + link.merges.size());  // (x, y)
+  for (int64_t m = 0; m < rows; ++m) pos[size_t(m)] = {double(pad + dendro), double(pad + row_of[size_t(m)] * cell + cell / 2)};
+  auto hline = [&](double x0, double x1, double y) {
+    for (int64_t x = int64_t(std::min(x0, x1)); x <= int64_t(std::max(x0, x1)); ++x) put(x, int64_t(y), 0, 0, 0);
+  };
+  auto vline = [&](double x, double y0, double y1) {
+    for (int64_t y = int64_t(std::min(y0, y1)); y <= int64_t(std::max(y0, y1)); ++y) put(int64_t(x), y, 0, 0, 0);
+  };
+  for (size_t i = 0; i < link.merges.size(); ++i) {
+    const auto& mg = link.merges[i];
+    const auto a = pos[size_t(mg[0])], b = pos[size_t(mg[1])];
+    const double x = double(pad + dendro) - (mg[2] / top) * double(dendro - 4);
+    hline(a.first, x, a.second);
+    hline(b.first, x, b.second);
+    vline(x, a.second, b.second);
+    pos[size_t(rows) + i] = {x, (a.second + b.second) / 2};
+  }
+  return track::encode_png(px.data(), height, width, 3);
+}
+
 
 std::vector<double> least_squares(const std::vector<std::vector<double>>& x, const std::vector<double>& y) {
   const size_t n = x.size();

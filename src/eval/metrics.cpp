@@ -95,7 +95,6 @@ double pearsonr(const std::vector<double>& x, const std::vector<double>& y) {
   return std::clamp(sxy / std::sqrt(sxx * syy), -1.0, 1.0);
 }
 
-namespace {
 std::vector<double> average_ranks(const std::vector<double>& v) {
   std::vector<size_t> order(v.size());
   std::iota(order.begin(), order.end(), 0);
@@ -110,7 +109,6 @@ std::vector<double> average_ranks(const std::vector<double>& v) {
   }
   return rank;
 }
-}  // namespace
 
 double spearmanr(const std::vector<double>& x, const std::vector<double>& y) {
   if (x.size() != y.size()) raise<ValueError>("spearmanr: x has {} items but y has {}", x.size(), y.size());

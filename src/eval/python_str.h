@@ -63,6 +63,11 @@ inline std::string encode(std::u32string_view s) {
 
 /// str.isspace(), which str.split() and str.rstrip() use: \t..\r, the ASCII separators
 /// \x1c..\x1f (whitespace to Python, not to most other languages) and the Unicode spaces.
+/// A character of Python's string.punctuation (ASCII).
+inline bool is_punctuation(char c) {
+  return (c >= '!' && c <= '/') || (c >= ':' && c <= '@') || (c >= '[' && c <= '`') || (c >= '{' && c <= '~');
+}
+
 inline bool is_space(char32_t c) {
   if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
   return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||

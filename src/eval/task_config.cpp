@@ -11,6 +11,7 @@
 
 #include "eval/task_config.h"
 #include "foundry/core/error.h"
+#include "foundry/io/atomic_file.h"
 #include "foundry/io/yaml.h"
 #include "foundry/text/pyre.h"
 
@@ -41,17 +42,10 @@ const std::map<std::string, std::string> kRefusedKeys = {
   raise<ValueError>("task file {}: '{}': {}", file, key, what);
 }
 
-std::string read_text(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) raise<IOError>("{}: cannot open '{}'", what, path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 ojson read_yaml(const std::string& path, int depth) {
   if (depth > 8) raise<ValueError>("task file {}: 'include' nests deeper than 8 files (a cycle?)", path);
-  ojson j = ojson::parse(io::yaml_to_json(read_text(path, "task file"), "task file " + path));
+  ojson j = ojson::parse(io::yaml_to_json(io::read_file(path), "task file " + path));
   if (!j.is_object()) raise<ValueError>("task file {}: must be a YAML mapping of task keys", path);
   if (!j.contains("include")) return j;
   if (!j["include"].is_string()) bad(path, "include", "must be a file name");
@@ -155,7 +149,7 @@ std::vector<ojson> load_rows(const std::string& path, const std::string& where) 
     infer_column_types(rows, header);
     return rows;
   }
-  const std::string text = read_text(path, where);
+  const std::string text = io::read_file(path);
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (ext == ".json" && first != std::string::npos && text[first] == '[') {
     ojson all = ojson::parse(text, nullptr, false);

@@ -134,11 +134,6 @@ double stderr_of(const std::string& agg, const std::vector<Item>& items, int64_t
 
 // ---- text helpers ---------------------------------------------------------------------------------
 
-size_t code_points(const std::string& s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
 
 std::string py_upper(const std::string& s) {  // str.upper() of each code point (python_str.h has lower())
   std::string out;
@@ -168,9 +163,11 @@ double exact_match(std::string pred, std::string ref, const ojson& opt) {
   }
   auto flag = [&](const char* k) { return opt.contains(k) && opt[k].is_boolean() && opt[k].get<bool>(); };
   if (flag("ignore_case")) pred = py::lower(pred), ref = py::lower(ref);
-  auto drop = [](std::string& s, bool (*pred_fn)(unsigned char)) { s.erase(std::remove_if(s.begin(), s.end(), [&](char c) { return pred_fn((unsigned char)c); }), s.end()); };
-  if (flag("ignore_punctuation")) drop(pred, [](unsigned char c) { return c < 0x80 && std::ispunct(c) != 0; }), drop(ref, [](unsigned char c) { return c < 0x80 && std::ispunct(c) != 0; });
-  if (flag("ignore_numbers")) drop(pred, [](unsigned char c) { return c >= '0' && c <= '9'; }), drop(ref, [](unsigned char c) { return c >= '0' && c <= '9'; });
+  auto drop = [](bool (*unwanted)(char), std::string& a, std::string& b) {
+    for (std::string* s : {&a, &b}) s->erase(std::remove_if(s->begin(), s->end(), unwanted), s->end());
+  };
+  if (flag("ignore_punctuation")) drop(py::is_punctuation, pred, ref);
+  if (flag("ignore_numbers")) drop([](char c) { return c >= '0' && c <= '9'; }, pred, ref);
   return pred == ref ? 1.0 : 0.0;
 }
 
@@ -405,7 +402,7 @@ struct TaskRunner {
       size_t pred = 0, pred_norm = 0;
       for (size_t i = 1; i < n; ++i) {
         if (lls[i] > lls[pred]) pred = i;
-        if (lls[i] / double(code_points(d.choices[i])) > lls[pred_norm] / double(code_points(d.choices[pred_norm]))) pred_norm = i;
+        if (lls[i] / double(py::decode(d.choices[i]).size()) > lls[pred_norm] / double(py::decode(d.choices[pred_norm]).size())) pred_norm = i;
       }
       if (name == "pearsonr" || name == "spearmanr") {  // regression targets: gold value vs the chosen choice's value
         auto num = [&](const ojson& v) {

@@ -520,11 +520,6 @@ RougeScores rouge_scores(std::string_view prediction, std::string_view target, b
 
 // ---- SQuAD ----------------------------------------------------------------------------------
 
-/// Python's string.punctuation.
-bool is_ascii_punct(char c) {
-  return (c >= '!' && c <= '/') || (c >= ':' && c <= '@') || (c >= '[' && c <= '`') || (c >= '{' && c <= '~');
-}
-
 /// Python's \w for str patterns (str.isalnum() or '_'): letters and numbers of any script.
 bool is_py_word_char(char32_t c) {
   if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
@@ -722,7 +717,7 @@ std::string squad_normalize(const std::string& answer) {
   std::string no_punct;
   no_punct.reserve(lowered.size());
   for (char c : lowered) {
-    if (!is_ascii_punct(c)) no_punct.push_back(c);  // ASCII only, so bytes are safe here
+    if (!py::is_punctuation(c)) no_punct.push_back(c);  // ASCII only, so bytes are safe here
   }
   return py::join_split(remove_articles(no_punct));
 }

@@ -188,10 +188,10 @@ struct Engine::Impl {
 
   // Samples from one row of logits; returns false when the sequence is done (finished already).
   bool emit(Sequence& s, const float* logits) {
-    std::vector<float> row(logits, logits + vocab);
+    const float* row = logits;  // the model's scores; `scores` gets the sampling adjustments
     TokenEvent ev;
     {
-      std::vector<float> scores = row;
+      std::vector<float> scores(logits, logits + vocab);
       models::process_scores(scores, s.context, s.prompt_len, s.req.sampling);
       if (s.req.constraint && !constrain(*s.req.constraint, scores)) return finish(s, "error: no token satisfies the constraint"), false;
       ev.token = models::choose_token(std::move(scores), s.req.sampling, s.gen.get());
@@ -199,9 +199,9 @@ struct Engine::Impl {
     }
     if (s.req.logprobs) {
       // log-probabilities of the model's distribution
-      float mx = *std::max_element(row.begin(), row.end());
+      const float mx = *std::max_element(row, row + vocab);
       double sum = 0;
-      for (float v : row) sum += std::exp(double(v - mx));
+      for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(row[i] - mx));
       const float lse = float(mx + std::log(sum));
       ev.logprob = row[size_t(ev.token)] - lse;
       if (s.req.top_logprobs > 0) {

@@ -105,21 +105,24 @@ class JsonConstraint : public TokenConstraint {
     if (std::find(eos_.begin(), eos_.end(), token) == eos_.end()) matcher_.feed(piece(token));
     tail_.push_back(token);
     if (tail_.size() > 4) tail_.erase(tail_.begin());
+    tail_text_ = tok_.decode(std::vector<uint32_t>(tail_.begin(), tail_.end()), true);
   }
   bool complete() const override { return matcher_.complete(); }
 
  private:
+  // The token's text after the last few accepted ones (decoding joins tokens, e.g. SentencePiece's
+  // leading space), the same for every candidate of a step but the last token.
   std::string piece(int64_t token) const {
     std::vector<uint32_t> ids(tail_.begin(), tail_.end());
-    const std::string before = tok_.decode(ids, true);
     ids.push_back(uint32_t(token));
     const std::string after = tok_.decode(ids, true);
-    if (after.compare(0, before.size(), before) != 0) return tok_.decode({uint32_t(token)}, true);
-    return after.substr(before.size());
+    if (after.compare(0, tail_text_.size(), tail_text_) != 0) return tok_.decode({uint32_t(token)}, true);
+    return after.substr(tail_text_.size());
   }
   JsonMatcher matcher_;
   const text::Tokenizer& tok_;
   std::vector<int64_t> eos_, tail_;
+  std::string tail_text_;  // tail_ decoded
 };
 
 Params parse_params(const json& b, bool chat) {
@@ -221,8 +224,7 @@ std::pair<std::string, bool> decode_until_stop(const text::Tokenizer& tok, const
 // still become a stop string.
 size_t streamable(const std::string& text, const std::vector<std::string>& stop, bool final) {
   if (final) return text.size();
-  size_t n = text.size();
-  if (n >= 3 && text.compare(n - 3, 3, "\xEF\xBF\xBD") == 0) n -= 3;  // a byte-level token mid-character
+  size_t n = text::settled_text_length(text);
   for (const std::string& s : stop)
     for (size_t k = std::min(s.size() - 1, n); k > 0; --k)
       if (text.compare(n - k, k, s, 0, k) == 0) {

@@ -93,6 +93,15 @@ class Harness:
         return s
 
 
+def write_char_model(folder, cfg, chars, seed):
+    """A reference Llama folder (random weights from `seed`) with the character tokenizer; its Harness."""
+    w = tp.llama_weights(cfg, torch.Generator().manual_seed(seed))
+    tp.write_folder(str(folder), cfg, w)
+    h = Harness(cfg, w, chars)
+    h.write_tokenizer(folder)
+    return h
+
+
 def get_rolling_token_windows(token_list, prefix_token, max_seq_len, context_len):
     pred_len = max_seq_len - context_len + 1
     predicted = 0

@@ -5,7 +5,6 @@ RobertaModel and RobertaForMaskedLM (position ids from padding_idx), on plain an
 with token types; logits within 1e-4."""
 import json
 import math
-import os
 import subprocess
 
 import numpy as np

@@ -17,12 +17,8 @@ CHARS = [chr(c) for c in range(32, 127)]
 
 
 def write_model(tmp_path):
-    w = tp.llama_weights(CFG, torch.Generator().manual_seed(11))
     folder = tmp_path / "model"
-    tp.write_folder(str(folder), CFG, w)
-    h = ref.Harness(CFG, w, CHARS)
-    h.write_tokenizer(folder)
-    return folder, h
+    return folder, ref.write_char_model(folder, CFG, CHARS, 11)
 
 
 MAX_LEN = CFG["max_position_embeddings"]

@@ -3,13 +3,11 @@ transcription of lm-evaluation-harness v0.4's task pipeline (lm_eval_ref: jinja2
 environment, random.Random few-shot draws, process_results, filters, aggregations and the
 deterministic bootstrap) running on the PyTorch reference Llama."""
 import json
-import math
 import os
 import shutil
 import subprocess
 
 import pytest
-import torch
 
 import lm_eval_ref as ref
 import test_pretrained as tp
@@ -24,12 +22,8 @@ CFG = dict(tp.LLAMA, vocab_size=3 + len(CHARS), max_position_embeddings=512)
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("eval_tasks")
-    w = tp.llama_weights(CFG, torch.Generator().manual_seed(3))
     folder = tmp / "model"
-    tp.write_folder(str(folder), CFG, w)
-    h = ref.Harness(CFG, w, CHARS)
-    h.write_tokenizer(folder)
-    return folder, h
+    return folder, ref.write_char_model(folder, CFG, CHARS, 3)
 
 
 def jsonl(path, rows):

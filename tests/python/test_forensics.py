@@ -6,7 +6,6 @@ passages) are told apart by `foundry fingerprint`, the overfit model's training 
 attribute` credits the right corpus with each capability."""
 import glob
 import json
-import math
 import os
 import random
 import subprocess
@@ -94,12 +93,8 @@ def token_scores_ref(h, tokens):
 def test_membership_scores_equal_a_pytorch_computation(tmp_path):
     models = []
     for seed in (5, 6):
-        w = tp.llama_weights(CFG, torch.Generator().manual_seed(seed))
         folder = tmp_path / f"m{seed}"
-        tp.write_folder(str(folder), CFG, w)
-        h = ref.Harness(CFG, w, CHARS)
-        h.write_tokenizer(folder)
-        models.append((folder, h))
+        models.append((folder, ref.write_char_model(folder, CFG, CHARS, seed)))
     texts = ["To be, or not to be: that is the question.", "abc", "The rain in Spain\nstays mainly in the plain. " * 2]
     docs = tmp_path / "docs.jsonl"
     docs.write_text("".join(json.dumps({"text": t, "label": i % 2}) for i, t in enumerate(texts)).replace("}{", "}\n{") + "\n")
@@ -139,10 +134,8 @@ def test_membership_scores_equal_a_pytorch_computation(tmp_path):
     (["memorization", "--model", "{m}", "--corpus", "{tmp}/empty.txt", "--out", "{tmp}/r.json"], "is empty"),
 ])
 def test_bad_forensics_input_fails_clearly(tmp_path, args, message):
-    w = tp.llama_weights(CFG, torch.Generator().manual_seed(5))
     folder = tmp_path / "m"
-    tp.write_folder(str(folder), CFG, w)
-    ref.Harness(CFG, w, CHARS).write_tokenizer(folder)
+    ref.write_char_model(folder, CFG, CHARS, 5)
     (tmp_path / "bad.jsonl").write_text('{"txt": "x"}\n')
     (tmp_path / "labels.jsonl").write_text('{"text": "x", "label": 2}\n')
     (tmp_path / "bad.csv").write_text("name,a\nx,1\n")

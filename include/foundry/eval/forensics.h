@@ -61,6 +61,11 @@ struct Linkage {
 };
 Linkage average_linkage(const std::vector<std::vector<double>>& rows);
 
+/// The fingerprint picture as PNG bytes: the z-score heatmap (rows = models in dendrogram order,
+/// blue below the other models' loss, red above, saturating at 2 standard deviations) with the
+/// dendrogram beside it.
+std::string fingerprint_png(const std::vector<std::vector<double>>& zscores, const Linkage& link);
+
 /// Least squares with an intercept: y ~ b + X w, the minimum-norm w when X's columns are dependent
 /// or outnumber the rows. Returns {b, w...}.
 std::vector<double> least_squares(const std::vector<std::vector<double>>& x, const std::vector<double>& y);

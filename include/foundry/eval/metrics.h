@@ -60,6 +60,8 @@ double matthews_corrcoef(const std::vector<int64_t>& y_true, const std::vector<i
 /// SciPy's pearsonr / spearmanr statistic (Spearman ranks ties by their average rank); NaN when
 /// an input is constant, as SciPy.
 double pearsonr(const std::vector<double>& x, const std::vector<double>& y);
+/// Ranks from 1, ties sharing their average rank (SciPy's rankdata "average").
+std::vector<double> average_ranks(const std::vector<double>& v);
 double spearmanr(const std::vector<double>& x, const std::vector<double>& y);
 
 // ---- lm-evaluation-harness aggregations -----------------------------------------------------------

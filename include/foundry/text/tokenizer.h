@@ -195,4 +195,11 @@ class Tokenizer {
   std::shared_ptr<TokenizerImpl> impl_;
 };
 
+/// Of the text decoded from the tokens generated so far, the length that is final: a trailing
+/// U+FFFD (a byte-level token in the middle of a character) may still change with the next token.
+inline size_t settled_text_length(const std::string& decoded) {
+  const size_t n = decoded.size();
+  return n >= 3 && decoded.compare(n - 3, 3, "\xEF\xBF\xBD") == 0 ? n - 3 : n;
+}
+
 }  // namespace foundry::text
