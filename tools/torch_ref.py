@@ -86,7 +86,67 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     return F.conv_transpose2d(input, weight, bias, *args)
 
 
-SPECIAL = {"numpy_slice": numpy_slice, "unique": unique}
+def rwkv_wkv(time_decay, time_first, key, value):
+    """transformers v4.40 rwkv_linear_attention_cpu (state=None), in the inputs' precision."""
+    ct = torch.float64 if key.dtype == torch.float64 else torch.float32
+    _, seq_length, _ = key.size()
+    output = torch.zeros_like(key)
+    num_state = torch.zeros_like(key[:, 0], dtype=ct)
+    den_state = torch.zeros_like(key[:, 0], dtype=ct)
+    max_state = torch.zeros_like(key[:, 0], dtype=ct) - 1e38
+    time_decay = -torch.exp(time_decay)
+    for current_index in range(seq_length):
+        current_key = key[:, current_index].to(ct)
+        current_value = value[:, current_index]
+        max_for_output = torch.maximum(max_state, current_key + time_first)
+        e1 = torch.exp(max_state - max_for_output)
+        e2 = torch.exp(current_key + time_first - max_for_output)
+        numerator = e1 * num_state + e2 * current_value
+        denominator = e1 * den_state + e2
+        output[:, current_index] = (numerator / denominator).to(output.dtype)
+        max_for_state = torch.maximum(max_state + time_decay, current_key)
+        e1 = torch.exp(max_state + time_decay - max_for_state)
+        e2 = torch.exp(current_key - max_for_state)
+        num_state = e1 * num_state + e2 * current_value
+        den_state = e1 * den_state + e2
+        max_state = max_for_state
+    return output
+
+
+def selective_scan(u, delta, A, B, C, D):
+    """The scan of transformers v4.40 MambaMixer.slow_forward (step 3) with u, delta as
+    [batch, length, channels] (HF holds them transposed) and a zero initial state."""
+    hidden_states, discrete_time_step = u.transpose(1, 2), delta.transpose(1, 2)
+    ssm_state = torch.zeros(u.size(0), u.size(2), A.size(1), dtype=u.dtype)
+    discrete_A = torch.exp(A[None, :, None, :] * discrete_time_step[:, :, :, None])
+    discrete_B = discrete_time_step[:, :, :, None] * B[:, None, :, :]
+    deltaB_u = discrete_B * hidden_states[:, :, :, None]
+    scan_outputs = []
+    for i in range(u.size(1)):
+        ssm_state = discrete_A[:, :, i, :] * ssm_state + deltaB_u[:, :, i, :]
+        scan_output = torch.matmul(ssm_state, C[:, i, :].unsqueeze(-1))
+        scan_outputs.append(scan_output[:, :, 0])
+    scan_output = torch.stack(scan_outputs, dim=-1)
+    scan_output = scan_output + (hidden_states * D[None, :, None])
+    return scan_output.transpose(1, 2)
+
+
+def _grads_of(fn, grad, *inputs):
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    grads = torch.autograd.grad(fn(*leaves), leaves, grad, allow_unused=True)
+    return tuple(torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads))
+
+
+def rwkv_wkv_backward(grad, *inputs):
+    return _grads_of(rwkv_wkv, grad, *inputs)
+
+
+def selective_scan_backward(grad, *inputs):
+    return _grads_of(selective_scan, grad, *inputs)
+
+
+SPECIAL = {"numpy_slice": numpy_slice, "unique": unique, "rwkv_wkv": rwkv_wkv, "selective_scan": selective_scan,
+           "_rwkv_wkv_backward": rwkv_wkv_backward, "_selective_scan_backward": selective_scan_backward}
 # Ops whose plain torch.<name> reference misbehaves in PyTorch 1.13, or needs its call adapted.
 OVERRIDES = {"baddbmm": baddbmm, "index_put": index_put, "conv_transpose2d": conv_transpose2d}
 

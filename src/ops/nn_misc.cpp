@@ -555,12 +555,15 @@ void register_nn_pool_ops(Registry& r);
 void register_nn_attention_ops(Registry& r);
 
 // The neural-network family: one register function per nn_*.cpp file.
+void register_nn_recurrent_ops(Registry& r);
+
 void register_nn_ops(Registry& r) {
   register_nn_misc_ops(r);
   register_nn_norm_ops(r);
   register_nn_conv_ops(r);
   register_nn_pool_ops(r);
   register_nn_attention_ops(r);
+  register_nn_recurrent_ops(r);
 }
 
 }  // namespace foundry::ops

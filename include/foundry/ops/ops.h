@@ -383,6 +383,22 @@ Tensor interpolate(const Tensor& x, std::optional<std::vector<int64_t>> size = s
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask = {},
                                     double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
+/// RWKV-4's WKV time mixing over key, value [B, T, C] (time_decay, time_first [C]; w = -exp(time_decay)),
+/// in the numerically stable form of transformers' rwkv_linear_attention_cpu. Differentiable.
+Tensor rwkv_wkv(const Tensor& time_decay, const Tensor& time_first, const Tensor& key, const Tensor& value);
+/// The same continuing from `state` ([3, B, C]: numerator, denominator, max exponent, float32 or
+/// float64 as the computation; undefined: a fresh state is made) and leaving the final state in
+/// it: generation. Not recorded by autograd.
+Tensor rwkv_wkv_with_state(const Tensor& time_decay, const Tensor& time_first, const Tensor& key, const Tensor& value,
+                           Tensor& state);
+/// Mamba's selective scan over u, delta [B, L, D] with A [D, N], B, C [B, L, N], D [D]:
+/// h_t = exp(delta_t A) h_{t-1} + delta_t B_t u_t from h = 0, y_t = C_t h_t + D u_t. Differentiable.
+Tensor selective_scan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
+                      const Tensor& D);
+/// The same continuing from `state` [B, D, N] (undefined: zeros) and leaving the final state in it.
+/// Not recorded by autograd.
+Tensor selective_scan_with_state(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
+                                 const Tensor& D, Tensor& state);
 
 // Losses (reduction: "none", "mean", "sum")
 /// target: class indices (int64) or class probabilities (same shape as input).
