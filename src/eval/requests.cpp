@@ -112,7 +112,8 @@ void RequestEngine::score_continuations(const std::vector<LoglikelihoodRequest>&
   }
   std::vector<const Scored*> singles;
   for (auto& [prefix, members] : groups) {
-    if (members.size() == 1 || prefix.empty()) {  // nothing to share
+    // Nothing to share (or a recurrent model, whose state can't be rewound to the shared prefix).
+    if (members.size() == 1 || prefix.empty() || model_.recurrent()) {
       for (auto& s : members) singles.push_back(&s);
       continue;
     }

@@ -367,6 +367,8 @@ GenerationResult sample_rows(CausalLM& model, const std::vector<std::vector<int6
       cached = 0;
     }
     reuse->cache.reserve(std::max<int64_t>(need, 2 * reuse->cache.capacity()));
+    // A recurrent state continues only from exactly what it has seen.
+    if (model.recurrent() && cached < reuse->cache.length()) cached = 0;
     reuse->cache.truncate(std::min(cached, reuse->cache.length()));
     cached = reuse->cache.length();
     reuse->tokens.assign(p.begin(), p.begin() + cached);
@@ -454,6 +456,9 @@ GenerationResult generate_speculative(CausalLM& model, CausalLM& draft, const st
                    draft.config().vocab_size, mc.vocab_size);
   FOUNDRY_CHECK_AS(ValueError, !cfg.do_sample && cfg.num_beams == 1,
                    "speculative decoding is implemented for greedy decoding only");
+  FOUNDRY_CHECK_AS(ValueError, !model.recurrent() && !draft.recurrent(),
+                   "speculative decoding rewinds the cache after rejected drafts, which a recurrent model's state ({}) "
+                   "can't do", model.recurrent() ? mc.architecture : draft.config().architecture);
   FOUNDRY_CHECK_AS(ValueError, lookahead >= 1, "speculative decoding: lookahead must be >= 1");
   const std::vector<int64_t> eos = resolve_eos(model, cfg);
   (void)left_pad({prompt}, 1, 0, mc.vocab_size);  // validates the prompt

@@ -52,8 +52,8 @@ Tensor wkv(const Tensor& td, const Tensor& tf, const Tensor& k, const Tensor& v,
 }
 
 Tensor fresh_wkv_state(int64_t B, int64_t C, DType ct) {
-  Tensor s = zeros({3, B, C}, ct);
-  s.select(0, 2).fill_(-1e38);
+  Tensor s = zeros({B, 3, C}, ct);
+  s.select(1, 2).fill_(-1e38);
   return s;
 }
 
@@ -141,8 +141,8 @@ Tensor rwkv_wkv_with_state(const Tensor& time_decay, const Tensor& time_first, c
   const DType ct = compute_type({key});
   const int64_t B = key.size(0), C = key.size(2);
   if (!state.defined()) state = fresh_wkv_state(B, C, ct);
-  FOUNDRY_CHECK_AS(ValueError, Shape(state.sizes()) == Shape({3, B, C}) && state.dtype() == ct && state.is_contiguous(),
-                   "rwkv_wkv: state must be a contiguous {} [3, {}, {}], got {} {}", dtype_name(ct), B, C,
+  FOUNDRY_CHECK_AS(ValueError, Shape(state.sizes()) == Shape({B, 3, C}) && state.dtype() == ct && state.is_contiguous(),
+                   "rwkv_wkv: state must be a contiguous {} [{}, 3, {}], got {} {}", dtype_name(ct), B, C,
                    dtype_name(state.dtype()), shape_str(state.sizes()));
   return wkv(time_decay, time_first, key, value, state);
 }

@@ -78,6 +78,9 @@ struct Engine::Impl {
   Impl(models::CausalLM& m, EngineOptions o) : model(m), opt(std::move(o)) {
     const models::ModelConfig& c = model.config();
     vocab = c.vocab_size;
+    FOUNDRY_CHECK_AS(ValueError, !model.recurrent(),
+                     "serve: {} keeps a recurrent state per sequence, which the paged KV engine doesn't hold yet; use "
+                     "foundry generate", c.architecture);
     ctx = opt.ctx_size > 0 ? opt.ctx_size : (c.max_positions > 0 ? c.max_positions : 2048);
     if (c.max_positions > 0 && ctx > c.max_positions)
       raise<ValueError>("serve: --ctx-size {} is more than the model's {} positions", ctx, c.max_positions);

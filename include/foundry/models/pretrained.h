@@ -110,12 +110,22 @@ class KVCache {
   Tensor append_and_attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias);
   /// Whether append_and_attend() serves this cache (its values are float32 or a block format).
   bool streams_attention() const { return !format_.empty() || dtype_ == DType::Float32; }
+  /// A cache of recurrent state only (RWKV, Mamba): `batch` rows, no key/value buffers, no capacity
+  /// limit. Models with attention and recurrent layers (Jamba) use an ordinary cache for their
+  /// attention layers and state() beside it.
+  static KVCache recurrent(int64_t batch);
+  /// The recurrent state `slot` of `layer` (RWKV's token shifts and WKV state, Mamba's convolution
+  /// window and SSM state), batch first; undefined until the model stores it. A cache holding
+  /// state reorders it with its rows and can be truncated only to empty: a state can't be rewound.
+  Tensor& state(int64_t layer, int slot);
+  bool has_state() const { return !states_.empty(); }
 
  private:
   /// Writes k, v [B, Hkv, T, D] at positions length()..length()+T of `layer` (bounds checked).
   void store(int64_t layer, const Tensor& k, const Tensor& v);
   Tensor read(const Tensor& stored, int64_t length) const;
   std::vector<Tensor> k_, v_;  // [B, Hkv, capacity, head_dim] in dtype_, or [.., row bytes] uint8 in format_
+  std::map<std::pair<int64_t, int>, Tensor> states_;
   int64_t length_ = 0, capacity_ = 0, batch_ = 0, head_dim_ = 0;
   DType dtype_ = DType::Float32;
   std::string format_;
@@ -173,7 +183,10 @@ class CausalLM : public nn::Module {
   /// (transformers' gradient_checkpointing_enable); only while training and recording.
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
-  KVCache make_cache(int64_t batch, int64_t capacity) const;
+  virtual KVCache make_cache(int64_t batch, int64_t capacity) const;
+  /// Whether the model carries recurrent state between forwards (RWKV, Mamba, Jamba): its cache
+  /// continues a sequence but can't be rewound to a shorter prefix.
+  virtual bool recurrent() const { return false; }
   /// The final hidden states [B, T, hidden_size] in float32 — after the last norm, transformers'
   /// last_hidden_state — for embeddings. No gradient.
   Tensor hidden_states(const Tensor& input_ids, const Tensor& attention_mask = {});

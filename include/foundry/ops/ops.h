@@ -386,7 +386,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 /// RWKV-4's WKV time mixing over key, value [B, T, C] (time_decay, time_first [C]; w = -exp(time_decay)),
 /// in the numerically stable form of transformers' rwkv_linear_attention_cpu. Differentiable.
 Tensor rwkv_wkv(const Tensor& time_decay, const Tensor& time_first, const Tensor& key, const Tensor& value);
-/// The same continuing from `state` ([3, B, C]: numerator, denominator, max exponent, float32 or
+/// The same continuing from `state` ([B, 3, C]: numerator, denominator, max exponent, float32 or
 /// float64 as the computation; undefined: a fresh state is made) and leaving the final state in
 /// it: generation. Not recorded by autograd.
 Tensor rwkv_wkv_with_state(const Tensor& time_decay, const Tensor& time_first, const Tensor& key, const Tensor& value,

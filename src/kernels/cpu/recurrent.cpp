@@ -19,7 +19,7 @@ void rwkv_wkv_forward(const S* w, const S* u, const S* k, const S* v, S* y, S* s
   parallel_for(0, C, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, B * T)), [&](int64_t c0, int64_t c1) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t c = c0; c < c1; ++c) {
-        S num = state[b * C + c], den = state[(B + b) * C + c], mx = state[(2 * B + b) * C + c];
+        S num = state[(3 * b) * C + c], den = state[(3 * b + 1) * C + c], mx = state[(3 * b + 2) * C + c];
         for (int64_t t = 0; t < T; ++t) {
           const int64_t i = (b * T + t) * C + c;
           const S kt = k[i], vt = v[i];
@@ -33,9 +33,9 @@ void rwkv_wkv_forward(const S* w, const S* u, const S* k, const S* v, S* y, S* s
           den = e1 * den + e2;
           mx = ms;
         }
-        state[b * C + c] = num;
-        state[(B + b) * C + c] = den;
-        state[(2 * B + b) * C + c] = mx;
+        state[(3 * b) * C + c] = num;
+        state[(3 * b + 1) * C + c] = den;
+        state[(3 * b + 2) * C + c] = mx;
       }
   });
 }

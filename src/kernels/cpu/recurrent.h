@@ -12,7 +12,7 @@
 
 namespace foundry::kernels {
 
-/// key, value, y: [B, T, C] contiguous; w = -exp(time_decay), u = time_first: [C]; state [3, B, C]
+/// key, value, y: [B, T, C] contiguous; w = -exp(time_decay), u = time_first: [C]; state [B, 3, C]
 /// (numerator, denominator, max exponent; a fresh state is 0, 0, -1e38) read and overwritten.
 template <typename S>
 void rwkv_wkv_forward(const S* w, const S* u, const S* k, const S* v, S* y, S* state, int64_t B, int64_t T, int64_t C);

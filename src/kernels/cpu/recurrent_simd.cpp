@@ -34,9 +34,9 @@ void RwkvWkvF32(const float* w, const float* u, const float* k, const float* v, 
   parallel_for(0, B * (vec_end / N), std::max<int64_t>(1, 256 / std::max<int64_t>(1, T)), [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t b = j / (vec_end / N), c = (j % (vec_end / N)) * N;
-      float* sn = state + b * C + c;
-      float* sd = state + (B + b) * C + c;
-      float* sm = state + (2 * B + b) * C + c;
+      float* sn = state + (3 * b) * C + c;
+      float* sd = state + (3 * b + 1) * C + c;
+      float* sm = state + (3 * b + 2) * C + c;
       auto num = hn::LoadU(d, sn), den = hn::LoadU(d, sd), mx = hn::LoadU(d, sm);
       const auto vw = hn::LoadU(d, w + c), vu = hn::LoadU(d, u + c);
       for (int64_t t = 0; t < T; ++t) {

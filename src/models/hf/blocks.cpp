@@ -31,6 +31,11 @@ WeightSource WeightSource::pp(const std::string& child) const {
   return out;
 }
 
+Init Init::fan_in_uniform(int64_t fan_in) {
+  const double bound = 1.0 / std::sqrt(double(fan_in));
+  return custom([bound](Tensor& t) { nn::init::uniform_(t, -bound, bound); });
+}
+
 Tensor WeightSource::get(const std::string& name, const Shape& shape, const Init& init) const {
   return (*fetch_)(prefix_ + name, shape, init);
 }

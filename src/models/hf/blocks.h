@@ -23,11 +23,15 @@ bool records(const Tensor& a, const Tensor& b = {}, const Tensor& c = {});
 /// matrices and embeddings (std 0: the config's initializer_range), zeros for biases, ones for norm
 /// weights.
 struct Init {
-  enum Kind { Normal, Zeros, Ones } kind = Normal;
+  enum Kind { Normal, Zeros, Ones, Custom } kind = Normal;
   double std = 0;
-  static Init normal(double s = 0) { return {Normal, s}; }
-  static Init zeros() { return {Zeros, 0}; }
-  static Init ones() { return {Ones, 0}; }
+  std::function<void(Tensor&)> fill;  ///< Custom: fills the new float32 tensor (RWKV's decay ramps, Mamba's A_log)
+  static Init normal(double s = 0) { return {Normal, s, {}}; }
+  static Init zeros() { return {Zeros, 0, {}}; }
+  static Init ones() { return {Ones, 0, {}}; }
+  static Init custom(std::function<void(Tensor&)> f) { return {Custom, 0, std::move(f)}; }
+  /// PyTorch's default for nn.Linear / nn.Conv1d parameters: uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+  static Init fan_in_uniform(int64_t fan_in);
 };
 
 /// Where parameters come from, by HF name (candle's VarBuilder): a checkpoint for a loaded model,

@@ -102,8 +102,19 @@ std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const 
 int64_t KVCache::nbytes() const {
   int64_t n = 0;
   for (size_t l = 0; l < k_.size(); ++l) n += k_[l].nbytes() + v_[l].nbytes();
+  for (const auto& [key, t] : states_) n += t.defined() ? t.nbytes() : 0;
   return n;
 }
+
+KVCache KVCache::recurrent(int64_t batch) {
+  FOUNDRY_CHECK_AS(ValueError, batch > 0, "KVCache: batch must be positive, got {}", batch);
+  KVCache c;
+  c.batch_ = batch;
+  c.capacity_ = std::numeric_limits<int64_t>::max() / 4;
+  return c;
+}
+
+Tensor& KVCache::state(int64_t layer, int slot) { return states_[{layer, slot}]; }
 
 void KVCache::advance(int64_t T) {
   if (paged()) {
@@ -120,6 +131,11 @@ void KVCache::truncate(int64_t length) {
   FOUNDRY_CHECK_AS(ValueError, !paged(), "KVCache: {} is for contiguous caches (a paged cache manages sequences)", __func__);
   FOUNDRY_CHECK_AS(ValueError, length >= 0 && length <= length_, "KVCache: can't truncate {} positions to {}",
                    length_, length);
+  if (has_state() && length < length_) {
+    FOUNDRY_CHECK_AS(ValueError, length == 0, "KVCache: a recurrent state can't be rewound from {} positions to {}",
+                     length_, length);
+    states_.clear();
+  }
   length_ = length;
 }
 
@@ -147,6 +163,8 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
     k_[l] = index_select(k_[l], 0, idx);
     v_[l] = index_select(v_[l], 0, idx);
   }
+  for (auto& [key, t] : states_)
+    if (t.defined()) t = index_select(t, 0, idx).contiguous();
 }
 
 namespace hf {
@@ -157,7 +175,8 @@ const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> all = {llama_architecture(), mistral_architecture(), mixtral_architecture(),
                                                 qwen2_architecture(),  qwen2_moe_architecture(), gemma_architecture(),
                                                 gpt2_architecture(),   gpt_neox_architecture(),   phi_architecture(),
-                                                opt_architecture(),    bloom_architecture(),      falcon_architecture()};
+                                                opt_architecture(),    bloom_architecture(),      falcon_architecture(),
+                                                rwkv_architecture(),   mamba_architecture()};
   return all;
 }
 
@@ -622,6 +641,7 @@ std::unique_ptr<CausalLM> create_model(const std::string& config_json) {
     Tensor t = empty(IntList(shape), DType::Float32);
     if (init.kind == hf::Init::Zeros) t.zero_();
     else if (init.kind == hf::Init::Ones) t.fill_(1.0);
+    else if (init.kind == hf::Init::Custom) init.fill(t);
     else nn::init::normal_(t, 0.0, init.std > 0 ? init.std : std_dev);
     return t;
   };

@@ -43,6 +43,8 @@ Architecture phi_architecture();
 Architecture opt_architecture();
 Architecture bloom_architecture();
 Architecture falcon_architecture();
+Architecture rwkv_architecture();
+Architecture mamba_architecture();
 
 // ---- config helpers -------------------------------------------------------------------------
 
