@@ -241,3 +241,101 @@ def mamba_weights(cfg, g):
         w[p + "norm.weight"] = 1 + r(C)
         mixer_weights(w, p + "mixer.", cfg, g)
     return w
+
+
+# ---- Jamba -----------------------------------------------------------------------------------------
+
+def jamba_attention(cfg, w, p, x, mask, state, layer):
+    """JambaAttention (eager): grouped-query heads, no positional encoding, causal + padding mask."""
+    B, T, C = x.shape
+    H, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = C // H
+    q = (x @ w[p + "q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
+    k = (x @ w[p + "k_proj.weight"].T).view(B, T, Hkv, D).transpose(1, 2)
+    v = (x @ w[p + "v_proj.weight"].T).view(B, T, Hkv, D).transpose(1, 2)
+    if state is not None:
+        if (layer, "k") in state:
+            k = torch.cat([state[(layer, "k")], k], 2)
+            v = torch.cat([state[(layer, "v")], v], 2)
+        state[(layer, "k")], state[(layer, "v")] = k, v
+    S = k.shape[2]
+    k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+    scores = q @ k.transpose(2, 3) / math.sqrt(D)
+    i = torch.arange(S - T, S)[:, None]
+    j = torch.arange(S)[None, :]
+    allowed = (j <= i)[None] & mask.bool()[:, None, :]
+    scores = scores + torch.where(allowed, 0.0, torch.finfo(torch.float32).min)[:, None]
+    attn = torch.softmax(scores, -1) @ v
+    return attn.transpose(1, 2).reshape(B, T, C) @ w[p + "o_proj.weight"].T
+
+
+def gated_mlp(w, p, x):
+    return (F.silu(x @ w[p + "gate_proj.weight"].T) * (x @ w[p + "up_proj.weight"].T)) @ w[p + "down_proj.weight"].T
+
+
+def jamba_moe(cfg, w, p, x):
+    """JambaSparseMoeBlock: softmax over the router's logits in float32, top-k, no renormalisation."""
+    B, T, C = x.shape
+    flat = x.reshape(-1, C)
+    probs = F.softmax(flat @ w[p + "router.weight"].T, dim=1, dtype=torch.float)
+    weights, chosen = torch.topk(probs, cfg["num_experts_per_tok"], dim=-1)
+    out = torch.zeros_like(flat)
+    for e in range(cfg["num_experts"]):
+        rows, slot = torch.nonzero(chosen == e, as_tuple=True)
+        if rows.numel():
+            out = out.index_add(0, rows, gated_mlp(w, p + f"experts.{e}.", flat[rows]) * weights[rows, slot, None])
+    return out.reshape(B, T, C)
+
+
+def jamba_layer_kinds(cfg, i):
+    attention = i % cfg["attn_layer_period"] == cfg["attn_layer_offset"]
+    sparse = cfg["num_experts"] > 1 and i % cfg["expert_layer_period"] == cfg["expert_layer_offset"]
+    return attention, sparse
+
+
+def jamba_forward(cfg, w, ids, mask=None, state=None):
+    """JambaForCausalLM; `mask` covers the cached positions too (as HF's generate passes it)."""
+    eps = cfg["rms_norm_eps"]
+    if mask is None:
+        past = state[next(k for k in state if k[1] == "k")].shape[2] if state and any(k[1] == "k" for k in state) else 0
+        mask = torch.ones(ids.shape[0], past + ids.shape[1], dtype=torch.long)
+    # nn.Embedding(vocab, hidden, padding_idx): the pad row gets no gradient.
+    h = F.embedding(ids, w["model.embed_tokens.weight"], padding_idx=cfg.get("pad_token_id"))
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        attention, sparse = jamba_layer_kinds(cfg, i)
+        x = rms_norm(w, p + "input_layernorm", h, eps)
+        if attention:
+            h = h + jamba_attention(cfg, w, p + "self_attn.", x, mask, state, i)
+        else:
+            h = h + mamba_mixer(cfg, w, p + "mamba.", x, state, i, jamba=True)
+        x = rms_norm(w, p + "pre_ff_layernorm", h, eps)
+        h = h + (jamba_moe(cfg, w, p + "feed_forward.", x) if sparse else gated_mlp(w, p + "feed_forward.", x))
+    h = rms_norm(w, "model.final_layernorm", h, eps)
+    return h @ (w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]).T
+
+
+def jamba_weights(cfg, g):
+    r = lambda *s: torch.randn(*s, generator=g) * 0.3
+    C, V, I = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    Hkv_dim = cfg["num_key_value_heads"] * (C // cfg["num_attention_heads"])
+    w = {"model.embed_tokens.weight": r(V, C), "model.final_layernorm.weight": 1 + r(C)}
+    if not cfg.get("tie_word_embeddings", False):
+        w["lm_head.weight"] = r(V, C)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        attention, sparse = jamba_layer_kinds(cfg, i)
+        w[p + "input_layernorm.weight"], w[p + "pre_ff_layernorm.weight"] = 1 + r(C), 1 + r(C)
+        if attention:
+            a = p + "self_attn."
+            w[a + "q_proj.weight"], w[a + "o_proj.weight"] = r(C, C), r(C, C)
+            w[a + "k_proj.weight"], w[a + "v_proj.weight"] = r(Hkv_dim, C), r(Hkv_dim, C)
+        else:
+            mixer_weights(w, p + "mamba.", cfg, g, jamba=True)
+        f = p + "feed_forward."
+        experts = [f + f"experts.{e}." for e in range(cfg["num_experts"])] if sparse else [f]
+        if sparse:
+            w[f + "router.weight"] = r(cfg["num_experts"], C)
+        for e in experts:
+            w[e + "gate_proj.weight"], w[e + "up_proj.weight"], w[e + "down_proj.weight"] = r(I, C), r(I, C), r(C, I)
+    return w

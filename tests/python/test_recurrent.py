@@ -22,6 +22,10 @@ CASES = {
     "mamba": (rr.MAMBA, rr.mamba_weights, rr.mamba_forward),
     "mamba_untied_bias": (dict(rr.MAMBA, tie_word_embeddings=False, use_bias=True, time_step_rank=3, state_size=4,
                                conv_kernel=3), rr.mamba_weights, rr.mamba_forward),
+    "jamba": (rr.JAMBA, rr.jamba_weights, rr.jamba_forward),
+    "jamba_tied_mqa": (dict(rr.JAMBA, num_key_value_heads=1, tie_word_embeddings=True, attn_layer_offset=0,
+                            expert_layer_offset=0, num_experts_per_tok=1, mamba_dt_rank=3), rr.jamba_weights,
+                       rr.jamba_forward),
 }
 
 

@@ -87,9 +87,15 @@ void attention_backward_ref(const T* q, const T* k, const T* v, const T* out, co
         for (int64_t c = 0; c < s.Ev; ++c) D += double(doi[c]) * double(oi[c]);
         if (s.dlse) D -= double(static_cast<const T*>(s.dlse)[bh * s.L + i]);
         std::vector<double> dqi(static_cast<size_t>(s.E), 0.0);
+        // The row's own log-sum-exp: lse rounded to T loses log(l) when the scores are near the lowest
+        // float (a finite mask over every key).
+        double m = -std::numeric_limits<double>::infinity(), l = 0;
+        for (double x : sc) m = std::max(m, x);
+        for (double x : sc) l += x == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(x - m);
+        const bool exact = std::fabs(double(lse[bh * s.L + i])) < 1e7;
         for (int64_t j = 0; j < s.S; ++j) {
           if (sc[size_t(j)] == -std::numeric_limits<double>::infinity()) continue;
-          const double p = std::exp(sc[size_t(j)] - double(lse[bh * s.L + i]));
+          const double p = exact ? std::exp(sc[size_t(j)] - double(lse[bh * s.L + i])) : std::exp(sc[size_t(j)] - m) / l;
           const T* vj = v + (bh * s.S + j) * s.Ev;
           const T* kj = k + (bh * s.S + j) * s.E;
           double dp = 0;

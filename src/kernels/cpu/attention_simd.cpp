@@ -299,9 +299,11 @@ void AttentionForwardF32(const float* q, const float* k, const float* v, float* 
 }
 
 // Recomputes the probabilities P (in sb) and dS (in ds) of one tile; rows >= qc are zero.
+// Rows with fix_inv != 0 rebuild P from their own max and 1 / sum (see RowNormalizers).
 HWY_INLINE void TileGrad(const float* qb, const float* dob, const float* kt, const float* vt, int64_t Sp,
-                         const float* lse, const float* D, float* sb, float* ds, const AttnShape& s, int64_t bh,
-                         int64_t q0, int64_t qc, int64_t Mr, int64_t k0, int64_t kc) {
+                         const float* lse, const float* fix_m, const float* fix_inv, const float* D, float* sb,
+                         float* ds, const AttnShape& s, int64_t bh, int64_t q0, int64_t qc, int64_t Mr, int64_t k0,
+                         int64_t kc) {
   const DF d;
   const int64_t N = int64_t(hn::Lanes(d));
   Gemm(sb, kBlk, qb, s.E, kt + k0, Sp, Mr, kBlk, s.E, false);
@@ -323,7 +325,12 @@ HWY_INLINE void TileGrad(const float* qb, const float* dob, const float* kt, con
       std::fill(dr + nvalid, dr + kBlk, 0.0f);
       continue;
     }
-    ExpRow(row, lse[q0 + i]);
+    if (fix_inv[q0 + i] != 0.0f) {
+      ExpRow(row, fix_m[q0 + i]);
+      ScaleRow(row, kBlk, fix_inv[q0 + i]);
+    } else {
+      ExpRow(row, lse[q0 + i]);
+    }
     const auto vd = hn::Set(d, D[q0 + i]);
     for (int64_t j = 0; j < kBlk; j += N) {
       const auto p = hn::LoadU(d, row + j);
@@ -351,6 +358,29 @@ void AttentionBackwardF32(const float* q, const float* k, const float* v, const 
       for (int64_t c = 0; c < Ev; ++c) acc += double(dout[r * Ev + c]) * double(out[r * Ev + c]);
       if (s.dlse) acc -= double(static_cast<const float*>(s.dlse)[r]);
       Dbuf[size_t(r)] = float(acc);
+    }
+  });
+  // A row whose scores all sit near the lowest float (a finite mask over every key, as HF's masks
+  // give a padding query) has lse = m + log(l) rounded to m, so exp(s - lse) would be 1 for every
+  // key instead of 1 / l: such rows rebuild P from their own max and sum.
+  std::vector<float> fix_m(size_t(BH * L), 0.0f), fix_inv(size_t(BH * L), 0.0f);
+  parallel_for(0, BH * L, 64, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      if (!std::isfinite(lse[r]) || std::fabs(lse[r]) < 1e7f) continue;
+      const int64_t bh = r / L, i = r % L, keys = s.causal ? std::min(S, i + 1) : S;
+      const float* mk = s.mask ? static_cast<const float*>(s.mask) + s.mask_off[bh] + i * s.ms_i : nullptr;
+      std::vector<float> x(static_cast<size_t>(keys));
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < keys; ++j) {
+        float dot = 0;
+        for (int64_t c = 0; c < E; ++c) dot += q[(bh * L + i) * E + c] * k[(bh * S + j) * E + c];
+        x[size_t(j)] = dot * float(s.scale) + (mk ? mk[j * s.ms_j] : 0.0f);
+        m = std::max(m, x[size_t(j)]);
+      }
+      double l = 0;
+      for (int64_t j = 0; j < keys; ++j) l += std::exp(double(x[size_t(j)]) - double(m));
+      fix_m[size_t(r)] = m;
+      fix_inv[size_t(r)] = float(1.0 / l);
     }
   });
   const int64_t nq = (L + kBlk - 1) / kBlk, nk = (S + kBlk - 1) / kBlk;
@@ -381,7 +411,7 @@ void AttentionBackwardF32(const float* q, const float* k, const float* v, const 
       const int64_t qc = std::min(kBlk, L - q0), Mr = RoundUp(qc, 4);
       load_rows(sc.qb, sc.dob, bh, q0, qc);
       TileGrad(sc.qb.data(), sc.dob.data(), kt.data() + bh * E * Sp, vt.data() + bh * Ev * Sp, Sp, lse + bh * L,
-               Dbuf.data() + bh * L, sc.sb.data(), sc.ds.data(), s, bh, q0, qc, Mr, k0, kc);
+               fix_m.data() + bh * L, fix_inv.data() + bh * L, Dbuf.data() + bh * L, sc.sb.data(), sc.ds.data(), s, bh, q0, qc, Mr, k0, kc);
       // dV += P^T dO, dK += dS^T Q (P and dS used transposed in place).
       Gemm<true>(sc.dvb.data(), Evp, sc.sb.data(), kBlk, dop + (bh * L + q0) * Evp, Evp, kBlk, Evp, qc, true);
       Gemm<true>(sc.dkb.data(), Ep, sc.ds.data(), kBlk, qp + (bh * L + q0) * Ep, Ep, kBlk, Ep, qc, true);
@@ -417,7 +447,7 @@ void AttentionBackwardF32(const float* q, const float* k, const float* v, const 
     for (int64_t k0 = 0; k0 < kend; k0 += kBlk) {
       const int64_t kc = std::min(kBlk, S - k0);
       TileGrad(sc.qb.data(), sc.dob.data(), kt.data() + bh * E * Sp, vt.data() + bh * Ev * Sp, Sp, lse + bh * L,
-               Dbuf.data() + bh * L, sc.sb.data(), sc.ds.data(), s, bh, q0, qc, Mr, k0, kc);
+               fix_m.data() + bh * L, fix_inv.data() + bh * L, Dbuf.data() + bh * L, sc.sb.data(), sc.ds.data(), s, bh, q0, qc, Mr, k0, kc);
       Gemm(sc.dqb.data(), Ep, sc.ds.data(), kBlk, kp + (bh * S + k0) * Ep, Ep, Mr, Ep, kc, true);
     }
     for (int64_t i = 0; i < qc; ++i)

@@ -153,7 +153,7 @@ Tensor MLP::forward(const Tensor& x) {
 SparseMoE::SparseMoE(const WeightSource& ws, int64_t hidden, Options o) : o_(std::move(o)) {
   FOUNDRY_CHECK_AS(ValueError, o_.top_k > 0 && o_.top_k <= o_.experts,
                    "config.json: experts per token ({}) must be in 1..experts ({})", o_.top_k, o_.experts);
-  gate = add_block<Linear>(*this, ws, "gate", hidden, o_.experts, false);
+  gate = add_block<Linear>(*this, ws, o_.router, hidden, o_.experts, false);
   auto list = register_module("experts", std::make_shared<Scope>("ModuleList"));
   const WeightSource ews = ws.pp("experts");
   for (int64_t e = 0; e < o_.experts; ++e)
@@ -221,6 +221,7 @@ Tensor attend_layer(const LayerContext& ctx, int64_t layer, const Tensor& q, con
 }
 
 Tensor rope_heads(const Tensor& x, int64_t heads, const LayerContext& ctx) {
+  if (!ctx.cos.defined()) return split_heads(x, heads);  // no positions in attention (Jamba)
   if (!records(x) && ctx.cos.size(3) == x.size(2) / heads) return split_heads(rope_rows_(x, heads, ctx.cos, ctx.sin), heads);
   return apply_rope(split_heads(x, heads), ctx.cos, ctx.sin);
 }

@@ -190,6 +190,7 @@ class SparseMoE : public nn::Module {
     bool normalize = true;
     GatedNames names;
     std::string act = "silu";
+    std::string router = "gate";  ///< the router's name (Jamba: "router")
   };
   SparseMoE(const WeightSource& ws, int64_t hidden, Options o);
   std::string type_name() const override { return "SparseMoeBlock"; }
@@ -234,7 +235,8 @@ LayerContext layer_context(const ModelConfig& c, const Tensor& input_ids, const 
 Tensor attend_layer(const LayerContext& ctx, int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
                     double dropout = 0);
 
-/// Rotary embedding of x [B, T, heads * D] (a projection's output) -> [B, heads, T, D].
+/// Rotary embedding of x [B, T, heads * D] (a projection's output) -> [B, heads, T, D]; without rotary
+/// tables in the context, the heads alone.
 Tensor rope_heads(const Tensor& x, int64_t heads, const LayerContext& ctx);
 
 /// h = layer(h), through autograd::checkpoint when the model's gradient checkpointing is on, it

@@ -45,6 +45,7 @@ Architecture bloom_architecture();
 Architecture falcon_architecture();
 Architecture rwkv_architecture();
 Architecture mamba_architecture();
+Architecture jamba_architecture();
 
 // ---- config helpers -------------------------------------------------------------------------
 

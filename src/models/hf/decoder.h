@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/hf/blocks.h"
 #include "models/hf/common.h"
 
 namespace foundry::models::hf {
@@ -25,7 +26,31 @@ struct DecoderSpec {
   std::vector<bool> sparse_layers;         ///< per layer: MoE (true) or dense MLP
 };
 
-class WeightSource;
+// LlamaAttention: q/k/v/o projections, rotary q and k (when the context has rotary tables), grouped-query
+// heads. Jamba's attention is the same without positions.
+class DecoderAttention : public nn::Module {
+ public:
+  DecoderAttention(const WeightSource& ws, const ModelConfig& c, const DecoderSpec& s, double dropout)
+      : H_(c.num_heads), Hkv_(c.num_kv_heads), dropout_(dropout) {
+    const int64_t C = c.hidden_size, D = c.head_dim;
+    q_proj = add_block<Linear>(*this, ws, "q_proj", C, H_ * D, s.q_bias);
+    k_proj = add_block<Linear>(*this, ws, "k_proj", C, Hkv_ * D, s.k_bias);
+    v_proj = add_block<Linear>(*this, ws, "v_proj", C, Hkv_ * D, s.v_bias);
+    o_proj = add_block<Linear>(*this, ws, "o_proj", H_ * D, C, s.o_bias);
+  }
+  std::string type_name() const override { return "Attention"; }
+  Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
+    Tensor q = rope_heads(q_proj->forward(x), H_, ctx);
+    Tensor k = rope_heads(k_proj->forward(x), Hkv_, ctx);
+    Tensor v = split_heads(v_proj->forward(x), Hkv_);
+    return o_proj->forward(attend_layer(ctx, layer, q, k, v, is_training() ? dropout_ : 0.0));
+  }
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+
+ private:
+  int64_t H_, Hkv_;
+  double dropout_;
+};
 
 std::unique_ptr<CausalLM> build_decoder(const ModelConfig& c, const DecoderSpec& spec, const WeightSource& ws);
 
