@@ -11,6 +11,7 @@
 
 #include "foundry/core/parallel.h"
 #include "foundry/autograd/grad_mode.h"
+#include "foundry/models/encoder.h"
 #include "foundry/models/generate.h"
 #include "foundry/ops/ops.h"
 
@@ -20,7 +21,7 @@ static int run(int argc, char** argv) {
   std::string dir, quantize, dtype = "float32";
   int64_t stream_mb = 0;
   int threads = 1;
-  int64_t prefill = 128, prompt = 32, decode = 128;
+  int64_t prefill = 128, prompt = 32, decode = 128, batch = 8, seq = 128;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return bench::option_value(argc, argv, i); };
@@ -32,6 +33,8 @@ static int run(int argc, char** argv) {
     else if (a == "--quantize") quantize = next();
     else if (a == "--dtype") dtype = next();
     else if (a == "--stream-mb") stream_mb = std::stoll(next());
+    else if (a == "--batch") batch = std::stoll(next());
+    else if (a == "--seq") seq = std::stoll(next());
     else bench::unknown_option(a);
   }
   set_num_threads(threads);
@@ -48,6 +51,22 @@ static int run(int argc, char** argv) {
     return 0;
   }
   auto t0 = clock::now();
+  if (models::is_encoder_folder(dir)) {  // BERT / RoBERTa: `batch` sequences of `seq` tokens per forward
+    auto encoder = models::load_encoder(dir);
+    const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
+    manual_seed(0);
+    Tensor ids = randint(0, encoder->config().vocab_size, {batch, seq});
+    std::vector<double> times;
+    for (int rep = 0; rep < 6; ++rep) {
+      auto t = clock::now();
+      encoder->encode(ids);
+      if (rep > 0) times.push_back(std::chrono::duration<double>(clock::now() - t).count());
+    }
+    std::sort(times.begin(), times.end());
+    std::printf("{\"load_s\": %.4f, \"seq_per_s\": %.2f, \"peak_rss_mb\": %.1f}\n", load_s,
+                double(batch) / times[times.size() / 2], bench::peak_rss_mb());
+    return 0;
+  }
   models::LoadOptions options;
   options.quantize = quantize;
   if (dtype == "native") options.dtype = std::nullopt;
@@ -82,7 +101,8 @@ static int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   return foundry::bench::guarded_main(argc, argv, 
       "usage: bench_infer --model DIR [--threads N] [--prefill N] [--prompt N] [--decode N] [--quantize FMT]\n"
-      "                   [--dtype float32|native]\n"
+      "                   [--dtype float32|native] [--batch N --seq N (encoder folders)]\n"
       "       bench_infer --stream-mb MB [--threads N]   (read bandwidth: sum of an MB-sized array)\n"
-      "Prints one JSON line: load_s, prefill_tps, decode_tps, peak_rss_mb.\n", [&] { return run(argc, argv); });
+      "Prints one JSON line: load_s, prefill_tps, decode_tps, peak_rss_mb (an encoder folder: load_s, seq_per_s,\n"
+      "peak_rss_mb).\n", [&] { return run(argc, argv); });
 }

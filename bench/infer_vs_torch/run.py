@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """bench/infer_vs_torch: GPT-2 124M and a Llama-style ~110M model (dim 768, 12 layers, 12 heads,
-SwiGLU 2048, vocab 32000) with random weights, written once as HF folders under /tmp, run by
+SwiGLU 2048, vocab 32000), and the recurrent models in the shapes of RWKV-4 169M and Mamba 130M, with random weights, written once as HF folders under /tmp, run by
 Foundry (`bench_infer`, memory-mapped safetensors) and by an eager PyTorch 1.13 implementation with
 the same threads (1 and 2): weight load time, prefill of 128 tokens, greedy decode of 128 tokens
 after a 32-token prompt, peak RSS. Each run is its own process. The "q8_0" rows run Foundry's
 products on q8_0 weights (decode: q8_0 x q8_0 kernels; prefill: float GEMM on the dequantized
-weights) against PyTorch float32; bench/quant_decode compares every format.
+weights) against PyTorch float32; bench/quant_decode compares every format. RWKV and Mamba run against
+the transcriptions of transformers' slow (CPU) paths the parity tests use (torch_recurrent.py);
+BERT-base (12 x 768, vocab 30522) encodes 8 sequences of 128 tokens per forward (torch_encoder.py).
 Usage: /usr/bin/python3 bench/infer_vs_torch/run.py [build/bin/bench_infer]
 """
 import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
@@ -29,9 +31,64 @@ LLAMA = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=
              intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
              max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu",
              tie_word_embeddings=False, eos_token_id=2)
+RWKV = dict(architectures=["RwkvForCausalLM"], model_type="rwkv", vocab_size=50277, hidden_size=768,
+            num_hidden_layers=12, attention_hidden_size=768, intermediate_size=3072, layer_norm_epsilon=1e-5,
+            rescale_every=0, context_length=1024, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+MAMBA = dict(architectures=["MambaForCausalLM"], model_type="mamba", vocab_size=50280, hidden_size=768, state_size=16,
+             num_hidden_layers=24, layer_norm_epsilon=1e-5, expand=2, conv_kernel=4, use_bias=False, use_conv_bias=True,
+             hidden_act="silu", time_step_rank="auto", residual_in_fp32=True, tie_word_embeddings=True,
+             bos_token_id=0, eos_token_id=0, pad_token_id=0)
+BERT = dict(architectures=["BertModel"], model_type="bert", vocab_size=30522, hidden_size=768, num_hidden_layers=12,
+            num_attention_heads=12, intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512,
+            type_vocab_size=2, layer_norm_eps=1e-12, pad_token_id=0)
 
 
 def shapes(cfg):
+    t = cfg["model_type"]
+    if t == "rwkv":
+        C, V, I = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+        s = {"rwkv.embeddings.weight": (V, C), "rwkv.ln_out.weight": (C,), "rwkv.ln_out.bias": (C,), "head.weight": (V, C)}
+        for i in range(cfg["num_hidden_layers"]):
+            p = f"rwkv.blocks.{i}."
+            for n in ["ln1", "ln2"] + (["pre_ln"] if i == 0 else []):
+                s[p + n + ".weight"], s[p + n + ".bias"] = (C,), (C,)
+            for n in ("time_decay", "time_first"):
+                s[p + "attention." + n] = (C,)
+            for n in ("key", "value", "receptance"):
+                s[p + f"attention.time_mix_{n}"] = (1, 1, C)
+                s[p + f"attention.{n}.weight"] = (C, C)
+            s[p + "attention.output.weight"] = (C, C)
+            s[p + "feed_forward.time_mix_key"] = s[p + "feed_forward.time_mix_receptance"] = (1, 1, C)
+            s[p + "feed_forward.key.weight"], s[p + "feed_forward.value.weight"] = (I, C), (C, I)
+            s[p + "feed_forward.receptance.weight"] = (C, C)
+        return s
+    if t == "mamba":
+        C, V, N = cfg["hidden_size"], cfg["vocab_size"], cfg["state_size"]
+        I, R, K = cfg["expand"] * C, -(-C // 16), cfg["conv_kernel"]
+        s = {"backbone.embeddings.weight": (V, C), "backbone.norm_f.weight": (C,)}
+        for i in range(cfg["num_hidden_layers"]):
+            p = f"backbone.layers.{i}."
+            s[p + "norm.weight"], s[p + "mixer.D"] = (C,), (I,)
+            s[p + "mixer.A_log"], s[p + "mixer.conv1d.weight"], s[p + "mixer.conv1d.bias"] = (I, N), (I, 1, K), (I,)
+            s[p + "mixer.in_proj.weight"], s[p + "mixer.x_proj.weight"] = (2 * I, C), (R + 2 * N, I)
+            s[p + "mixer.dt_proj.weight"], s[p + "mixer.dt_proj.bias"] = (I, R), (I,)
+            s[p + "mixer.out_proj.weight"] = (C, I)
+        return s
+    if t == "bert":
+        C, V, I = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+        e = "bert.embeddings."
+        s = {e + "word_embeddings.weight": (V, C), e + "position_embeddings.weight": (cfg["max_position_embeddings"], C),
+             e + "token_type_embeddings.weight": (cfg["type_vocab_size"], C), e + "LayerNorm.weight": (C,),
+             e + "LayerNorm.bias": (C,), "bert.pooler.dense.weight": (C, C), "bert.pooler.dense.bias": (C,)}
+        for i in range(cfg["num_hidden_layers"]):
+            p = f"bert.encoder.layer.{i}."
+            for n, (o, k) in {"attention.self.query": (C, C), "attention.self.key": (C, C), "attention.self.value": (C, C),
+                              "attention.output.dense": (C, C), "intermediate.dense": (I, C),
+                              "output.dense": (C, I)}.items():
+                s[p + n + ".weight"], s[p + n + ".bias"] = (o, k), (o,)
+            for n in ("attention.output.LayerNorm", "output.LayerNorm"):
+                s[p + n + ".weight"], s[p + n + ".bias"] = (C,), (C,)
+        return s
     if cfg["model_type"] == "gpt2":
         C, V = cfg["n_embd"], cfg["vocab_size"]
         s = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (cfg["n_positions"], C),
@@ -82,7 +139,7 @@ def write_folder(path, cfg):
     with open(os.path.join(path, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(hb)) + hb)
         for name, shape in items:
-            norm = len(shape) == 1 and "bias" not in name
+            norm = (len(shape) == 1 and "bias" not in name and "time_" not in name) or name.endswith("mixer.D")
             a = (1 + 0.02 * rng.standard_normal(shape) if norm else 0.02 * rng.standard_normal(shape)).astype("<f4")
             f.write(a.tobytes())
     with open(os.path.join(path, "config.json"), "w") as f:
@@ -107,6 +164,20 @@ def main():
             q = run([binary, "--model", folder, "--threads", str(threads), "--quantize", "q8_0"], threads)
             rows.append((name + ", Foundry q8_0", threads, q, t))
 
+    for name, cfg in (("RWKV-4 169M shape", RWKV), ("Mamba 130M shape", MAMBA)):
+        folder = f"/tmp/foundry_bench_{cfg['model_type']}"
+        write_folder(folder, cfg)
+        for threads in (1, 2):
+            t = run(["/usr/bin/python3", os.path.join(HERE, "torch_recurrent.py"), folder, str(threads)], threads)
+            rows.append((name, threads, run([binary, "--model", folder, "--threads", str(threads)], threads), t))
+    encoder_rows = []
+    folder = "/tmp/foundry_bench_bert"
+    write_folder(folder, BERT)
+    for threads in (1, 2):
+        t = run(["/usr/bin/python3", os.path.join(HERE, "torch_encoder.py"), folder, str(threads), "8", "128"], threads)
+        f = run([binary, "--model", folder, "--threads", str(threads), "--batch", "8", "--seq", "128"], threads)
+        encoder_rows.append((threads, f, t))
+
     print("| model | threads | prefill tok/s (Foundry / PyTorch) | decode tok/s (Foundry / PyTorch) | peak RSS MB "
           "(Foundry / PyTorch) | load s (Foundry / PyTorch) |")
     print("|---|---|---|---|---|---|")
@@ -115,6 +186,12 @@ def main():
             name, threads, f["prefill_tps"], t["prefill_tps"], f["prefill_tps"] / t["prefill_tps"], f["decode_tps"],
             t["decode_tps"], f["decode_tps"] / t["decode_tps"], f["peak_rss_mb"], t["peak_rss_mb"],
             f["peak_rss_mb"] / t["peak_rss_mb"], f["load_s"], t["load_s"]))
+    print()
+    print("| encoder | threads | sequences/s, 8 x 128 tokens (Foundry / PyTorch) | peak RSS MB (Foundry / PyTorch) |")
+    print("|---|---|---|---|")
+    for threads, f, t in encoder_rows:
+        print("| BERT-base shape | %d | %.2f / %.2f = %.2fx | %.0f / %.0f |" % (
+            threads, f["seq_per_s"], t["seq_per_s"], f["seq_per_s"] / t["seq_per_s"], f["peak_rss_mb"], t["peak_rss_mb"]))
 
 
 if __name__ == "__main__":

@@ -77,10 +77,10 @@ def rwkv_shift(hidden, state, key):
     return shifted
 
 
-def rwkv_forward(cfg, w, ids, mask=None, state=None, training=False):
+def rwkv_forward(cfg, w, ids, mask=None, state=None, training=False, last_only=False):
     """RwkvForCausalLM (the attention mask is unused, as in transformers). Eval mode rescales the
     weights of attention.output / feed_forward.value by 2^(block // rescale_every) and halves the
-    hidden states every rescale_every blocks."""
+    hidden states every rescale_every blocks. `last_only`: the last position's logits only (generation)."""
     eps, every = cfg["layer_norm_epsilon"], cfg.get("rescale_every", 6)
     rescaled = not training and every > 0
     h = w["rwkv.embeddings.weight"][ids]
@@ -101,18 +101,18 @@ def rwkv_forward(cfg, w, ids, mask=None, state=None, training=False):
         rwkv, layer_state = rwkv_linear_attention_cpu(w[a + "time_decay"], w[a + "time_first"], key, value, layer_state)
         if state is not None:
             state[(i, "wkv")] = layer_state
-        h = h + (receptance * rwkv) @ (w[a + "output.weight"] / div).T
+        h = h + (receptance * rwkv) @ (w[a + "output.weight"] / div if div > 1 else w[a + "output.weight"]).T
         x = layer_norm(w, p + "ln2", h, eps)
         f = p + "feed_forward."
         shifted = rwkv_shift(x, state, (i, "ffn"))
         key = x * w[f + "time_mix_key"] + shifted * (1 - w[f + "time_mix_key"])
         receptance = x * w[f + "time_mix_receptance"] + shifted * (1 - w[f + "time_mix_receptance"])
         key = torch.square(torch.relu(key @ w[f + "key.weight"].T))
-        value = key @ (w[f + "value.weight"] / div).T
+        value = key @ (w[f + "value.weight"] / div if div > 1 else w[f + "value.weight"]).T
         h = h + torch.sigmoid(receptance @ w[f + "receptance.weight"].T) * value
         if rescaled and (i + 1) % every == 0:
             h = h / 2
-    h = layer_norm(w, "rwkv.ln_out", h, eps)
+    h = layer_norm(w, "rwkv.ln_out", h[:, -1:] if last_only else h, eps)
     return h @ (w["head.weight"] if "head.weight" in w else w["rwkv.embeddings.weight"]).T
 
 
@@ -203,14 +203,14 @@ def mamba_mixer(cfg, w, p, x, state, layer, jamba=False):
     return out
 
 
-def mamba_forward(cfg, w, ids, mask=None, state=None):
+def mamba_forward(cfg, w, ids, mask=None, state=None, last_only=False):
     """MambaForCausalLM (the attention mask is unused, as in transformers v4.40)."""
     eps = cfg["layer_norm_epsilon"]
     h = w["backbone.embeddings.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
         p = f"backbone.layers.{i}."
         h = h + mamba_mixer(cfg, w, p + "mixer.", rms_norm(w, p + "norm", h, eps), state, i)
-    h = rms_norm(w, "backbone.norm_f", h, eps)
+    h = rms_norm(w, "backbone.norm_f", h[:, -1:] if last_only else h, eps)
     head = w["lm_head.weight"] if "lm_head.weight" in w else w["backbone.embeddings.weight"]
     return h @ head.T
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "foundry/autograd/grad_mode.h"
 #include "foundry/io/safetensors.h"
 #include "foundry/models/generate.h"
 #include "foundry/ops/ops.h"
@@ -150,4 +151,42 @@ TEST(Models, PromptCacheRunsOnlyTheNewSuffix) {
   models::GenerationResult c = models::generate(*model, third, g, pc);
   EXPECT_EQ(c.prefill_tokens, 2);
   EXPECT_EQ(c.tokens[0], models::generate(*model, {third}, g).tokens[0]);
+}
+
+// A recurrent model's cache continues a sequence but can't be rewound: PromptCache reuse carries on
+// when the new prompt extends exactly what was cached and restarts otherwise; the state reorders
+// with its rows.
+TEST(Models, RecurrentStateContinuesOrRestarts) {
+  manual_seed(3);
+  auto model = models::create_model(R"({"model_type": "mamba", "vocab_size": 40, "hidden_size": 16,
+      "num_hidden_layers": 2, "state_size": 4, "expand": 2, "conv_kernel": 3})");
+  model->eval();
+  ASSERT_TRUE(model->recurrent());
+  autograd::NoGradGuard no_grad;
+  models::GenerationConfig g;
+  g.max_new_tokens = 5;
+  g.ignore_eos = true;
+  const std::vector<int64_t> first = {5, 8, 13, 21};
+  models::PromptCache pc;
+  models::GenerationResult a = models::generate(*model, first, g, pc);
+  EXPECT_EQ(a.tokens[0], models::generate(*model, {first}, g).tokens[0]);
+  std::vector<int64_t> second = first;
+  second.insert(second.end(), a.tokens[0].begin(), a.tokens[0].end());
+  second.insert(second.end(), {1, 2});
+  models::GenerationResult b = models::generate(*model, second, g, pc);
+  EXPECT_EQ(b.prefill_tokens, 1 + 2);  // continued from the state
+  EXPECT_EQ(b.tokens[0], models::generate(*model, {second}, g).tokens[0]);
+  const std::vector<int64_t> third = {5, 8, 30};
+  models::GenerationResult c = models::generate(*model, third, g, pc);
+  EXPECT_EQ(c.prefill_tokens, 3);  // diverged: restarted from an empty state
+  EXPECT_EQ(c.tokens[0], models::generate(*model, {third}, g).tokens[0]);
+
+  models::KVCache cache = model->make_cache(2, 16);
+  model->forward(tensor<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3}), Tensor(), &cache);
+  Tensor before = cache.state(0, 1).clone();
+  cache.reorder({1, 0});
+  EXPECT_TRUE(allclose(cache.state(0, 1).select(0, 0), before.select(0, 1)));
+  EXPECT_THROW(cache.truncate(1), ValueError);
+  cache.truncate(0);
+  EXPECT_FALSE(cache.has_state());
 }
