@@ -9,6 +9,7 @@
 
 #include "convert.h"
 #include "foundry/models/chat_template.h"
+#include "foundry/models/encoder.h"
 #include "foundry/models/generate.h"
 #include "foundry/models/pretrained.h"
 #include "foundry/ops/autocast.h"
@@ -20,6 +21,8 @@ namespace foundry::python {
 namespace {
 
 using models::CausalLM;
+
+py::object optional_tensor(const Tensor& t) { return t.defined() ? py::cast(t) : py::none(); }
 
 std::vector<std::vector<int64_t>> prompts_from(py::handle obj) {
   if (py::isinstance<Tensor>(obj)) {
@@ -179,17 +182,67 @@ void bind_models(py::module_& m) {
       .def("__repr__", [](const CausalLM& m) {
         return "PretrainedModel(" + m.config().architecture + ", " + std::to_string(m.num_parameters()) + " parameters)";
       });
+  using models::EncoderModel;
+  py::class_<models::EncoderOutput>(mm, "EncoderOutput",
+                                    "transformers' encoder output: loss (with labels), logits (the head's), "
+                                    "last_hidden_state, pooler_output (None where the model has none)")
+      .def_property_readonly("loss", [](const models::EncoderOutput& o) { return optional_tensor(o.loss); })
+      .def_property_readonly("logits", [](const models::EncoderOutput& o) { return optional_tensor(o.logits); })
+      .def_property_readonly("last_hidden_state", [](const models::EncoderOutput& o) { return o.last_hidden_state; })
+      .def_property_readonly("pooler_output", [](const models::EncoderOutput& o) { return optional_tensor(o.pooler_output); });
+  py::class_<EncoderModel, std::shared_ptr<EncoderModel>>(mm, "EncoderModel")
+      .def(
+          "__call__",
+          [](EncoderModel& model, py::object input_ids, py::object attention_mask, py::object token_type_ids,
+             py::object labels) {
+            Tensor ids = batch_of(input_ids), mask = batch_of(attention_mask), types = batch_of(token_type_ids),
+                   lab = batch_of(labels);
+            py::gil_scoped_release nogil;
+            return model(ids, mask, types, lab);
+          },
+          py::arg("input_ids"), py::arg("attention_mask") = py::none(), py::arg("token_type_ids") = py::none(),
+          py::arg("labels") = py::none(), "EncoderOutput; with labels (-100 ignored) the head's loss, as transformers")
+      .def("parameters", [](const EncoderModel& m) { return m.parameters(); })
+      .def("named_parameters", [](const EncoderModel& m) { return m.named_parameters(); },
+           "(name, tensor) with transformers' names, tied tensors once")
+      .def("state_dict", [](const EncoderModel& m) { return state_dict_of(m); })
+      .def("train", [](py::object self, bool mode) { self.cast<EncoderModel&>().train(mode); return self; },
+           py::arg("mode") = true)
+      .def("eval", [](py::object self) { self.cast<EncoderModel&>().eval(); return self; })
+      .def_property_readonly("training", [](const EncoderModel& m) { return m.is_training(); })
+      .def("zero_grad", [](EncoderModel& m, bool set_to_none) { m.zero_grad(set_to_none); }, py::arg("set_to_none") = true)
+      .def("save_pretrained", [](const EncoderModel& m, const std::string& dir) { models::save_pretrained(m, dir); },
+           py::arg("save_directory"))
+      .def_property_readonly("architecture", [](const EncoderModel& m) { return m.config().architecture; })
+      .def_property_readonly("head", &EncoderModel::head)
+      .def_property_readonly("config_json", [](const EncoderModel& m) { return m.config().json; })
+      .def("num_parameters", [](const EncoderModel& m) { return m.num_parameters(); })
+      .def("__repr__", [](const EncoderModel& m) {
+        return "EncoderModel(" + m.config().architecture + ", " + std::to_string(m.num_parameters()) + " parameters)";
+      });
   mm.def(
       "from_pretrained",
       [](const std::string& path, py::object dtype, const std::string& quantize, const std::string& kv_cache,
-         const std::string& quantized_prefill) -> std::shared_ptr<CausalLM> {
+         const std::string& quantized_prefill) -> py::object {
+        if (models::is_encoder_folder(path)) {
+          std::shared_ptr<EncoderModel> enc;
+          {
+            py::gil_scoped_release nogil;
+            enc = models::load_encoder(path);
+          }
+          return py::cast(enc);
+        }
         models::LoadOptions o;
         if (!dtype.is_none()) o.dtype = dtype_from(dtype);
         o.quantize = quantize;
         o.kv_cache = kv_cache;
         o.quantized_prefill = quantized_prefill;
-        py::gil_scoped_release nogil;
-        return models::load_pretrained(path, o);
+        std::shared_ptr<CausalLM> model;
+        {
+          py::gil_scoped_release nogil;
+          model = models::load_pretrained(path, o);
+        }
+        return py::cast(model);
       },
       py::arg("path"), py::arg("dtype") = py::none(), py::arg("quantize") = "", py::arg("kv_cache") = "",
       py::arg("quantized_prefill") = "auto",
@@ -218,10 +271,14 @@ void bind_models(py::module_& m) {
           py::arg("eos_token") = "");
   mm.def(
       "create",
-      [](py::object config) -> std::shared_ptr<CausalLM> {
+      [](py::object config) -> py::object {
         std::string text = py::isinstance<py::str>(config) ? config.cast<std::string>()
                                                            : py::module_::import("json").attr("dumps")(config).cast<std::string>();
-        return models::create_model(text);
+        auto j = py::module_::import("json").attr("loads")(text);
+        std::string name = j.contains("architectures") ? py::str(j["architectures"][py::int_(0)]).cast<std::string>()
+                           : j.contains("model_type") ? py::str(j["model_type"]).cast<std::string>() : "";
+        if (models::is_encoder_architecture(name)) return py::cast(std::shared_ptr<EncoderModel>(models::create_encoder(text)));
+        return py::cast(std::shared_ptr<CausalLM>(models::create_model(text)));
       },
       py::arg("config"),
       "a fresh model from a config.json object (dict or JSON text; 'model_type' or 'architectures' names it), "

@@ -130,6 +130,8 @@ TrainConfig load_train_config(const std::string& path) {
   r.get("train", "resume", c.resume);
   r.get("train", "log_every", c.log_every);
   r.get("train", "progress", c.progress);
+  r.get("train", "mlm_probability", c.mlm_probability);
+  r.get("train", "mask_token_id", c.mask_token_id);
   r.get("eval", "every", c.eval_every);
   r.get("eval", "batches", c.eval_batches);
   r.get("eval", "checkpoint_every", c.checkpoint_every);
@@ -165,7 +167,8 @@ std::string train_config_json(const TrainConfig& c) {
                 {"lr", c.lr}, {"min_lr", c.min_lr}, {"warmup_steps", c.warmup_steps},
                 {"weight_decay", c.weight_decay}, {"beta1", c.beta1}, {"beta2", c.beta2},
                 {"grad_clip", c.grad_clip}, {"precision", c.precision}, {"seed", c.seed},
-                {"out_dir", c.out_dir}, {"log_every", c.log_every}};
+                {"out_dir", c.out_dir}, {"log_every", c.log_every}, {"mlm_probability", c.mlm_probability},
+                {"mask_token_id", c.mask_token_id}};
   json eval = {{"every", c.eval_every}, {"batches", c.eval_batches}, {"checkpoint_every", c.checkpoint_every},
                {"keep_checkpoints", c.keep_checkpoints}, {"early_stopping_patience", c.early_stopping_patience}};
   json sample = {{"tokens", c.sample_tokens}, {"temperature", c.temperature}, {"top_k", c.top_k}};

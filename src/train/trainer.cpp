@@ -20,6 +20,7 @@
 #include "foundry/ops/ops.h"
 #include "foundry/optim/optimizer.h"
 #include "foundry/train/progress.h"
+#include "text/unicode.h"
 
 namespace foundry::train {
 
@@ -68,8 +69,43 @@ Tensor next_token_loss(const Tensor& logits, const Tensor& targets) {
 
 }  // namespace
 
+std::pair<Tensor, Tensor> mask_tokens(const Tensor& ids, int64_t mask_token, int64_t vocab, double probability,
+                                      Generator& gen) {
+  FOUNDRY_CHECK_AS(ValueError, probability > 0 && probability <= 1, "mlm_probability must be in (0, 1], got {}",
+                   probability);
+  Tensor x = ids.to(DType::Int64).contiguous().clone();
+  Tensor labels = empty(x.sizes(), DType::Int64);
+  int64_t* xs = x.data<int64_t>();
+  int64_t* ls = labels.data<int64_t>();
+  Tensor u = rand({x.numel(), 3}, DType::Float64, &gen).contiguous();  // chosen?, masked?, random vs kept?
+  Tensor r = randint(0, vocab, {x.numel()}, DType::Int64, &gen).contiguous();
+  const double* us = u.data<double>();
+  const int64_t* rs = r.data<int64_t>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const bool chosen = us[3 * i] < probability;
+    ls[i] = chosen ? xs[i] : -100;
+    if (!chosen) continue;
+    if (us[3 * i + 1] < 0.8) xs[i] = mask_token;
+    else if (us[3 * i + 2] < 0.5) xs[i] = rs[i];
+  }
+  return {x, labels};
+}
+
 std::string model_config_json(const ModelSpec& spec) {
   json j = json::parse(spec.hf_config);
+  if (models::is_encoder_architecture(spec.architecture)) {
+    // A masked LM. Two ids past the tokenizer's: [MASK], and the padding id (an embedding row that
+    // gets no gradient, so it must not be a real token; RoBERTa's positions also count from it).
+    const bool type = spec.architecture == "bert" || spec.architecture == "roberta";
+    if (type) j["model_type"] = spec.architecture;
+    else j["architectures"] = {spec.architecture};
+    if (!j.contains("vocab_size")) j["vocab_size"] = spec.vocab_size + 2;
+    if (!j.contains("pad_token_id")) j["pad_token_id"] = spec.vocab_size + 1;
+    const bool roberta = spec.architecture.rfind("roberta", 0) == 0 || spec.architecture.rfind("Roberta", 0) == 0;
+    if (!j.contains("max_position_embeddings"))
+      j["max_position_embeddings"] = spec.block_size + (roberta ? j["pad_token_id"].get<int64_t>() + 1 : 0);
+    return j.dump();
+  }
   const std::string arch = models::architecture_for(spec.architecture);
   j["architectures"] = {arch};
   if (arch == "GPT2LMHeadModel") {
@@ -124,35 +160,53 @@ Trainer::Trainer(TrainConfig config) : cfg_(std::move(config)), st_(std::make_un
   st_->val = std::make_shared<data::TokenShard>(data::TokenShard::open(data_dir + "/val.bin"));
   cfg_.model.vocab_size = st_->encoder.vocab_size();
   manual_seed(cfg_.seed);
-  if (!cfg_.model.init_from.empty()) {
-    const std::string& from = cfg_.model.init_from;
-    if (models::is_gguf_file(from))
-      raise<ValueError>("train: init_from '{}' is a GGUF file, whose weights are quantized for inference; give the "
-                        "Hugging Face folder it was converted from",
-                        from);
-    if (json::parse(models::read_config(from).json).contains("quantization_config"))
-      raise<ValueError>("train: init_from '{}' is a quantized folder (config.json has quantization_config); give the "
-                        "float checkpoint it was quantized from",
-                        from);
-    model_ = models::load_pretrained(from);
-    FOUNDRY_CHECK_AS(ValueError, model_->config().vocab_size >= cfg_.model.vocab_size,
-                     "train: the tokenizer's vocabulary ({}) is larger than {}'s ({}); train with the model's tokenizer",
-                     cfg_.model.vocab_size, from, model_->config().vocab_size);
+  if (models::is_encoder_architecture(cfg_.model.architecture) ||
+      (!cfg_.model.init_from.empty() && models::is_encoder_folder(cfg_.model.init_from))) {
+    encoder_ = cfg_.model.init_from.empty() ? models::create_encoder(model_config_json(cfg_.model))
+                                            : models::load_encoder(cfg_.model.init_from);
+    FOUNDRY_CHECK_AS(ValueError, encoder_->head() == "masked_lm",
+                     "train: {} has no masked-LM head; foundry train trains encoders as masked language models",
+                     encoder_->config().architecture);
+    mask_token_ = cfg_.mask_token_id >= 0 ? cfg_.mask_token_id : cfg_.model.vocab_size;
+    FOUNDRY_CHECK_AS(ValueError, mask_token_ < encoder_->config().vocab_size && cfg_.model.vocab_size <= encoder_->config().vocab_size,
+                     "train: the [MASK] id {} and the tokenizer's {} ids must fit the model's vocabulary of {}",
+                     mask_token_, cfg_.model.vocab_size, encoder_->config().vocab_size);
+    FOUNDRY_CHECK_AS(ValueError, encoder_->config().max_positions >= cfg_.model.block_size,
+                     "train: block_size {} is longer than the model's {} positions", cfg_.model.block_size,
+                     encoder_->config().max_positions);
+    module_ = encoder_;
   } else {
-    model_ = models::create_model(model_config_json(cfg_.model));
+    if (!cfg_.model.init_from.empty()) {
+      const std::string& from = cfg_.model.init_from;
+      if (models::is_gguf_file(from))
+        raise<ValueError>("train: init_from '{}' is a GGUF file, whose weights are quantized for inference; give the "
+                          "Hugging Face folder it was converted from",
+                          from);
+      if (json::parse(models::read_config(from).json).contains("quantization_config"))
+        raise<ValueError>("train: init_from '{}' is a quantized folder (config.json has quantization_config); give the "
+                          "float checkpoint it was quantized from",
+                          from);
+      causal_ = models::load_pretrained(from);
+      FOUNDRY_CHECK_AS(ValueError, causal_->config().vocab_size >= cfg_.model.vocab_size,
+                       "train: the tokenizer's vocabulary ({}) is larger than {}'s ({}); train with the model's tokenizer",
+                       cfg_.model.vocab_size, from, causal_->config().vocab_size);
+    } else {
+      causal_ = models::create_model(model_config_json(cfg_.model));
+    }
+    FOUNDRY_CHECK_AS(ValueError, causal_->config().max_positions <= 0 || causal_->config().max_positions >= cfg_.model.block_size,
+                     "train: block_size {} is longer than the model's {} positions", cfg_.model.block_size,
+                     causal_->config().max_positions);
+    causal_->set_gradient_checkpointing(cfg_.model.gradient_checkpointing);
+    module_ = causal_;
   }
-  FOUNDRY_CHECK_AS(ValueError, model_->config().max_positions <= 0 || model_->config().max_positions >= cfg_.model.block_size,
-                   "train: block_size {} is longer than the model's {} positions", cfg_.model.block_size,
-                   model_->config().max_positions);
-  model_->train();
-  model_->set_gradient_checkpointing(cfg_.model.gradient_checkpointing);
+  module_->train();
   st_->train_batches = std::make_unique<data::LMBatches>(st_->train, cfg_.batch_size, cfg_.model.block_size, cfg_.seed);
   st_->val_batches = std::make_unique<data::LMBatches>(st_->val, cfg_.batch_size, cfg_.model.block_size, cfg_.seed + 1);
   st_->unigram = unigram_loss(*st_->train, *st_->val, cfg_.model.vocab_size);
 
   // Weight decay on matrices only (embeddings and linear weights), as GPT-2/nanoGPT.
   optim::ParamGroup decay, no_decay;
-  for (auto& [name, p] : model_->named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  for (auto& [name, p] : module_->named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
   decay.options["weight_decay"] = cfg_.weight_decay;
   no_decay.options["weight_decay"] = 0.0;
   st_->optimizer = std::make_unique<optim::AdamW>(
@@ -171,13 +225,14 @@ const data::TextEncoder& Trainer::encoder() const { return st_->encoder; }
 std::vector<int64_t> Trainer::sample(std::vector<int64_t> ids, Generator& gen) {
   // The context is cropped to block_size (the positions the model was trained on), recomputed
   // for each token: models from scratch have no positions past it worth reading.
+  FOUNDRY_CHECK_AS(ValueError, causal_ != nullptr, "train: a masked language model does not sample text");
   autograd::NoGradGuard ng;
-  const bool was_training = model_->is_training();
-  model_->eval();
+  const bool was_training = causal_->is_training();
+  causal_->eval();
   for (int64_t i = 0; i < cfg_.sample_tokens; ++i) {
     const int64_t n = std::min<int64_t>(int64_t(ids.size()), cfg_.model.block_size);
     Tensor ctx = tensor<int64_t>(std::vector<int64_t>(ids.end() - n, ids.end()), {1, n});
-    Tensor logits = model_->forward(ctx, Tensor(), nullptr, 1).select(1, 0);  // [1, V]
+    Tensor logits = causal_->forward(ctx, Tensor(), nullptr, 1).select(1, 0);  // [1, V]
     Tensor next;
     if (cfg_.temperature <= 0) {
       next = argmax(logits, -1, true);
@@ -191,25 +246,33 @@ std::vector<int64_t> Trainer::sample(std::vector<int64_t> ids, Generator& gen) {
     }
     ids.push_back(next.item<int64_t>());
   }
-  model_->train(was_training);
+  causal_->train(was_training);
   return ids;
+}
+
+Tensor Trainer::batch_loss(const Tensor& x, const Tensor& y, Generator* gen) {
+  if (causal_) return next_token_loss(causal_->forward(x), y);
+  auto [inputs, labels] = mask_tokens(x, mask_token_, cfg_.model.vocab_size, cfg_.mlm_probability,
+                                      gen ? *gen : default_generator());
+  return (*encoder_)(inputs, Tensor(), Tensor(), labels).loss;
 }
 
 void Trainer::add_callback(std::shared_ptr<Callback> cb) { callbacks_.push_back(std::move(cb)); }
 
 double Trainer::evaluate() {
   autograd::NoGradGuard ng;
-  bool was = model_->is_training();
-  model_->eval();
+  bool was = module_->is_training();
+  module_->eval();
+  Generator masking(cfg_.seed + 11);  // the same masked positions at every evaluation
   int64_t n = std::min<int64_t>(cfg_.eval_batches, st_->val_batches->sequential_count());
   FOUNDRY_CHECK_AS(ValueError, n > 0, "train: the validation split ({} tokens) is too small for one batch of {} x {}",
                    st_->val->size(), cfg_.batch_size, cfg_.model.block_size + 1);
   double total = 0;
   for (int64_t i = 0; i < n; ++i) {
     auto [x, y] = st_->val_batches->sequential(i);
-    total += next_token_loss(model_->forward(x), y).item<double>();
+    total += batch_loss(x, y, &masking).item<double>();
   }
-  model_->train(was);
+  module_->train(was);
   return total / double(n);
 }
 
@@ -222,7 +285,7 @@ TrainResult Trainer::run(int64_t stop_after) {
     if (auto latest = st_->checkpoints->latest()) {
       io::CheckpointState s = st_->checkpoints->load(*latest);
       nn::NamedTensors model_state(s.at("model").tensors.begin(), s.at("model").tensors.end());
-      model_->load_state_dict(model_state);
+      module_->load_state_dict(model_state);
       st_->optimizer->load_state_dict({s.at("optimizer").tensors, s.at("optimizer").json});
       st_->scheduler->load_state_dict(s.at("scheduler").json);
       json rng = json::parse(s.at("rng").json);
@@ -237,7 +300,7 @@ TrainResult Trainer::run(int64_t stop_after) {
 
   auto save = [&]() {
     io::CheckpointState s;
-    auto ms = model_->state_dict();
+    auto ms = module_->state_dict();
     for (auto& [k, v] : ms) s["model"].tensors[k] = v.detach().contiguous();
     auto os = st_->optimizer->state_dict();
     s["optimizer"] = {os.tensors, os.json};
@@ -256,8 +319,8 @@ TrainResult Trainer::run(int64_t stop_after) {
     bar = std::make_unique<ProgressBar>(cfg_.max_steps, o);
     bar->update(st_->step);
   }
-  std::vector<Tensor> params = model_->parameters();
-  model_->train();
+  std::vector<Tensor> params = module_->parameters();
+  module_->train();
   int64_t ran = 0;
   double last_loss = 0;
   while (st_->step < cfg_.max_steps && !stop_ && (stop_after <= 0 || ran < stop_after)) {
@@ -268,7 +331,7 @@ TrainResult Trainer::run(int64_t stop_after) {
       Tensor loss;
       {
         autocast::AutocastGuard ac(cfg_.precision == "bfloat16");
-        loss = next_token_loss(model_->forward(x), y);
+        loss = batch_loss(x, y, nullptr);
       }
       loss_sum += loss.item<double>();
       (cfg_.grad_accum_steps > 1 ? loss / double(cfg_.grad_accum_steps) : loss).backward();
@@ -328,20 +391,22 @@ TrainResult Trainer::run(int64_t stop_after) {
       std::vector<std::string> tokenizer_files;
       if (cfg_.tokenizer != "char" && cfg_.tokenizer != "byte") tokenizer_files.push_back(cfg_.tokenizer);
       else if (!cfg_.model.init_from.empty()) tokenizer_files = models::folder_tokenizer_file_paths(cfg_.model.init_from);
-      models::save_pretrained(*model_, cfg_.export_dir, tokenizer_files);
+      if (causal_) models::save_pretrained(*causal_, cfg_.export_dir, tokenizer_files);
+      else models::save_pretrained(*encoder_, cfg_.export_dir, tokenizer_files);
     }
     st_->metrics << json{{"step", st_->step}, {"val_loss", result.final_val_loss},
                          {"val_perplexity", std::exp(result.final_val_loss)},
                          {"unigram_val_loss", st_->unigram}}
                         .dump()
                  << "\n";
-    if (cfg_.sample_tokens > 0) {
+    if (cfg_.sample_tokens > 0 && causal_) {
       std::vector<uint32_t> prompt_ids = st_->encoder.encode(cfg_.prompt);
       if (prompt_ids.empty()) prompt_ids = {0};
       std::vector<int64_t> ids(prompt_ids.begin(), prompt_ids.end());
       Generator g(cfg_.seed + 7);
       std::vector<int64_t> all = sample(ids, g);
-      result.sample = st_->encoder.decode(std::vector<uint32_t>(all.begin(), all.end()));
+      // Byte-level models can emit ill-formed UTF-8: replaced by U+FFFD, as HF's decode(errors="replace").
+      result.sample = text::uni::sanitize_utf8(st_->encoder.decode(std::vector<uint32_t>(all.begin(), all.end())));
     }
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     result_ = result;

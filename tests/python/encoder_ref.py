@@ -57,7 +57,9 @@ def reference(cfg, w, arch, ids, mask, types):
         pos = torch.cumsum(keep, 1) * keep + cfg["pad_token_id"]
     else:
         pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
-    h = w[t + "embeddings.word_embeddings.weight"][ids] + w[t + "embeddings.token_type_embeddings.weight"][types] + \
+    # nn.Embedding(vocab, hidden, padding_idx=pad_token_id): the pad row gets no gradient.
+    h = F.embedding(ids, w[t + "embeddings.word_embeddings.weight"], padding_idx=cfg["pad_token_id"]) + \
+        w[t + "embeddings.token_type_embeddings.weight"][types] + \
         w[t + "embeddings.position_embeddings.weight"][pos]
     h = ln(h, t + "embeddings.LayerNorm")
     bias = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min

@@ -9,6 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import test_pretrained as tp
 
@@ -114,3 +115,48 @@ def test_foundry_embed_pools_the_last_hidden_state(tmp_path):
     p = subprocess.run([tp.FOUNDRY, "embed", "--model", str(folder), "--text", "the cat", "--normalize"],
                        capture_output=True, text=True)
     assert abs(np.linalg.norm(json.loads(p.stdout)[0]) - 1) < 1e-5
+
+
+@pytest.mark.parametrize("arch", ["BertForMaskedLM", "RobertaForMaskedLM"])
+def test_masked_lm_adamw_step_matches_torch(tmp_path, arch):
+    """model(input_ids, attention_mask, labels=...) in train mode: transformers' masked-LM loss,
+    gradients (the tied decoder and the embedding's padding row included) and one AdamW step."""
+    import test_train_models as tm
+    foundry = pytest.importorskip("foundry")
+    cfg = dict(BERT, architectures=[arch], model_type="roberta" if arch.startswith("Roberta") else "bert",
+               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    if arch.startswith("Roberta"):
+        cfg["pad_token_id"] = 1
+    g = torch.Generator().manual_seed(7)
+    w = weights(cfg, arch, g)
+    folder = str(tmp_path / "m")
+    tp.write_folder(folder, cfg, w)
+    pad = cfg["pad_token_id"]
+    ids = torch.randint(3, cfg["vocab_size"], (2, 9), generator=g)
+    mask = torch.ones(2, 9, dtype=torch.long)
+    ids[1, 6:], mask[1, 6:] = pad, 0
+    labels = torch.full((2, 9), -100)
+    labels[0, [1, 4, 7]] = torch.tensor([11, 12, 13])
+    labels[1, [0, 3]] = torch.tensor([21, 22])
+    types = torch.zeros(2, 9, dtype=torch.long)
+
+    leaves = {k: v.clone().requires_grad_() for k, v in w.items()}
+    logits = reference(cfg, leaves, arch, ids, mask, types)["logits"]
+    loss = F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), labels.reshape(-1), ignore_index=-100)
+    loss.backward()
+    want = {k: v.grad.numpy() for k, v in leaves.items()}
+
+    model = foundry.models.from_pretrained(folder)
+    assert type(model).__name__ == "EncoderModel" and model.training is False
+    model.train()
+    opt = foundry.optim.AdamW(model.parameters(), lr=tm.LR, betas=tm.BETAS, eps=tm.EPS, weight_decay=tm.WEIGHT_DECAY)
+    out = model(tm.ft(ids), attention_mask=tm.ft(mask), labels=tm.ft(labels))
+    assert abs(out.loss.item() - loss.item()) <= 1e-5
+    out.loss.backward()
+    got = {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
+    assert set(got) == set(w)
+    tm.assert_grads_match(got, want)
+    opt.step()
+    expect = tm.adamw_step(w, got)
+    for n, p in model.named_parameters():
+        assert np.abs(p.detach().numpy() - expect[n]).max() <= 1e-6, n

@@ -71,6 +71,11 @@ FRESH = {
              'num_hidden_layers = 1\nnum_attention_heads = 2\ntie_word_embeddings = true',
     "gpt_neox": 'architecture = "gpt_neox"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 64\n'
                 'num_hidden_layers = 2\nnum_attention_heads = 4\nrotary_pct = 0.5',
+    "rwkv": 'architecture = "rwkv"\nblock_size = 16\nhidden_size = 32\nnum_hidden_layers = 2\nintermediate_size = 64',
+    "mamba": 'architecture = "mamba"\nblock_size = 16\nhidden_size = 32\nnum_hidden_layers = 2\nstate_size = 8',
+    "jamba": 'architecture = "jamba"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 48\n'
+             'num_hidden_layers = 2\nnum_attention_heads = 4\nnum_key_value_heads = 2\nnum_experts = 2\n'
+             'attn_layer_period = 2\nattn_layer_offset = 1\nmamba_d_state = 8',
 }
 
 
@@ -98,6 +103,34 @@ def test_fresh_architecture_trains_and_exports(tmp_path, name):
     g = tp.run("generate", "--model", str(out), "--input-ids", "116,104,101", "--max-new-tokens", "4",
                "--temperature", "0", "--ignore-eos", "--print-ids")
     assert len(json.loads(g.stdout.strip().splitlines()[-1])) == 4
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_encoder_trains_as_a_masked_lm_and_exports(tmp_path, arch):
+    """architecture = "bert" / "roberta": a fresh *ForMaskedLM trained on 15% masked tokens (80/10/10);
+    the export loads back as an encoder whose masked-LM loss on the corpus is far below chance."""
+    import foundry
+    out = tmp_path / "export"
+    model_toml = (f'architecture = "{arch}"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 64\n'
+                  'num_hidden_layers = 2\nnum_attention_heads = 4\nhidden_dropout_prob = 0.0\n'
+                  'attention_probs_dropout_prob = 0.0')
+    p = tp.run("train", "--config", write_run(tmp_path, model_toml, steps=60, sample_tokens=0), "--export", str(out))
+    cfg = json.load(open(out / "config.json"))
+    assert cfg["architectures"] == [("Roberta" if arch == "roberta" else "Bert") + "ForMaskedLM"]
+    assert cfg["vocab_size"] == 258 and cfg["pad_token_id"] == 257  # [MASK] = 256, padding = 257
+    assert f"model: {cfg['architectures'][0]}" in p.stdout
+    ls = losses(tmp_path)
+    assert len(ls) == 60 and np.mean(ls[-5:]) < np.mean(ls[:5]) - 1.0, ls
+    model = foundry.models.from_pretrained(str(out))
+    assert model.head == "masked_lm"
+    ids = torch.tensor([list(TEXT[:16].encode())])
+    labels = torch.full_like(ids, -100)
+    inputs = ids.clone()
+    for i in (3, 9, 14):
+        labels[0, i], inputs[0, i] = ids[0, i], 256
+    with foundry.no_grad():
+        loss = model(foundry.tensor(inputs.tolist()), labels=foundry.tensor(labels.tolist())).loss.item()
+    assert loss < 4.0  # log(258) = 5.55 untrained
 
 
 def test_init_from_continues_a_pretrained_folder(tmp_path):

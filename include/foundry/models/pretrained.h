@@ -273,4 +273,9 @@ std::unique_ptr<CausalLM> create_model(const std::string& config_json);
 void save_pretrained(const CausalLM& model, const std::string& dir, const std::vector<std::string>& tokenizer_files = {},
                      bool keep_dtype = false);
 
+/// What save_pretrained writes, for any module: its named parameters (tied tensors once) as
+/// model.safetensors, `config_json` with torch_dtype set, and copies of the tokenizer files.
+void save_module_folder(const nn::Module& model, const std::string& config_json, const std::string& dir,
+                        const std::vector<std::string>& tokenizer_files, bool keep_dtype, DType dtype);
+
 }  // namespace foundry::models

@@ -1,5 +1,6 @@
-// The trainer: a causal language model of any registered Hugging Face architecture (fresh from
-// HF config keys, or continued from a pretrained folder) on a text corpus, with gradient accumulation, clipping,
+// The trainer: a causal language model of any registered Hugging Face architecture, or a BERT /
+// RoBERTa encoder as a masked language model (fresh from HF config keys, or continued from a
+// pretrained folder) on a text corpus, with gradient accumulation, clipping,
 // warmup + cosine learning rate, periodic evaluation (validation loss and perplexity),
 // checkpoints with resume (bit-identical continuation), callbacks, a JSONL metrics log, a
 // progress bar, optional bfloat16 autocast and activation checkpointing, and a final sample.
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "foundry/core/rng.h"
+#include "foundry/models/encoder.h"
 #include "foundry/models/pretrained.h"
 
 namespace foundry::data {
@@ -55,6 +57,10 @@ struct TrainConfig {
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.99;
   double grad_clip = 1.0;           ///< 0 disables clipping
+  /// Encoder (masked-LM) runs: the fraction of tokens to predict, and the [MASK] id (-1: one id past
+  /// the tokenizer's vocabulary, which the model's vocabulary then includes).
+  double mlm_probability = 0.15;
+  int64_t mask_token_id = -1;
   std::string precision = "float32";  ///< or "bfloat16" (autocast, float32 master weights)
   // evaluation, checkpoints, logs
   int64_t eval_every = 250;
@@ -96,6 +102,12 @@ void check_train_config(const TrainConfig& config, const std::string& where);
 /// Every setting of a run configuration as a JSON object ({"data": {...}, "model": {...}, ...}):
 /// what experiment tracking records as the run's config.
 std::string train_config_json(const TrainConfig& config);
+
+/// transformers' DataCollatorForLanguageModeling on token ids [B, T]: each token is chosen with
+/// `probability`; a chosen token becomes `mask_token` (80%), a random id in [0, vocab) (10%) or stays
+/// (10%). Returns (inputs, labels): labels hold the chosen tokens' ids and -100 elsewhere.
+std::pair<Tensor, Tensor> mask_tokens(const Tensor& ids, int64_t mask_token, int64_t vocab, double probability,
+                                      Generator& gen);
 
 /// The config.json object of the model a TrainConfig trains (fresh models: the [model] keys with
 /// the trainer's defaults filled in; vocab_size from the tokenizer).
@@ -164,7 +176,8 @@ class Trainer {
   TrainResult run(int64_t stop_after = 0);
   void request_stop() { stop_ = true; }
 
-  models::CausalLM& model() { return *model_; }
+  /// The model being trained (a models::CausalLM, or a models::EncoderModel for masked-LM runs).
+  nn::Module& model() { return *module_; }
   const TrainConfig& config() const { return cfg_; }
   const data::TextEncoder& encoder() const;
   /// Validation loss over the configured number of evaluation batches.
@@ -178,7 +191,12 @@ class Trainer {
   struct State;
   TrainConfig cfg_;
   std::unique_ptr<State> st_;
-  std::shared_ptr<models::CausalLM> model_;
+  /// The batch's mean loss: next-token cross-entropy, or masked-LM cross-entropy over a fresh masking.
+  Tensor batch_loss(const Tensor& x, const Tensor& y, Generator* gen);
+  std::shared_ptr<nn::Module> module_;
+  std::shared_ptr<models::CausalLM> causal_;
+  std::shared_ptr<models::EncoderModel> encoder_;
+  int64_t mask_token_ = -1;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   TrainResult result_;
   bool stop_ = false;

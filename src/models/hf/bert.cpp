@@ -6,10 +6,12 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/io/safetensors.h"
+#include "foundry/nn/init.h"
 #include "foundry/models/encoder.h"
 #include "foundry/ops/ops.h"
 #include "models/hf/blocks.h"
@@ -24,12 +26,13 @@ struct BertOptions {
   bool roberta = false;
   std::string act = "gelu";
   int64_t type_vocab = 2, pad = 0, labels = 2;
+  double hidden_dropout = 0.1, attention_dropout = 0.1;  // hidden_dropout_prob, attention_probs_dropout_prob
 };
 
 class BertEmbeddings : public nn::Module {
  public:
   BertEmbeddings(const WeightSource& ws, const ModelConfig& c, const BertOptions& o) : o_(o) {
-    word_embeddings = add_block<Embedding>(*this, ws, "word_embeddings", c.vocab_size, c.hidden_size);
+    word_embeddings = add_block<Embedding>(*this, ws, "word_embeddings", c.vocab_size, c.hidden_size, o.pad);
     position_embeddings = add_block<Embedding>(*this, ws, "position_embeddings", c.max_positions, c.hidden_size);
     token_type_embeddings = add_block<Embedding>(*this, ws, "token_type_embeddings", o.type_vocab, c.hidden_size);
     LayerNorm = add_block<Norm>(*this, ws, "LayerNorm", c.hidden_size, Norm::Kind::LayerNorm, c.norm_eps);
@@ -62,22 +65,26 @@ class BertEmbeddings : public nn::Module {
 // The attention's and the feed-forward's output: dense, then LayerNorm(x + residual).
 class DenseAddNorm : public nn::Module {
  public:
-  DenseAddNorm(const WeightSource& ws, int64_t in, int64_t out, double eps, std::string type) : type_(std::move(type)) {
+  DenseAddNorm(const WeightSource& ws, int64_t in, int64_t out, double eps, double dropout, std::string type)
+      : dropout_(dropout), type_(std::move(type)) {
     dense = add_block<Linear>(*this, ws, "dense", in, out, true);
     LayerNorm = add_block<Norm>(*this, ws, "LayerNorm", out, Norm::Kind::LayerNorm, eps);
   }
   std::string type_name() const override { return type_; }
-  Tensor forward(const Tensor& x, const Tensor& residual) { return LayerNorm->forward(dense->forward(x) + residual); }
+  Tensor forward(const Tensor& x, const Tensor& residual) {
+    return LayerNorm->forward(maybe_dropout(*this, dense->forward(x), dropout_) + residual);
+  }
   std::shared_ptr<Linear> dense;
   std::shared_ptr<Norm> LayerNorm;
 
  private:
+  double dropout_;
   std::string type_;
 };
 
 class BertSelfAttention : public nn::Module {
  public:
-  BertSelfAttention(const WeightSource& ws, const ModelConfig& c) : H_(c.num_heads) {
+  BertSelfAttention(const WeightSource& ws, const ModelConfig& c, double dropout) : H_(c.num_heads), dropout_(dropout) {
     query = add_block<Linear>(*this, ws, "query", c.hidden_size, c.hidden_size, true);
     key = add_block<Linear>(*this, ws, "key", c.hidden_size, c.hidden_size, true);
     value = add_block<Linear>(*this, ws, "value", c.hidden_size, c.hidden_size, true);
@@ -85,19 +92,21 @@ class BertSelfAttention : public nn::Module {
   std::string type_name() const override { return "BertSelfAttention"; }
   Tensor forward(const Tensor& x, const Tensor& bias) {
     return attend(split_heads(query->forward(x), H_), split_heads(key->forward(x), H_), split_heads(value->forward(x), H_),
-                  bias);
+                  bias, is_training() ? dropout_ : 0.0);
   }
   std::shared_ptr<Linear> query, key, value;
 
  private:
   int64_t H_;
+  double dropout_;
 };
 
 class BertAttention : public nn::Module {
  public:
-  BertAttention(const WeightSource& ws, const ModelConfig& c) {
-    self = add_block<BertSelfAttention>(*this, ws, "self", c);
-    output = add_block<DenseAddNorm>(*this, ws, "output", c.hidden_size, c.hidden_size, c.norm_eps, "BertSelfOutput");
+  BertAttention(const WeightSource& ws, const ModelConfig& c, const BertOptions& o) {
+    self = add_block<BertSelfAttention>(*this, ws, "self", c, o.attention_dropout);
+    output = add_block<DenseAddNorm>(*this, ws, "output", c.hidden_size, c.hidden_size, c.norm_eps, o.hidden_dropout,
+                                     "BertSelfOutput");
   }
   std::string type_name() const override { return "BertAttention"; }
   Tensor forward(const Tensor& x, const Tensor& bias) { return output->forward(self->forward(x, bias), x); }
@@ -121,9 +130,10 @@ class BertIntermediate : public nn::Module {
 class BertLayer : public nn::Module {
  public:
   BertLayer(const WeightSource& ws, const ModelConfig& c, const BertOptions& o) {
-    attention = add_block<BertAttention>(*this, ws, "attention", c);
+    attention = add_block<BertAttention>(*this, ws, "attention", c, o);
     intermediate = add_block<BertIntermediate>(*this, ws, "intermediate", c, o.act);
-    output = add_block<DenseAddNorm>(*this, ws, "output", c.intermediate_size, c.hidden_size, c.norm_eps, "BertOutput");
+    output = add_block<DenseAddNorm>(*this, ws, "output", c.intermediate_size, c.hidden_size, c.norm_eps, o.hidden_dropout,
+                                     "BertOutput");
   }
   std::string type_name() const override { return "BertLayer"; }
   Tensor forward(const Tensor& x, const Tensor& bias) {
@@ -186,7 +196,12 @@ class Bert : public EncoderModel {
   std::string type_name() const override { return config_.architecture; }
 
   EncoderOutput encode(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids) override {
-    autograd::NoGradGuard no_grad;
+    // Nothing records unless a parameter requires grad: the blocks then take their inference paths.
+    bool trainable = false;
+    if (autograd::is_grad_enabled())
+      for (const Tensor& p : parameters()) trainable = trainable || p.requires_grad();
+    std::optional<autograd::NoGradGuard> no_grad;
+    if (!trainable) no_grad.emplace();
     FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
                      config_.architecture, shape_str(input_ids.sizes()));
     const int64_t B = input_ids.size(0), T = input_ids.size(1);
@@ -203,7 +218,7 @@ class Bert : public EncoderModel {
     // Keys at padding get the lowest float (transformers' extended attention mask).
     Tensor bias = (full({}, 1.0) - mask.to(DType::Float32)) * full({}, double(std::numeric_limits<float>::lowest()));
     bias = bias.reshape({B, 1, 1, T});
-    Tensor h = embeddings->forward(ids, types);
+    Tensor h = maybe_dropout(*this, embeddings->forward(ids, types), o_.hidden_dropout);
     for (auto& layer : layers) h = layer->forward(h, bias);
     EncoderOutput out;
     out.last_hidden_state = h;
@@ -268,41 +283,62 @@ bool is_encoder_folder(const std::string& dir) {
   return a.rfind("Bert", 0) == 0 || a.rfind("Roberta", 0) == 0;
 }
 
-std::unique_ptr<EncoderModel> load_encoder(const std::string& dir) {
-  const json j = read_config_json(dir);
-  const std::string arch = architecture_of(j);
+namespace {
+
+// The encoder a config.json describes: sizes, options, and which head (from its `architectures`).
+struct EncoderSpec {
+  ModelConfig c;
   hf::BertOptions o;
-  o.roberta = arch.rfind("Roberta", 0) == 0;
   std::string head;
+};
+
+EncoderSpec encoder_spec(const json& j, const std::string& where) {
+  EncoderSpec e;
+  const std::string arch = architecture_of(j);
+  hf::BertOptions& o = e.o;
+  o.roberta = arch.rfind("Roberta", 0) == 0;
   for (const auto& [suffix, h] : {std::pair<const char*, const char*>{"Model", "base"}, {"ForMaskedLM", "masked_lm"},
                                   {"ForSequenceClassification", "sequence_classification"},
                                   {"ForTokenClassification", "token_classification"}})
-    if (arch == std::string(o.roberta ? "Roberta" : "Bert") + suffix) head = h;
-  if (head.empty()) raise<ValueError>("{}: architecture '{}' is not one Foundry loads (Bert/Roberta Model, ForMaskedLM, "
-                                      "ForSequenceClassification, ForTokenClassification)", dir, arch);
-  ModelConfig c;
+    if (arch == std::string(o.roberta ? "Roberta" : "Bert") + suffix) e.head = h;
+  if (e.head.empty()) raise<ValueError>("{}: architecture '{}' is not one Foundry loads (Bert/Roberta Model, ForMaskedLM, "
+                                        "ForSequenceClassification, ForTokenClassification)", where, arch);
+  ModelConfig& c = e.c;
   c.architecture = arch;
   c.model_type = hf::get_string(j, "model_type", o.roberta ? "roberta" : "bert");
   hf::parse_sizes(j, c, "hidden_size", "num_hidden_layers", "num_attention_heads");
   c.intermediate_size = hf::get_int(j, "intermediate_size");
   c.max_positions = hf::get_int(j, "max_position_embeddings");
   c.norm_eps = hf::get_double(j, "layer_norm_eps", 1e-12);
-  c.tie_word_embeddings = !j.contains("tie_word_embeddings") || j["tie_word_embeddings"].get<bool>();
+  c.tie_word_embeddings = hf::get_bool(j, "tie_word_embeddings", true);
   c.json = j.dump();
   o.act = hf::get_string(j, "hidden_act", "gelu");
-  if (!hf::known_activation(o.act)) raise<ValueError>("{}: hidden_act '{}' is not supported", dir, o.act);
+  if (!hf::known_activation(o.act)) raise<ValueError>("{}: hidden_act '{}' is not supported", where, o.act);
   o.type_vocab = hf::get_int(j, "type_vocab_size", 2);
   o.pad = hf::get_int(j, "pad_token_id", o.roberta ? 1 : 0);
+  o.hidden_dropout = hf::get_double(j, "hidden_dropout_prob", 0.1);
+  o.attention_dropout = hf::get_double(j, "attention_probs_dropout_prob", 0.1);
   if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
-    raise<ValueError>("{}: position_embedding_type '{}' is not supported (absolute only)", dir,
+    raise<ValueError>("{}: position_embedding_type '{}' is not supported (absolute only)", where,
                       j["position_embedding_type"].dump());
   if (j.contains("id2label") && j["id2label"].is_object()) o.labels = int64_t(j["id2label"].size());
   o.labels = hf::get_int(j, "num_labels", o.labels);
+  return e;
+}
+
+}  // namespace
+
+bool is_encoder_architecture(const std::string& name) {
+  return name == "bert" || name == "roberta" || name.rfind("Bert", 0) == 0 || name.rfind("Roberta", 0) == 0;
+}
+
+std::unique_ptr<EncoderModel> load_encoder(const std::string& dir) {
+  const EncoderSpec e = encoder_spec(read_config_json(dir), dir);
   io::ShardedSafetensors st;
   try {
     st = io::ShardedSafetensors::open(dir, /*copy_on_write=*/true);
-  } catch (const Error& e) {
-    raise<IOError>("{}: no loadable weights (model.safetensors): {}", dir, e.what());
+  } catch (const Error& err) {
+    raise<IOError>("{}: no loadable weights (model.safetensors): {}", dir, err.what());
   }
   autograd::NoGradGuard no_grad;
   auto fetch = [&](const std::string& name, const Shape& shape, const hf::Init&) {
@@ -313,9 +349,68 @@ std::unique_ptr<EncoderModel> load_encoder(const std::string& dir) {
     return t.to(DType::Float32);
   };
   auto has = [&](const std::string& name) { return st.contains(name); };
-  auto model = std::make_unique<hf::Bert>(c, hf::WeightSource(fetch, has, std::make_shared<hf::WeightProducts>()), o, head);
+  auto model =
+      std::make_unique<hf::Bert>(e.c, hf::WeightSource(fetch, has, std::make_shared<hf::WeightProducts>()), e.o, e.head);
   model->eval();
   return model;
+}
+
+std::unique_ptr<EncoderModel> create_encoder(const std::string& config_json) {
+  json j = json::parse(config_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) raise<ValueError>("model config: not a JSON object");
+  if (architecture_of(j).empty()) {
+    const std::string type = hf::get_string(j, "model_type", "");
+    FOUNDRY_CHECK_AS(ValueError, type == "bert" || type == "roberta",
+                     "model config: model_type '{}' is not an encoder (bert, roberta)", type);
+    j["architectures"] = {type == "roberta" ? "RobertaForMaskedLM" : "BertForMaskedLM"};
+  }
+  const EncoderSpec e = encoder_spec(j, "model config");
+  const double std_dev = hf::get_double(j, "initializer_range", 0.02);
+  const int64_t pad = e.o.pad;
+  autograd::NoGradGuard no_grad;
+  auto fetch = [std_dev, pad](const std::string& name, const Shape& shape, const hf::Init& init) {
+    Tensor t = empty(IntList(shape), DType::Float32);
+    if (init.kind == hf::Init::Zeros) t.zero_();
+    else if (init.kind == hf::Init::Ones) t.fill_(1.0);
+    else nn::init::normal_(t, 0.0, std_dev);
+    // nn.Embedding(padding_idx=pad_token_id): transformers' init zeroes that row.
+    if (name.size() >= 23 && name.compare(name.size() - 23, 23, "word_embeddings.weight") == 0 && pad < shape[0])
+      t.select(0, pad).zero_();
+    return t;
+  };
+  auto has = [](const std::string&) { return false; };
+  auto model =
+      std::make_unique<hf::Bert>(e.c, hf::WeightSource(fetch, has, std::make_shared<hf::WeightProducts>()), e.o, e.head);
+  model->train();
+  return model;
+}
+
+EncoderOutput EncoderModel::operator()(const Tensor& input_ids, const Tensor& attention_mask,
+                                       const Tensor& token_type_ids, const Tensor& labels) {
+  EncoderOutput out = encode(input_ids, attention_mask, token_type_ids);
+  if (!labels.defined()) return out;
+  FOUNDRY_CHECK_AS(ValueError, out.logits.defined(), "{}: a base model has no head to compute a loss with",
+                   config_.architecture);
+  FOUNDRY_CHECK_AS(TypeError, !is_floating(labels.dtype()) || (head_ == "sequence_classification" && out.logits.size(-1) == 1),
+                   "{}: labels must be integer ids, got {}", config_.architecture, dtype_name(labels.dtype()));
+  const int64_t V = out.logits.size(-1);
+  if (head_ == "sequence_classification") {
+    FOUNDRY_CHECK_AS(ValueError, labels.dim() == 1 && labels.size(0) == out.logits.size(0),
+                     "{}: labels must be [batch] = [{}], got {}", config_.architecture, out.logits.size(0),
+                     shape_str(labels.sizes()));
+    out.loss = V == 1 ? mse_loss(out.logits.reshape({-1}), labels.to(DType::Float32))
+                      : cross_entropy(out.logits, labels.to(DType::Int64), Tensor(), -100);
+    return out;
+  }
+  FOUNDRY_CHECK_AS(ValueError, labels.dim() == 2 && labels.size(0) == input_ids.size(0) && labels.size(1) == input_ids.size(1),
+                   "{}: labels must be [batch, tokens] = {}, got {}", config_.architecture,
+                   shape_str(input_ids.sizes()), shape_str(labels.sizes()));
+  out.loss = cross_entropy(out.logits.reshape({-1, V}), labels.to(DType::Int64).reshape({-1}), Tensor(), -100);
+  return out;
+}
+
+void save_pretrained(const EncoderModel& model, const std::string& dir, const std::vector<std::string>& tokenizer_files) {
+  save_module_folder(model, model.config().json, dir, tokenizer_files, false, DType::Float32);
 }
 
 }  // namespace foundry::models

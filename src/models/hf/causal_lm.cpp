@@ -116,10 +116,8 @@ void CausalLM::adopt_quantized(const std::string& name, const std::string& forma
   raise<ValueError>("adopt_quantized: the model has no parameter '{}'", name);
 }
 
-void save_pretrained(const CausalLM& model, const std::string& dir, const std::vector<std::string>& tokenizer_files,
-                     bool keep_dtype) {
-  FOUNDRY_CHECK_AS(ValueError, !model.has_adopted_quantized_weights(),
-                   "save_pretrained: the model computes with quantized weights it holds no float copy of");
+void save_module_folder(const nn::Module& model, const std::string& config_json, const std::string& dir,
+                        const std::vector<std::string>& tokenizer_files, bool keep_dtype, DType dtype) {
   fs::create_directories(dir);
   std::map<std::string, Tensor> tensors;
   for (const auto& [name, t] : model.named_parameters()) {  // tied tensors once, under their first name
@@ -129,9 +127,16 @@ void save_pretrained(const CausalLM& model, const std::string& dir, const std::v
   io::save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   for (const std::string& f : tokenizer_files)
     io::write_file_atomic((fs::path(dir) / fs::path(f).filename()).string(), io::read_file(f));
-  hf::json config = hf::json::parse(model.config().json);
-  config["torch_dtype"] = keep_dtype ? dtype_name(model.dtype()) : "float32";
+  hf::json config = hf::json::parse(config_json);
+  config["torch_dtype"] = keep_dtype ? dtype_name(dtype) : "float32";
   io::write_file_atomic((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
+}
+
+void save_pretrained(const CausalLM& model, const std::string& dir, const std::vector<std::string>& tokenizer_files,
+                     bool keep_dtype) {
+  FOUNDRY_CHECK_AS(ValueError, !model.has_adopted_quantized_weights(),
+                   "save_pretrained: the model computes with quantized weights it holds no float copy of");
+  save_module_folder(model, model.config().json, dir, tokenizer_files, keep_dtype, model.dtype());
 }
 
 }  // namespace foundry::models
