@@ -86,14 +86,18 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     return F.conv_transpose2d(input, weight, bias, *args)
 
 
-def rwkv_wkv(time_decay, time_first, key, value):
-    """transformers v4.40 rwkv_linear_attention_cpu (state=None), in the inputs' precision."""
+def rwkv_linear_attention_cpu(time_decay, time_first, key, value, state=None):
+    """transformers v4.40 rwkv_linear_attention_cpu: (output, [num, den, max] state), computing in
+    float32 (float64 for float64 keys)."""
     ct = torch.float64 if key.dtype == torch.float64 else torch.float32
     _, seq_length, _ = key.size()
     output = torch.zeros_like(key)
-    num_state = torch.zeros_like(key[:, 0], dtype=ct)
-    den_state = torch.zeros_like(key[:, 0], dtype=ct)
-    max_state = torch.zeros_like(key[:, 0], dtype=ct) - 1e38
+    if state is None:
+        num_state = torch.zeros_like(key[:, 0], dtype=ct)
+        den_state = torch.zeros_like(key[:, 0], dtype=ct)
+        max_state = torch.zeros_like(key[:, 0], dtype=ct) - 1e38
+    else:
+        num_state, den_state, max_state = state
     time_decay = -torch.exp(time_decay)
     for current_index in range(seq_length):
         current_key = key[:, current_index].to(ct)
@@ -110,7 +114,11 @@ def rwkv_wkv(time_decay, time_first, key, value):
         num_state = e1 * num_state + e2 * current_value
         den_state = e1 * den_state + e2
         max_state = max_for_state
-    return output
+    return output, [num_state, den_state, max_state]
+
+
+def rwkv_wkv(time_decay, time_first, key, value):
+    return rwkv_linear_attention_cpu(time_decay, time_first, key, value)[0]
 
 
 def selective_scan(u, delta, A, B, C, D):

@@ -4,9 +4,14 @@ config dict and a weight dict with the checkpoint's names. transformers itself i
 here. Each forward takes an optional `state` dict that it continues from and updates (HF's cache),
 so the token-by-token path can be checked against the whole-sequence one."""
 import math
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from torch_ref import rwkv_linear_attention_cpu  # noqa: E402  (the registry op's reference too)
 
 RWKV = dict(architectures=["RwkvForCausalLM"], model_type="rwkv", vocab_size=83, hidden_size=32,
             num_hidden_layers=3, attention_hidden_size=32, intermediate_size=64, layer_norm_epsilon=1e-5,
@@ -34,34 +39,6 @@ def rms_norm(w, name, x, eps):
 
 
 # ---- RWKV ------------------------------------------------------------------------------------------
-
-def rwkv_linear_attention_cpu(time_decay, time_first, key, value, state=None):
-    _, seq_length, _ = key.size()
-    output = torch.zeros_like(key)
-    if state is None:
-        num_state = torch.zeros_like(key[:, 0], dtype=torch.float32)
-        den_state = torch.zeros_like(key[:, 0], dtype=torch.float32)
-        max_state = torch.zeros_like(key[:, 0], dtype=torch.float32) - 1e38
-    else:
-        num_state, den_state, max_state = state
-    time_decay = -torch.exp(time_decay)
-    for current_index in range(seq_length):
-        current_key = key[:, current_index].float()
-        current_value = value[:, current_index]
-        max_for_output = torch.maximum(max_state, current_key + time_first)
-        e1 = torch.exp(max_state - max_for_output)
-        e2 = torch.exp(current_key + time_first - max_for_output)
-        numerator = e1 * num_state + e2 * current_value
-        denominator = e1 * den_state + e2
-        output[:, current_index] = (numerator / denominator).to(output.dtype)
-        max_for_state = torch.maximum(max_state + time_decay, current_key)
-        e1 = torch.exp(max_state + time_decay - max_for_state)
-        e2 = torch.exp(current_key - max_for_state)
-        num_state = e1 * num_state + e2 * current_value
-        den_state = e1 * den_state + e2
-        max_state = max_for_state
-    return output, [num_state, den_state, max_state]
-
 
 def rwkv_shift(hidden, state, key):
     """RwkvSelfAttention/RwkvFeedForward's token shift (ZeroPad2d((0, 0, 1, -1)), first row from the state)."""

@@ -115,3 +115,35 @@ TEST(Trainer, BadConfigsAreClear) {
   std::ofstream(p) << "[train]\nprecision = \"fp8\"\n";
   EXPECT_THROW(train::load_train_config(p), ValueError);
 }
+
+// transformers' DataCollatorForLanguageModeling: 15% of the tokens chosen, of those 80% [MASK],
+// 10% a random id, 10% unchanged; labels the chosen ids, -100 elsewhere; reproducible per generator.
+TEST(Train, MaskTokensFollowsTheCollatorsProportions) {
+  const int64_t n = 200000, vocab = 50, mask = 50;
+  Tensor ids = randint(0, vocab, {4, n / 4});
+  Generator g(5);
+  auto [inputs, labels] = train::mask_tokens(ids, mask, vocab, 0.15, g);
+  std::vector<int64_t> x = ids.contiguous().to_vector<int64_t>(), in = inputs.contiguous().to_vector<int64_t>(),
+                       lab = labels.contiguous().to_vector<int64_t>();
+  int64_t chosen = 0, masked = 0, kept = 0, changed = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (lab[size_t(i)] == -100) {
+      EXPECT_EQ(in[size_t(i)], x[size_t(i)]);
+      continue;
+    }
+    ++chosen;
+    EXPECT_EQ(lab[size_t(i)], x[size_t(i)]);
+    EXPECT_LT(in[size_t(i)], vocab + 1);
+    if (in[size_t(i)] == mask) ++masked;
+    else if (in[size_t(i)] == x[size_t(i)]) ++kept;
+    else ++changed;
+  }
+  EXPECT_NEAR(double(chosen) / double(n), 0.15, 0.005);
+  EXPECT_NEAR(double(masked) / double(chosen), 0.8, 0.01);
+  // A random replacement equals the original 1 time in 50: those count as kept.
+  EXPECT_NEAR(double(changed) / double(chosen), 0.1 * 49.0 / 50.0, 0.01);
+  EXPECT_NEAR(double(kept) / double(chosen), 0.1 + 0.1 / 50.0, 0.01);
+  Generator g2(5);
+  EXPECT_TRUE(equal(train::mask_tokens(ids, mask, vocab, 0.15, g2).first, inputs));
+  EXPECT_THROW(train::mask_tokens(ids, mask, vocab, 0.0, g2), ValueError);
+}

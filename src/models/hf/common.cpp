@@ -436,6 +436,19 @@ Tensor float_logits(const Tensor& logits) {
   return logits.dtype() == DType::Float32 ? logits : logits.to(DType::Float32);
 }
 
+void parse_recurrent_sizes(const json& j, ModelConfig& c, bool tie_default) {
+  c.vocab_size = get_int(j, "vocab_size");
+  c.hidden_size = get_int(j, "hidden_size");
+  c.num_layers = get_int(j, "num_hidden_layers");
+  FOUNDRY_CHECK_AS(ValueError, c.vocab_size > 0 && c.hidden_size > 0 && c.num_layers > 0,
+                   "config.json: vocab_size, hidden_size and num_hidden_layers must be positive");
+  c.num_heads = c.num_kv_heads = 1;
+  c.head_dim = c.hidden_size;
+  c.norm_eps = get_double(j, "layer_norm_epsilon", 1e-5);
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", tie_default);
+  c.max_positions = 0;
+}
+
 void parse_sizes(const json& j, ModelConfig& c, const char* hidden_key, const char* layers_key, const char* heads_key) {
   c.vocab_size = get_int(j, "vocab_size");
   c.hidden_size = get_int(j, hidden_key);

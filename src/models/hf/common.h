@@ -149,6 +149,10 @@ Tensor float_logits(const Tensor& logits);
 /// The sizes every config has under its own key names: vocab_size, hidden, layers, heads (kv heads
 /// = heads, head_dim = hidden / heads, which must divide).
 void parse_sizes(const json& j, ModelConfig& c, const char* hidden_key, const char* layers_key, const char* heads_key);
+/// The sizes of a model without attention (RWKV, Mamba): vocab_size, hidden_size, num_hidden_layers,
+/// layer_norm_epsilon, tie_word_embeddings (default `tie_default`); no position limit; the KV-cache
+/// sizes are placeholders (one head of hidden_size), unused by their recurrent caches.
+void parse_recurrent_sizes(const json& j, ModelConfig& c, bool tie_default);
 /// rope_scaling: null, or {"type"/"rope_type": linear | dynamic (| llama3 when allowed), "factor", ...}.
 void parse_rope_scaling(const json& j, ModelConfig& c, bool allow_llama3);
 

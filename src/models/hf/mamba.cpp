@@ -61,14 +61,7 @@ class Mamba : public CausalLM {
 
 Architecture mamba_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
-    c.vocab_size = get_int(j, "vocab_size");
-    c.hidden_size = get_int(j, "hidden_size");
-    c.num_layers = get_int(j, "num_hidden_layers");
-    c.num_heads = c.num_kv_heads = 1;  // no attention: the KV-cache sizes are unused
-    c.head_dim = c.hidden_size;
-    c.norm_eps = get_double(j, "layer_norm_epsilon", 1e-5);
-    c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", true);
-    c.max_positions = 0;
+    parse_recurrent_sizes(j, c, /*tie_default=*/true);
     parse_mamba_options(j, c, "");  // checks the mixer's keys now
   };
   auto build = [](const ModelConfig& c, const WeightSource& ws) -> std::unique_ptr<CausalLM> {

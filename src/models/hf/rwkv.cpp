@@ -189,16 +189,7 @@ class Rwkv : public CausalLM {
 
 Architecture rwkv_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
-    c.vocab_size = get_int(j, "vocab_size");
-    c.hidden_size = get_int(j, "hidden_size");
-    c.num_layers = get_int(j, "num_hidden_layers");
-    c.num_heads = c.num_kv_heads = 1;  // no attention: the KV-cache sizes are unused
-    c.head_dim = c.hidden_size;
-    c.norm_eps = get_double(j, "layer_norm_epsilon", 1e-5);
-    c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", false);
-    c.max_positions = 0;  // RWKV has no position limit (context_length only sized its training)
-    FOUNDRY_CHECK_AS(ValueError, c.hidden_size > 0 && c.num_layers > 0, "config.json: hidden_size and "
-                     "num_hidden_layers must be positive");
+    parse_recurrent_sizes(j, c, /*tie_default=*/false);  // context_length only sized its training
   };
   auto build = [](const ModelConfig& c, const WeightSource& ws) -> std::unique_ptr<CausalLM> {
     json j = json::parse(c.json);
