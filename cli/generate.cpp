@@ -14,6 +14,7 @@
 #include "foundry/core/parallel.h"
 #include "foundry/io/npy.h"
 #include "foundry/models/generate.h"
+#include "foundry/models/seq2seq.h"
 #include "foundry/models/encoder.h"
 #include "foundry/models/gguf.h"
 #include "foundry/models/perplexity.h"
@@ -218,12 +219,13 @@ void add_forward(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("forward", "logits (or hidden states) of a batch of token ids as a float32 .npy");
   cmd->add_option("--model", *model_dir, "Hugging Face model folder")->required();
   cmd->add_option("--inputs", *inputs,
-                  "JSON {\"input_ids\": [[...]], \"attention_mask\": [[...]], \"token_type_ids\": [[...]]}")
+                  "JSON {\"input_ids\": [[...]], \"attention_mask\": [[...]], \"token_type_ids\": [[...]], "
+                  "\"decoder_input_ids\": [[...]] (encoder-decoder models)}")
       ->required();
   cmd->add_option("--output", *output,
-                  "what to write: logits | last_hidden_state | pooler_output (default: the head's logits, or "
-                  "last_hidden_state for a base encoder)")
-      ->check(CLI::IsMember({"logits", "last_hidden_state", "pooler_output"}));
+                  "what to write: logits | last_hidden_state | pooler_output | encoder_last_hidden_state (default: "
+                  "the head's logits, or last_hidden_state for a base encoder)")
+      ->check(CLI::IsMember({"logits", "last_hidden_state", "pooler_output", "encoder_last_hidden_state"}));
   cmd->add_option("--out", *out, "output .npy")->required();
   cmd->add_option("--adapter", *adapter, "a LoRA adapter folder (PEFT layout) applied to the model");
   cmd->add_flag("--merge", *merge, "merge the adapter into the weights at load");
@@ -286,9 +288,30 @@ void add_forward(CLI::App& app) {
       return;
     }
     if (!types.empty()) raise<ValueError>("forward: token_type_ids are for encoder models (BERT); {} is a decoder", *model_dir);
+    auto model = load_model(*model_dir, load_options(*dtype), *adapter, *merge);
+    auto decoder_ids = rows("decoder_input_ids", false);
+    if (auto* s2s = dynamic_cast<models::Seq2SeqLM*>(model.get())) {  // T5
+      if (decoder_ids.empty() || decoder_ids[0].empty())
+        raise<ValueError>("forward: {} is an encoder-decoder model: give decoder_input_ids in {}", *model_dir, *inputs);
+      if (int64_t(decoder_ids.size()) != B) raise<ValueError>("forward: decoder_input_ids has {} rows, input_ids {}", decoder_ids.size(), B);
+      const int64_t Td = int64_t(decoder_ids[0].size());
+      std::vector<int64_t> flat_dec;
+      for (const auto& r : decoder_ids) {
+        if (int64_t(r.size()) != Td) raise<ValueError>("forward: decoder_input_ids rows differ in length");
+        flat_dec.insert(flat_dec.end(), r.begin(), r.end());
+      }
+      if (!output->empty() && *output != "logits" && *output != "encoder_last_hidden_state")
+        raise<ValueError>("forward: --output {} is not an output of {} (logits, encoder_last_hidden_state)", *output,
+                          model->config().architecture);
+      autograd::NoGradGuard no_grad;
+      models::Seq2SeqOutput o = s2s->seq2seq(tensor<int64_t>(flat, {B, T}),
+                                             mask.empty() ? Tensor() : tensor<int64_t>(flat_mask, {B, T}),
+                                             tensor<int64_t>(flat_dec, {B, Td}));
+      return io::save_npy(*out, (*output == "encoder_last_hidden_state" ? o.encoder_last_hidden_state : o.logits).contiguous());
+    }
+    if (!decoder_ids.empty()) raise<ValueError>("forward: decoder_input_ids are for encoder-decoder models; {} is a decoder", *model_dir);
     if (!output->empty() && *output != "logits" && *output != "last_hidden_state")
       raise<ValueError>("forward: --output {} is for encoder models", *output);
-    auto model = load_model(*model_dir, load_options(*dtype), *adapter, *merge);
     for (int64_t t : flat)
       if (t < 0 || t >= model->config().vocab_size)
         raise<ValueError>("forward: token id {} is outside the vocabulary (size {})", t, model->config().vocab_size);

@@ -12,6 +12,7 @@
 #include "foundry/models/encoder.h"
 #include "foundry/models/generate.h"
 #include "foundry/models/pretrained.h"
+#include "foundry/models/seq2seq.h"
 #include "foundry/ops/autocast.h"
 
 namespace py = pybind11;
@@ -182,6 +183,26 @@ void bind_models(py::module_& m) {
       .def("__repr__", [](const CausalLM& m) {
         return "PretrainedModel(" + m.config().architecture + ", " + std::to_string(m.num_parameters()) + " parameters)";
       });
+  using models::Seq2SeqLM;
+  py::class_<models::Seq2SeqOutput>(mm, "Seq2SeqOutput",
+                                    "transformers' Seq2SeqLMOutput: loss (with labels), logits, encoder_last_hidden_state")
+      .def_property_readonly("loss", [](const models::Seq2SeqOutput& o) { return optional_tensor(o.loss); })
+      .def_readonly("logits", &models::Seq2SeqOutput::logits)
+      .def_readonly("encoder_last_hidden_state", &models::Seq2SeqOutput::encoder_last_hidden_state);
+  py::class_<Seq2SeqLM, CausalLM, std::shared_ptr<Seq2SeqLM>>(mm, "Seq2SeqModel")
+      .def(
+          "__call__",
+          [](Seq2SeqLM& model, py::object input_ids, py::object attention_mask, py::object decoder_input_ids,
+             py::object labels) {
+            Tensor ids = batch_of(input_ids), mask = batch_of(attention_mask), dec = batch_of(decoder_input_ids),
+                   lab = batch_of(labels);
+            py::gil_scoped_release nogil;
+            return model.seq2seq(ids, mask, dec, lab);
+          },
+          py::arg("input_ids"), py::arg("attention_mask") = py::none(), py::arg("decoder_input_ids") = py::none(),
+          py::arg("labels") = py::none(),
+          "Seq2SeqOutput; without decoder_input_ids they are the labels shifted right (decoder_start_token_id first)")
+      .def_property_readonly("decoder_start_token_id", &Seq2SeqLM::decoder_start_token_id);
   using models::EncoderModel;
   py::class_<models::EncoderOutput>(mm, "EncoderOutput",
                                     "transformers' encoder output: loss (with labels), logits (the head's), "
@@ -242,6 +263,7 @@ void bind_models(py::module_& m) {
           py::gil_scoped_release nogil;
           model = models::load_pretrained(path, o);
         }
+        if (auto s2s = std::dynamic_pointer_cast<Seq2SeqLM>(model)) return py::cast(s2s);
         return py::cast(model);
       },
       py::arg("path"), py::arg("dtype") = py::none(), py::arg("quantize") = "", py::arg("kv_cache") = "",
@@ -278,7 +300,9 @@ void bind_models(py::module_& m) {
         std::string name = j.contains("architectures") ? py::str(j["architectures"][py::int_(0)]).cast<std::string>()
                            : j.contains("model_type") ? py::str(j["model_type"]).cast<std::string>() : "";
         if (models::is_encoder_architecture(name)) return py::cast(std::shared_ptr<EncoderModel>(models::create_encoder(text)));
-        return py::cast(std::shared_ptr<CausalLM>(models::create_model(text)));
+        std::shared_ptr<CausalLM> model = models::create_model(text);
+        if (auto s2s = std::dynamic_pointer_cast<Seq2SeqLM>(model)) return py::cast(s2s);
+        return py::cast(model);
       },
       py::arg("config"),
       "a fresh model from a config.json object (dict or JSON text; 'model_type' or 'architectures' names it), "

@@ -1,4 +1,5 @@
 #include "foundry/models/generate.h"
+#include "foundry/models/seq2seq.h"
 
 #include <algorithm>
 #include <chrono>
@@ -367,8 +368,9 @@ GenerationResult sample_rows(CausalLM& model, const std::vector<std::vector<int6
       cached = 0;
     }
     reuse->cache.reserve(std::max<int64_t>(need, 2 * reuse->cache.capacity()));
-    // A recurrent state continues only from exactly what it has seen.
-    if (model.recurrent() && cached < reuse->cache.length()) cached = 0;
+    // A recurrent state continues only from exactly what it has seen; an encoder-decoder model's
+    // prompt is its encoder input, encoded anew.
+    if ((model.recurrent() && cached < reuse->cache.length()) || dynamic_cast<Seq2SeqLM*>(&model)) cached = 0;
     reuse->cache.truncate(std::min(cached, reuse->cache.length()));
     cached = reuse->cache.length();
     reuse->tokens.assign(p.begin(), p.begin() + cached);

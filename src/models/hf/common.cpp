@@ -176,7 +176,8 @@ const std::vector<Architecture>& architectures() {
                                                 qwen2_architecture(),  qwen2_moe_architecture(), gemma_architecture(),
                                                 gpt2_architecture(),   gpt_neox_architecture(),   phi_architecture(),
                                                 opt_architecture(),    bloom_architecture(),      falcon_architecture(),
-                                                rwkv_architecture(),   mamba_architecture(),      jamba_architecture()};
+                                                rwkv_architecture(),   mamba_architecture(),      jamba_architecture(),
+                                                t5_architecture()};
   return all;
 }
 

@@ -46,6 +46,7 @@ Architecture falcon_architecture();
 Architecture rwkv_architecture();
 Architecture mamba_architecture();
 Architecture jamba_architecture();
+Architecture t5_architecture();
 
 // ---- config helpers -------------------------------------------------------------------------
 
