@@ -132,6 +132,8 @@ TrainConfig load_train_config(const std::string& path) {
   r.get("train", "progress", c.progress);
   r.get("train", "mlm_probability", c.mlm_probability);
   r.get("train", "mask_token_id", c.mask_token_id);
+  r.get("train", "noise_density", c.noise_density);
+  r.get("train", "mean_noise_span_length", c.mean_noise_span_length);
   r.get("eval", "every", c.eval_every);
   r.get("eval", "batches", c.eval_batches);
   r.get("eval", "checkpoint_every", c.checkpoint_every);
@@ -168,7 +170,8 @@ std::string train_config_json(const TrainConfig& c) {
                 {"weight_decay", c.weight_decay}, {"beta1", c.beta1}, {"beta2", c.beta2},
                 {"grad_clip", c.grad_clip}, {"precision", c.precision}, {"seed", c.seed},
                 {"out_dir", c.out_dir}, {"log_every", c.log_every}, {"mlm_probability", c.mlm_probability},
-                {"mask_token_id", c.mask_token_id}};
+                {"mask_token_id", c.mask_token_id}, {"noise_density", c.noise_density},
+                {"mean_noise_span_length", c.mean_noise_span_length}};
   json eval = {{"every", c.eval_every}, {"batches", c.eval_batches}, {"checkpoint_every", c.checkpoint_every},
                {"keep_checkpoints", c.keep_checkpoints}, {"early_stopping_patience", c.early_stopping_patience}};
   json sample = {{"tokens", c.sample_tokens}, {"temperature", c.temperature}, {"top_k", c.top_k}};

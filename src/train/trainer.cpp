@@ -1,5 +1,6 @@
 #include "foundry/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -91,6 +92,57 @@ std::pair<Tensor, Tensor> mask_tokens(const Tensor& ids, int64_t mask_token, int
   return {x, labels};
 }
 
+int64_t noise_spans(int64_t length, double noise_density, double mean_span_length) {
+  const int64_t noise = std::clamp<int64_t>(int64_t(std::llround(double(length) * noise_density)), 1, length - 1);
+  return std::clamp<int64_t>(int64_t(std::llround(double(noise) / mean_span_length)), 1, noise);
+}
+
+namespace {
+
+// Lengths of `segments` random non-empty parts of `items` (transformers' _random_segmentation).
+std::vector<int64_t> random_segmentation(int64_t items, int64_t segments, Generator& gen) {
+  std::vector<int64_t> order = randperm(items - 1, DType::Int64, &gen).contiguous().to_vector<int64_t>();
+  std::vector<bool> first(size_t(items), false);  // first[i]: item i starts a new segment (i >= 1)
+  for (int64_t i = 0; i < items - 1; ++i) first[size_t(i + 1)] = order[size_t(i)] < segments - 1;
+  std::vector<int64_t> lengths(size_t(segments), 0);
+  int64_t seg = 0;
+  for (int64_t i = 0; i < items; ++i) {
+    if (first[size_t(i)]) ++seg;
+    ++lengths[size_t(seg)];
+  }
+  return lengths;
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> span_corrupt(const Tensor& ids, int64_t first_sentinel, int64_t eos, double noise_density,
+                                       double mean_span_length, Generator& gen) {
+  FOUNDRY_CHECK_AS(ValueError, ids.dim() == 2 && ids.size(1) >= 2, "span_corrupt: ids must be [batch, length >= 2], got {}",
+                   shape_str(ids.sizes()));
+  FOUNDRY_CHECK_AS(ValueError, noise_density > 0 && noise_density < 1 && mean_span_length >= 1,
+                   "span_corrupt: noise_density must be in (0, 1) and mean_noise_span_length >= 1 (got {}, {})",
+                   noise_density, mean_span_length);
+  const int64_t B = ids.size(0), L = ids.size(1);
+  const int64_t noise = std::clamp<int64_t>(int64_t(std::llround(double(L) * noise_density)), 1, L - 1);
+  const int64_t spans = noise_spans(L, noise_density, mean_span_length);
+  std::vector<int64_t> x = ids.to(DType::Int64).contiguous().to_vector<int64_t>(), in, out;
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int64_t> noise_len = random_segmentation(noise, spans, gen);
+    const std::vector<int64_t> keep_len = random_segmentation(L - noise, spans, gen);
+    int64_t pos = b * L;
+    for (int64_t s = 0; s < spans; ++s) {
+      for (int64_t i = 0; i < keep_len[size_t(s)]; ++i) in.push_back(x[size_t(pos++)]);
+      in.push_back(first_sentinel - s);
+      out.push_back(first_sentinel - s);
+      for (int64_t i = 0; i < noise_len[size_t(s)]; ++i) out.push_back(x[size_t(pos++)]);
+    }
+    in.push_back(eos);
+    out.push_back(eos);
+  }
+  const int64_t Li = L - noise + spans + 1, Lt = noise + spans + 1;
+  return {tensor<int64_t>(in, {B, Li}), tensor<int64_t>(out, {B, Lt})};
+}
+
 std::string model_config_json(const ModelSpec& spec) {
   json j = json::parse(spec.hf_config);
   if (models::is_encoder_architecture(spec.architecture)) {
@@ -108,6 +160,17 @@ std::string model_config_json(const ModelSpec& spec) {
   }
   const std::string arch = models::architecture_for(spec.architecture);
   j["architectures"] = {arch};
+  if (arch == "T5ForConditionalGeneration") {
+    // Span corruption: the padding / decoder-start id, EOS, then `extra_ids` sentinels past the tokenizer's.
+    const int64_t extra = j.contains("extra_ids") ? j["extra_ids"].get<int64_t>() : 100;
+    FOUNDRY_CHECK_AS(ValueError, extra >= 1, "[model] extra_ids must be positive, got {}", extra);
+    j.erase("extra_ids");
+    if (!j.contains("vocab_size")) j["vocab_size"] = spec.vocab_size + 2 + extra;
+    if (!j.contains("pad_token_id")) j["pad_token_id"] = spec.vocab_size;
+    if (!j.contains("decoder_start_token_id")) j["decoder_start_token_id"] = j["pad_token_id"];
+    if (!j.contains("eos_token_id")) j["eos_token_id"] = spec.vocab_size + 1;
+    return j.dump();
+  }
   if (arch == "GPT2LMHeadModel") {
     // The GPT trainer's keys and defaults: a small GPT-2, dropout (0 unless given) on the
     // embeddings, attention weights and residual branches, positions for one block.
@@ -198,6 +261,17 @@ Trainer::Trainer(TrainConfig config) : cfg_(std::move(config)), st_(std::make_un
                      causal_->config().max_positions);
     causal_->set_gradient_checkpointing(cfg_.model.gradient_checkpointing);
     module_ = causal_;
+    seq2seq_ = std::dynamic_pointer_cast<models::Seq2SeqLM>(causal_);
+    if (seq2seq_) {
+      const models::ModelConfig& mc = seq2seq_->config();
+      FOUNDRY_CHECK_AS(ValueError, !mc.eos_token_ids.empty(), "train: {} has no eos_token_id for span corruption",
+                       mc.architecture);
+      const int64_t spans = noise_spans(cfg_.model.block_size, cfg_.noise_density, cfg_.mean_noise_span_length);
+      const int64_t reserved = std::max(mc.eos_token_ids[0], mc.pad_token_id.value_or(0));
+      FOUNDRY_CHECK_AS(ValueError, mc.vocab_size - spans > std::max(reserved, cfg_.model.vocab_size - 1),
+                       "train: {} sentinels ({} spans in {} tokens) don't fit above the tokenizer's ids and EOS in a "
+                       "vocabulary of {}", spans, spans, cfg_.model.block_size, mc.vocab_size);
+    }
   }
   module_->train();
   st_->train_batches = std::make_unique<data::LMBatches>(st_->train, cfg_.batch_size, cfg_.model.block_size, cfg_.seed);
@@ -251,6 +325,12 @@ std::vector<int64_t> Trainer::sample(std::vector<int64_t> ids, Generator& gen) {
 }
 
 Tensor Trainer::batch_loss(const Tensor& x, const Tensor& y, Generator* gen) {
+  if (seq2seq_) {
+    const models::ModelConfig& mc = seq2seq_->config();
+    auto [inputs, labels] = span_corrupt(x, mc.vocab_size - 1, mc.eos_token_ids[0], cfg_.noise_density,
+                                         cfg_.mean_noise_span_length, gen ? *gen : default_generator());
+    return seq2seq_->seq2seq(inputs, Tensor(), Tensor(), labels).loss;
+  }
   if (causal_) return next_token_loss(causal_->forward(x), y);
   auto [inputs, labels] = mask_tokens(x, mask_token_, cfg_.model.vocab_size, cfg_.mlm_probability,
                                       gen ? *gen : default_generator());
@@ -399,7 +479,7 @@ TrainResult Trainer::run(int64_t stop_after) {
                          {"unigram_val_loss", st_->unigram}}
                         .dump()
                  << "\n";
-    if (cfg_.sample_tokens > 0 && causal_) {
+    if (cfg_.sample_tokens > 0 && causal_ && !seq2seq_) {
       std::vector<uint32_t> prompt_ids = st_->encoder.encode(cfg_.prompt);
       if (prompt_ids.empty()) prompt_ids = {0};
       std::vector<int64_t> ids(prompt_ids.begin(), prompt_ids.end());

@@ -133,6 +133,29 @@ def test_encoder_trains_as_a_masked_lm_and_exports(tmp_path, arch):
     assert loss < 4.0  # log(258) = 5.55 untrained
 
 
+def test_t5_trains_with_span_corruption_and_exports(tmp_path):
+    """architecture = "t5": span corruption (sentinels, EOS) through seq2seq(); the export is a
+    T5ForConditionalGeneration folder whose ids sit past the tokenizer's, and it fills sentinels."""
+    import foundry
+    out = tmp_path / "export"
+    model_toml = ('architecture = "t5"\nblock_size = 32\nd_model = 32\nd_kv = 8\nd_ff = 64\nnum_layers = 2\n'
+                  'num_heads = 4\nfeed_forward_proj = "gated-gelu"\ntie_word_embeddings = false\n'
+                  'dropout_rate = 0.0\nextra_ids = 8')
+    p = tp.run("train", "--config", write_run(tmp_path, model_toml, steps=60, sample_tokens=0), "--export", str(out))
+    cfg = json.load(open(out / "config.json"))
+    assert cfg["architectures"] == ["T5ForConditionalGeneration"] and "model: T5ForConditionalGeneration" in p.stdout
+    assert (cfg["vocab_size"], cfg["pad_token_id"], cfg["eos_token_id"], cfg["decoder_start_token_id"]) == (266, 256, 257, 256)
+    ls = losses(tmp_path)
+    assert len(ls) == 60 and np.mean(ls[-5:]) < np.mean(ls[:5]) - 1.0, ls
+    model = foundry.models.from_pretrained(str(out))
+    assert type(model).__name__ == "Seq2SeqModel" and model.decoder_start_token_id == 256
+    prompt = list(b"the quick brown ") + [265] + list(b" jumps over")  # <extra_id_0> = 265
+    g = tp.run("generate", "--model", str(out), "--input-ids", ",".join(map(str, prompt)), "--max-new-tokens", "8",
+               "--temperature", "0", "--print-ids")
+    filled = json.loads(g.stdout.strip().splitlines()[-1])
+    assert 1 <= len(filled) <= 8 and all(0 <= t < 266 for t in filled)
+
+
 def test_init_from_continues_a_pretrained_folder(tmp_path):
     import foundry
     cfg = dict(tp.LLAMA, vocab_size=260)

@@ -147,3 +147,41 @@ TEST(Train, MaskTokensFollowsTheCollatorsProportions) {
   EXPECT_TRUE(equal(train::mask_tokens(ids, mask, vocab, 0.15, g2).first, inputs));
   EXPECT_THROW(train::mask_tokens(ids, mask, vocab, 0.0, g2), ValueError);
 }
+
+// T5's span corruption: every token lands either in the input (kept) or in the labels (after its
+// span's sentinel), in order; sentinels count down from the top; both end with EOS; the noise
+// fraction and the span count follow noise_density and mean_noise_span_length.
+TEST(Train, SpanCorruptionSplitsTokensIntoInputsAndTargets) {
+  const int64_t B = 3, L = 64, top = 199, eos = 101;
+  Tensor ids = randint(0, 100, {B, L});
+  Generator g(9);
+  auto [inputs, labels] = train::span_corrupt(ids, top, eos, 0.15, 3.0, g);
+  const int64_t noise = 10, spans = train::noise_spans(L, 0.15, 3.0);  // round(64 * 0.15), round(10 / 3)
+  EXPECT_EQ(spans, 3);
+  ASSERT_EQ(inputs.size(1), L - noise + spans + 1);
+  ASSERT_EQ(labels.size(1), noise + spans + 1);
+  std::vector<int64_t> x = ids.contiguous().to_vector<int64_t>(), in = inputs.contiguous().to_vector<int64_t>(),
+                       out = labels.contiguous().to_vector<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    // Rebuild the sequence: walk the input; at sentinel k, splice in the labels' span k.
+    std::vector<int64_t> rebuilt;
+    const int64_t* ri = in.data() + b * inputs.size(1);
+    const int64_t* ro = out.data() + b * labels.size(1);
+    EXPECT_EQ(ri[inputs.size(1) - 1], eos);
+    EXPECT_EQ(ro[labels.size(1) - 1], eos);
+    int64_t o = 0, sentinel = 0;
+    for (int64_t i = 0; i + 1 < inputs.size(1); ++i) {
+      if (ri[i] > 100) {
+        EXPECT_EQ(ri[i], top - sentinel);
+        EXPECT_EQ(ro[o], top - sentinel);
+        ++o, ++sentinel;
+        while (o + 1 < labels.size(1) && ro[o] < 100) rebuilt.push_back(ro[o++]);
+      } else {
+        rebuilt.push_back(ri[i]);
+      }
+    }
+    EXPECT_EQ(sentinel, spans);
+    EXPECT_EQ(rebuilt, std::vector<int64_t>(x.begin() + b * L, x.begin() + (b + 1) * L));
+  }
+  EXPECT_THROW(train::span_corrupt(ids, top, eos, 0.0, 3.0, g), ValueError);
+}

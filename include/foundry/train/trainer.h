@@ -16,6 +16,7 @@
 #include "foundry/core/rng.h"
 #include "foundry/models/encoder.h"
 #include "foundry/models/pretrained.h"
+#include "foundry/models/seq2seq.h"
 
 namespace foundry::data {
 class TextEncoder;
@@ -61,6 +62,9 @@ struct TrainConfig {
   /// the tokenizer's vocabulary, which the model's vocabulary then includes).
   double mlm_probability = 0.15;
   int64_t mask_token_id = -1;
+  /// Encoder-decoder (T5) runs: span corruption's fraction of corrupted tokens and mean span length.
+  double noise_density = 0.15;
+  double mean_noise_span_length = 3.0;
   std::string precision = "float32";  ///< or "bfloat16" (autocast, float32 master weights)
   // evaluation, checkpoints, logs
   int64_t eval_every = 250;
@@ -108,6 +112,17 @@ std::string train_config_json(const TrainConfig& config);
 /// (10%). Returns (inputs, labels): labels hold the chosen tokens' ids and -100 elsewhere.
 std::pair<Tensor, Tensor> mask_tokens(const Tensor& ids, int64_t mask_token, int64_t vocab, double probability,
                                       Generator& gen);
+
+/// T5's span corruption (transformers' run_t5_mlm_flax: random_spans_noise_mask, then sentinels) on
+/// token ids [B, L]: round(L * noise_density) tokens in round(that / mean_span_length) spans (at
+/// least one), spans and the kept runs between them of random lengths, the kept run first. Inputs:
+/// the kept tokens with each span replaced by a sentinel, then `eos`; labels: each sentinel followed
+/// by its span, then `eos`. Sentinel k is first_sentinel - k (T5 counts its extra ids down from the
+/// top of the vocabulary).
+std::pair<Tensor, Tensor> span_corrupt(const Tensor& ids, int64_t first_sentinel, int64_t eos, double noise_density,
+                                       double mean_span_length, Generator& gen);
+/// The number of spans span_corrupt makes in `length` tokens.
+int64_t noise_spans(int64_t length, double noise_density, double mean_span_length);
 
 /// The config.json object of the model a TrainConfig trains (fresh models: the [model] keys with
 /// the trainer's defaults filled in; vocab_size from the tokenizer).
@@ -196,6 +211,7 @@ class Trainer {
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<models::CausalLM> causal_;
   std::shared_ptr<models::EncoderModel> encoder_;
+  std::shared_ptr<models::Seq2SeqLM> seq2seq_;
   int64_t mask_token_ = -1;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   TrainResult result_;
