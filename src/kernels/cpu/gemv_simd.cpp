@@ -43,7 +43,19 @@ void GemvRowsF32(const float* A, int64_t lda, int64_t r0, int64_t r1, int64_t K,
     auto s00 = hn::Zero(d), s01 = hn::Zero(d), s10 = hn::Zero(d), s11 = hn::Zero(d);
     auto s20 = hn::Zero(d), s21 = hn::Zero(d), s30 = hn::Zero(d), s31 = hn::Zero(d);
     int64_t k = 0;
+    // The next block of four rows, fetched while this one is read: rows of a few KB end before the
+    // hardware prefetcher has ramped up on them.
+    const char* next = reinterpret_cast<const char*>(a0 + 4 * lda);
+    const int64_t row_bytes = lda * int64_t(sizeof(float));
+    const bool prefetch = r + 8 <= r1;
     for (; k + 2 * N <= K; k += 2 * N) {
+      if (prefetch) {
+        const char* p = next + k * int64_t(sizeof(float));
+        for (int64_t row = 0; row < 4; ++row) {
+          __builtin_prefetch(p + row * row_bytes);
+          __builtin_prefetch(p + row * row_bytes + 64);
+        }
+      }
       const auto x0 = hn::LoadU(d, x + k), x1 = hn::LoadU(d, x + k + N);
       s00 = hn::MulAdd(hn::LoadU(d, a0 + k), x0, s00);
       s01 = hn::MulAdd(hn::LoadU(d, a0 + k + N), x1, s01);
