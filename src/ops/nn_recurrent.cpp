@@ -115,7 +115,9 @@ std::vector<Sample> wkv_samples(DType dt, Generator& g, bool backward) {
 
 std::vector<Sample> scan_samples(DType dt, Generator& g, bool backward) {
   std::vector<Sample> s;
-  for (auto [B, L, D, N] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{2, 5, 3, 2}, {1, 3, 17, 4}, {2, 1, 4, 3}}) {
+  // (2, 2, 5, 16): decoding's per-channel kernel (a few steps, the state index across lanes).
+  for (auto [B, L, D, N] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{2, 5, 3, 2}, {1, 3, 17, 4}, {2, 1, 4, 3},
+                            {2, 2, 5, 16}}) {
     std::vector<Value> args;
     if (backward) args.push_back(U({B, L, D}, dt, g, -1, 1));
     args.push_back(U({B, L, D}, dt, g));             // u
@@ -124,7 +126,7 @@ std::vector<Sample> scan_samples(DType dt, Generator& g, bool backward) {
     args.push_back(U({B, L, N}, dt, g));
     args.push_back(U({B, L, N}, dt, g));
     args.push_back(U({D}, dt, g));
-    s.push_back({args, D == 17 ? "channels past a vector" : L == 1 ? "one step" : ""});
+    s.push_back({args, D == 17 ? "channels past a vector" : L == 1 ? "one step" : N == 16 ? "decoding steps" : ""});
   }
   return s;
 }

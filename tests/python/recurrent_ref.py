@@ -16,7 +16,7 @@ from torch_ref import rwkv_linear_attention_cpu  # noqa: E402  (the registry op'
 RWKV = dict(architectures=["RwkvForCausalLM"], model_type="rwkv", vocab_size=83, hidden_size=32,
             num_hidden_layers=3, attention_hidden_size=32, intermediate_size=64, layer_norm_epsilon=1e-5,
             rescale_every=2, context_length=64, bos_token_id=0, eos_token_id=0, tie_word_embeddings=False)
-MAMBA = dict(architectures=["MambaForCausalLM"], model_type="mamba", vocab_size=79, hidden_size=32, state_size=8,
+MAMBA = dict(architectures=["MambaForCausalLM"], model_type="mamba", vocab_size=79, hidden_size=32, state_size=16,
              num_hidden_layers=2, layer_norm_epsilon=1e-5, expand=2, conv_kernel=4, use_bias=False,
              use_conv_bias=True, hidden_act="silu", time_step_rank="auto", residual_in_fp32=True,
              tie_word_embeddings=True, bos_token_id=0, eos_token_id=0, pad_token_id=0)

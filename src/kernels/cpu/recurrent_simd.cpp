@@ -74,9 +74,46 @@ void RwkvWkvF32(const float* w, const float* u, const float* k, const float* v, 
   }
 }
 
+// Decoding (a step or a few): lanes across the state index instead, each channel's state row and A
+// row read in place (the [B, D, N] state layout), so nothing is transposed per call.
+void SelectiveScanStepsF32(const float* x, const float* delta, const float* A, const float* Bm, const float* Cm,
+                           const float* Dv, float* y, float* state, int64_t B, int64_t L, int64_t D, int64_t N) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = int64_t(hn::Lanes(d)), Nv = N / lanes * lanes;
+  parallel_for(0, B * D, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, L * N)), [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t b = j / D, ch = j % D;
+      float* st = state + j * N;
+      const float* a = A + ch * N;
+      for (int64_t t = 0; t < L; ++t) {
+        const int64_t i = (b * L + t) * D + ch;
+        const float dt = delta[i], xt = x[i];
+        const float* bt = Bm + (b * L + t) * N;
+        const float* ct = Cm + (b * L + t) * N;
+        const auto vdt = hn::Set(d, dt), vdtx = hn::Set(d, dt * xt);
+        auto acc = hn::Zero(d);
+        int64_t n = 0;
+        for (; n < Nv; n += lanes) {
+          const auto dA = ExpClamped(d, hn::Mul(hn::LoadU(d, a + n), vdt));
+          const auto h = hn::MulAdd(dA, hn::LoadU(d, st + n), hn::Mul(vdtx, hn::LoadU(d, bt + n)));
+          hn::StoreU(h, d, st + n);
+          acc = hn::MulAdd(h, hn::LoadU(d, ct + n), acc);
+        }
+        float sum = hn::GetLane(hn::SumOfLanes(d, acc));
+        for (; n < N; ++n) {
+          st[n] = std::exp(a[n] * dt) * st[n] + dt * bt[n] * xt;
+          sum += st[n] * ct[n];
+        }
+        y[i] = sum + Dv[ch] * xt;
+      }
+    }
+  });
+}
+
 void SelectiveScanF32(const float* x, const float* delta, const float* A, const float* Bm, const float* Cm,
                       const float* Dv, float* y, float* state, int64_t B, int64_t L, int64_t D, int64_t N) {
   const hn::ScalableTag<float> d;
+  if (L <= 4 && N >= int64_t(hn::Lanes(d))) return SelectiveScanStepsF32(x, delta, A, Bm, Cm, Dv, y, state, B, L, D, N);
   const int64_t lanes = int64_t(hn::Lanes(d));
   const int64_t blocks = D / lanes;
   // A transposed to [N, D]: one vector load per state index.

@@ -89,7 +89,18 @@ Tensor MambaMixer::forward(const Tensor& x, KVCache* cache, int64_t layer) {
     Cm = c_layernorm->forward(Cm);
   }
   Tensor dt = softplus(dt_proj->forward(ts));
-  Tensor A = neg(exp(A_log.to(DType::Float32)));
+  // -exp(A_log), kept between decoding steps while A_log is unchanged (its storage's version).
+  Tensor A;
+  if (recording) {
+    A = neg(exp(A_log.to(DType::Float32)));
+  } else {
+    if (!A_cache_.defined() || A_cache_version_ != A_log.version() || A_cache_source_ != A_log.data_ptr()) {
+      A_cache_ = neg(exp(A_log.to(DType::Float32))).contiguous();
+      A_cache_version_ = A_log.version();
+      A_cache_source_ = A_log.data_ptr();
+    }
+    A = A_cache_;
+  }
   Tensor y = cache ? selective_scan_with_state(hs, dt, A, Bm, Cm, D, cache->state(layer, 1))
                    : selective_scan(hs, dt, A, Bm, Cm, D);
   return out_proj->forward(y * activation(o_.act, proj.narrow(2, I, I)));

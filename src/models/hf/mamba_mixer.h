@@ -52,6 +52,9 @@ class MambaMixer : public nn::Module {
 
  private:
   MambaOptions o_;
+  Tensor A_cache_;
+  uint32_t A_cache_version_ = 0;
+  const void* A_cache_source_ = nullptr;
 };
 
 /// Reads the mixer's config keys under Mamba's names (prefix "") or Jamba's ("mamba_").
