@@ -344,6 +344,15 @@ void add_info(CLI::App& app) {
                 (long long)c.max_positions);
     std::printf("parameters: %lld\n", (long long)model->num_parameters());
     for (const auto& [dt, n] : by_dtype) std::printf("  %s: %lld\n", dt.c_str(), (long long)n);
+    if (model->recurrent()) {  // state that does not grow per token (RWKV, Mamba), or an encoder's (T5)
+      autograd::NoGradGuard no_grad;
+      models::KVCache cache = model->make_cache(1, 2);
+      model->forward(tensor<int64_t>({0}, {1, 1}), Tensor(), &cache, 1);
+      std::printf("memory: weights %.1f MiB (memory-mapped where the dtype is used as stored); generation cache "
+                  "after one token %.1f KiB per sequence (recurrent state or encoder output: see docs/models.md)\n",
+                  double(bytes) / (1 << 20), double(cache.nbytes()) / 1024);
+      return;
+    }
     const double kv_per_token = 2.0 * double(c.num_layers * c.num_kv_heads * c.head_dim) * double(itemsize(model->dtype()));
     std::printf("memory: weights %.1f MiB (memory-mapped where the dtype is used as stored); %s KV cache "
                 "%.1f KiB per token\n",
