@@ -196,6 +196,24 @@ def assert_step_matches(cfg, w, forward, folder, ids, mask, labels):
     return ref, got
 
 
+def assert_module_step_matches(model, forward, w, torch_loss, want_grads):
+    """One training step of a Foundry module against torch's: `forward(model)` gives its output (with
+    .loss), which must equal torch_loss; then every gradient (named as w) and the AdamW step."""
+    model.train()
+    opt = foundry.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
+    out = forward(model)
+    assert abs(out.loss.item() - torch_loss) <= LOSS_TOL, (out.loss.item(), torch_loss)
+    out.loss.backward()
+    got = {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
+    assert set(got) == set(w)
+    assert_grads_match(got, want_grads)
+    opt.step()
+    expect = adamw_step(w, got)
+    for n, p in model.named_parameters():
+        assert np.abs(p.detach().numpy() - expect[n]).max() <= 1e-6, n
+    return out
+
+
 # ---- tests ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", sorted(CASES))
