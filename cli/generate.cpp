@@ -256,30 +256,25 @@ void add_forward(CLI::App& app) {
     auto ids = rows("input_ids", true), mask = rows("attention_mask", false), types = rows("token_type_ids", false);
     if (ids.empty() || ids[0].empty()) raise<ValueError>("forward: input_ids is empty");
     const int64_t B = int64_t(ids.size()), T = int64_t(ids[0].size());
-    std::vector<int64_t> flat, flat_mask;
-    for (const auto& r : ids) {
-      if (int64_t(r.size()) != T) raise<ValueError>("forward: input_ids rows differ in length");
-      flat.insert(flat.end(), r.begin(), r.end());
-    }
-    if (!mask.empty()) {
-      if (int64_t(mask.size()) != B) raise<ValueError>("forward: attention_mask has {} rows, input_ids {}", mask.size(), B);
-      for (const auto& r : mask) {
-        if (int64_t(r.size()) != T) raise<ValueError>("forward: attention_mask rows must match input_ids ({} tokens)", T);
-        flat_mask.insert(flat_mask.end(), r.begin(), r.end());
-      }
-    }
-    if (models::is_encoder_folder(*model_dir)) {  // BERT / RoBERTa
-      std::vector<int64_t> flat_types;
-      if (!types.empty()) {
-        if (int64_t(types.size()) != B) raise<ValueError>("forward: token_type_ids has {} rows, input_ids {}", types.size(), B);
-        for (const auto& r : types) {
-          if (int64_t(r.size()) != T) raise<ValueError>("forward: token_type_ids rows must match input_ids ({} tokens)", T);
-          flat_types.insert(flat_types.end(), r.begin(), r.end());
+    // A [B, width] int64 tensor of rows (undefined when absent); width < 0: the rows' own, all equal.
+    auto batch = [&](const std::vector<std::vector<int64_t>>& r, const char* key, int64_t width) -> Tensor {
+      if (r.empty()) return Tensor();
+      if (int64_t(r.size()) != B) raise<ValueError>("forward: {} has {} rows, input_ids {}", key, r.size(), B);
+      const int64_t w = width < 0 ? int64_t(r[0].size()) : width;
+      std::vector<int64_t> flat;
+      for (const auto& row : r) {
+        if (int64_t(row.size()) != w) {
+          if (width < 0) raise<ValueError>("forward: {} rows differ in length", key);
+          raise<ValueError>("forward: {} rows must match input_ids ({} tokens)", key, T);
         }
+        flat.insert(flat.end(), row.begin(), row.end());
       }
+      return tensor<int64_t>(flat, {B, w});
+    };
+    const Tensor input = batch(ids, "input_ids", -1), m = batch(mask, "attention_mask", T);
+    if (models::is_encoder_folder(*model_dir)) {  // BERT / RoBERTa
       auto enc = models::load_encoder(*model_dir);
-      models::EncoderOutput o = enc->encode(tensor<int64_t>(flat, {B, T}), mask.empty() ? Tensor() : tensor<int64_t>(flat_mask, {B, T}),
-                                            types.empty() ? Tensor() : tensor<int64_t>(flat_types, {B, T}));
+      models::EncoderOutput o = enc->encode(input, m, batch(types, "token_type_ids", T));
       const std::string what = !output->empty() ? *output : enc->head() == "base" ? "last_hidden_state" : "logits";
       const Tensor& t = what == "logits" ? o.logits : what == "pooler_output" ? o.pooler_output : o.last_hidden_state;
       if (!t.defined())
@@ -293,32 +288,23 @@ void add_forward(CLI::App& app) {
     if (auto* s2s = dynamic_cast<models::Seq2SeqLM*>(model.get())) {  // T5
       if (decoder_ids.empty() || decoder_ids[0].empty())
         raise<ValueError>("forward: {} is an encoder-decoder model: give decoder_input_ids in {}", *model_dir, *inputs);
-      if (int64_t(decoder_ids.size()) != B) raise<ValueError>("forward: decoder_input_ids has {} rows, input_ids {}", decoder_ids.size(), B);
-      const int64_t Td = int64_t(decoder_ids[0].size());
-      std::vector<int64_t> flat_dec;
-      for (const auto& r : decoder_ids) {
-        if (int64_t(r.size()) != Td) raise<ValueError>("forward: decoder_input_ids rows differ in length");
-        flat_dec.insert(flat_dec.end(), r.begin(), r.end());
-      }
+      const Tensor dec = batch(decoder_ids, "decoder_input_ids", -1);
       if (!output->empty() && *output != "logits" && *output != "encoder_last_hidden_state")
         raise<ValueError>("forward: --output {} is not an output of {} (logits, encoder_last_hidden_state)", *output,
                           model->config().architecture);
       autograd::NoGradGuard no_grad;
-      models::Seq2SeqOutput o = s2s->seq2seq(tensor<int64_t>(flat, {B, T}),
-                                             mask.empty() ? Tensor() : tensor<int64_t>(flat_mask, {B, T}),
-                                             tensor<int64_t>(flat_dec, {B, Td}));
+      models::Seq2SeqOutput o = s2s->seq2seq(input, m, dec);
       return io::save_npy(*out, (*output == "encoder_last_hidden_state" ? o.encoder_last_hidden_state : o.logits).contiguous());
     }
     if (!decoder_ids.empty()) raise<ValueError>("forward: decoder_input_ids are for encoder-decoder models; {} is a decoder", *model_dir);
     if (!output->empty() && *output != "logits" && *output != "last_hidden_state")
       raise<ValueError>("forward: --output {} is for encoder models", *output);
-    for (int64_t t : flat)
+    for (int64_t t : input.to_vector<int64_t>())
       if (t < 0 || t >= model->config().vocab_size)
         raise<ValueError>("forward: token id {} is outside the vocabulary (size {})", t, model->config().vocab_size);
-    Tensor m = mask.empty() ? Tensor() : tensor<int64_t>(flat_mask, {B, T});
-    if (*output == "last_hidden_state") return io::save_npy(*out, model->hidden_states(tensor<int64_t>(flat, {B, T}), m).contiguous());
+    if (*output == "last_hidden_state") return io::save_npy(*out, model->hidden_states(input, m).contiguous());
     autograd::NoGradGuard no_grad;  // inference: the blocks' fast paths
-    Tensor logits = model->forward(tensor<int64_t>(flat, {B, T}), m);
+    Tensor logits = model->forward(input, m);
     io::save_npy(*out, logits.contiguous());
   });
 }

@@ -4,12 +4,12 @@
 // the pooler; RoBERTa: dense + tanh + out_proj on <s>) and token classification. RoBERTa's position
 // ids count the non-padding tokens from padding_idx + 1.
 #include <cmath>
-#include <fstream>
+#include <filesystem>
 #include <limits>
 #include <optional>
-#include <sstream>
 
 #include "foundry/autograd/grad_mode.h"
+#include "foundry/io/atomic_file.h"
 #include "foundry/io/safetensors.h"
 #include "foundry/nn/init.h"
 #include "foundry/models/encoder.h"
@@ -196,12 +196,8 @@ class Bert : public EncoderModel {
   std::string type_name() const override { return config_.architecture; }
 
   EncoderOutput encode(const Tensor& input_ids, const Tensor& attention_mask, const Tensor& token_type_ids) override {
-    // Nothing records unless a parameter requires grad: the blocks then take their inference paths.
-    bool trainable = false;
-    if (autograd::is_grad_enabled())
-      for (const Tensor& p : parameters()) trainable = trainable || p.requires_grad();
     std::optional<autograd::NoGradGuard> no_grad;
-    if (!trainable) no_grad.emplace();
+    if (!records_parameters(*this)) no_grad.emplace();
     FOUNDRY_CHECK_AS(ValueError, input_ids.dim() == 2, "{}: input_ids must be [batch, tokens], got {}",
                      config_.architecture, shape_str(input_ids.sizes()));
     const int64_t B = input_ids.size(0), T = input_ids.size(1);
@@ -254,11 +250,8 @@ namespace {
 using hf::json;
 
 json read_config_json(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  if (!in) raise<IOError>("{}: no config.json", dir);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
+  if (!std::filesystem::exists(dir + "/config.json")) raise<IOError>("{}: no config.json", dir);
+  json j = json::parse(io::read_file(dir + "/config.json"), nullptr, false);
   if (j.is_discarded() || !j.is_object()) raise<ValueError>("{}/config.json is not a JSON object", dir);
   return j;
 }
@@ -272,15 +265,16 @@ std::string architecture_of(const json& j) {
 
 }  // namespace
 
+bool is_encoder_architecture(const std::string& name) {
+  return name == "bert" || name == "roberta" || name.rfind("Bert", 0) == 0 || name.rfind("Roberta", 0) == 0;
+}
+
 bool is_encoder_folder(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return false;
-  const std::string a = architecture_of(j);
-  return a.rfind("Bert", 0) == 0 || a.rfind("Roberta", 0) == 0;
+  try {
+    return is_encoder_architecture(architecture_of(read_config_json(dir)));
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 namespace {
@@ -328,10 +322,6 @@ EncoderSpec encoder_spec(const json& j, const std::string& where) {
 
 }  // namespace
 
-bool is_encoder_architecture(const std::string& name) {
-  return name == "bert" || name == "roberta" || name.rfind("Bert", 0) == 0 || name.rfind("Roberta", 0) == 0;
-}
-
 std::unique_ptr<EncoderModel> load_encoder(const std::string& dir) {
   const EncoderSpec e = encoder_spec(read_config_json(dir), dir);
   io::ShardedSafetensors st;
@@ -366,18 +356,8 @@ std::unique_ptr<EncoderModel> create_encoder(const std::string& config_json) {
   }
   const EncoderSpec e = encoder_spec(j, "model config");
   const double std_dev = hf::get_double(j, "initializer_range", 0.02);
-  const int64_t pad = e.o.pad;
   autograd::NoGradGuard no_grad;
-  auto fetch = [std_dev, pad](const std::string& name, const Shape& shape, const hf::Init& init) {
-    Tensor t = empty(IntList(shape), DType::Float32);
-    if (init.kind == hf::Init::Zeros) t.zero_();
-    else if (init.kind == hf::Init::Ones) t.fill_(1.0);
-    else nn::init::normal_(t, 0.0, std_dev);
-    // nn.Embedding(padding_idx=pad_token_id): transformers' init zeroes that row.
-    if (name.size() >= 23 && name.compare(name.size() - 23, 23, "word_embeddings.weight") == 0 && pad < shape[0])
-      t.select(0, pad).zero_();
-    return t;
-  };
+  auto fetch = [std_dev](const std::string&, const Shape& shape, const hf::Init& init) { return init.make(shape, std_dev); };
   auto has = [](const std::string&) { return false; };
   auto model =
       std::make_unique<hf::Bert>(e.c, hf::WeightSource(fetch, has, std::make_shared<hf::WeightProducts>()), e.o, e.head);

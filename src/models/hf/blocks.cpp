@@ -9,6 +9,13 @@
 
 namespace foundry::models::hf {
 
+bool records_parameters(const nn::Module& m) {
+  if (!autograd::is_grad_enabled()) return false;
+  for (const Tensor& p : m.parameters())
+    if (p.requires_grad()) return true;
+  return false;
+}
+
 bool records(const Tensor& a, const Tensor& b, const Tensor& c) {
   if (!autograd::is_grad_enabled()) return false;
   for (const Tensor* t : {&a, &b, &c})
@@ -29,6 +36,15 @@ WeightSource WeightSource::pp(const std::string& child) const {
   WeightSource out = *this;
   out.prefix_ = prefix_ + child + ".";
   return out;
+}
+
+Tensor Init::make(const Shape& shape, double default_std) const {
+  Tensor t = empty(IntList(shape), DType::Float32);
+  if (kind == Zeros) t.zero_();
+  else if (kind == Ones) t.fill_(1.0);
+  else if (kind == Custom) fill(t);
+  else nn::init::normal_(t, 0.0, std > 0 ? std : default_std);
+  return t;
 }
 
 Init Init::fan_in_uniform(int64_t fan_in) {
@@ -85,6 +101,8 @@ Tensor Linear::base_forward(const Tensor& x) {
 Embedding::Embedding(const WeightSource& ws, int64_t num, int64_t dim, std::optional<int64_t> padding_idx)
     : weight(register_parameter("weight", ws.get("weight", {num, dim}))), padding_idx_(padding_idx) {
   if (padding_idx_ && (*padding_idx_ < 0 || *padding_idx_ >= num)) padding_idx_.reset();
+  // A fresh model (a checkpoint always has the tensor): transformers' _init_weights zeroes the padding row.
+  if (padding_idx_ && !ws.has("weight")) weight.select(0, *padding_idx_).zero_();
 }
 
 std::string Embedding::extra_repr() const {

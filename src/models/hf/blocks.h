@@ -16,6 +16,10 @@
 
 namespace foundry::models::hf {
 
+/// Whether a forward of `m` records a graph (grad mode on and a parameter requires grad); when not,
+/// the model's entry points run under NoGradGuard so every block takes its inference path.
+bool records_parameters(const nn::Module& m);
+
 /// Whether an op over these tensors records a graph (grad mode on and one of them requires grad).
 bool records(const Tensor& a, const Tensor& b = {}, const Tensor& c = {});
 
@@ -32,6 +36,9 @@ struct Init {
   static Init custom(std::function<void(Tensor&)> f) { return {Custom, 0, std::move(f)}; }
   /// PyTorch's default for nn.Linear / nn.Conv1d parameters: uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)).
   static Init fan_in_uniform(int64_t fan_in);
+  /// A new float32 tensor initialised this way (Normal without a std of its own: default_std, the
+  /// config's initializer_range).
+  Tensor make(const Shape& shape, double default_std) const;
 };
 
 /// Where parameters come from, by HF name (candle's VarBuilder): a checkpoint for a loaded model,

@@ -20,14 +20,7 @@ CausalLM::CausalLM(const ModelConfig& c, std::shared_ptr<hf::WeightProducts> pro
 
 Tensor CausalLM::forward(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) {
   // Nothing records when no parameter requires grad: the blocks take their inference paths.
-  bool any_trainable = false;
-  if (autograd::is_grad_enabled())
-    for (const Tensor& p : parameters())
-      if (p.requires_grad()) {
-        any_trainable = true;
-        break;
-      }
-  if (!any_trainable) {
+  if (!hf::records_parameters(*this)) {
     autograd::NoGradGuard no_grad;
     return hf::float_logits(run(input_ids, attention_mask, cache, last_positions));
   }

@@ -651,14 +651,7 @@ std::unique_ptr<CausalLM> create_model(const std::string& config_json) {
   config.json = j.dump();
   const double std_dev = hf::get_double(j, "initializer_range", 0.02);
   autograd::NoGradGuard no_grad;
-  auto fetch = [std_dev](const std::string&, const Shape& shape, const hf::Init& init) {
-    Tensor t = empty(IntList(shape), DType::Float32);
-    if (init.kind == hf::Init::Zeros) t.zero_();
-    else if (init.kind == hf::Init::Ones) t.fill_(1.0);
-    else if (init.kind == hf::Init::Custom) init.fill(t);
-    else nn::init::normal_(t, 0.0, init.std > 0 ? init.std : std_dev);
-    return t;
-  };
+  auto fetch = [std_dev](const std::string&, const Shape& shape, const hf::Init& init) { return init.make(shape, std_dev); };
   auto has = [](const std::string&) { return false; };
   std::unique_ptr<CausalLM> model =
       arch->build(config, hf::WeightSource(fetch, has, std::make_shared<hf::WeightProducts>()));

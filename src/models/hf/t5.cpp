@@ -8,6 +8,7 @@
 // decoder_start_token_id; later forwards run the decoder on the new tokens over its KV cache.
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/models/seq2seq.h"
@@ -52,6 +53,10 @@ int64_t relative_bucket(int64_t rel, bool bidirectional, int64_t num_buckets, in
                        float(std::log(double(max_distance) / double(max_exact))) * float(num_buckets - max_exact);
   return bucket + std::min<int64_t>(max_exact + int64_t(scaled), num_buckets - 1);
 }
+
+// The cache's "layer" holding the encoder mask's bias (the decoder layers' own slots hold their
+// cross-attention keys and values).
+constexpr int64_t kEncoderMask = -1;
 
 // The lowest float: transformers' finite mask value.
 constexpr double kMasked = std::numeric_limits<float>::lowest();
@@ -191,11 +196,8 @@ class T5 : public Seq2SeqLM {
                         const Tensor& labels) override {
     FOUNDRY_CHECK_AS(ValueError, decoder_input_ids.defined() || labels.defined(),
                      "{}: give decoder_input_ids (or labels, which they are shifted from)", config_.architecture);
-    bool trainable = false;
-    if (autograd::is_grad_enabled())
-      for (const Tensor& p : parameters()) trainable = trainable || p.requires_grad();
     std::optional<autograd::NoGradGuard> no_grad;
-    if (!trainable) no_grad.emplace();
+    if (!records_parameters(*this)) no_grad.emplace();
     Seq2SeqOutput out;
     Tensor dec = decoder_input_ids.defined() ? decoder_input_ids.to(DType::Int64) : shift_right(labels);
     Tensor enc_bias;
@@ -225,11 +227,11 @@ class T5 : public Seq2SeqLM {
     const int64_t B = input_ids.size(0);
     std::vector<std::pair<Tensor, Tensor>> cross(decoder_blocks.size());
     Tensor ids = input_ids;
-    if (!cache->state(-1, 0).defined()) {
+    if (!cache->state(kEncoderMask, 0).defined()) {
       Tensor mask = attention_mask.defined() ? attention_mask.narrow(1, 0, input_ids.size(1)) : Tensor();
       Tensor enc_bias;
       Tensor enc = encode(input_ids, mask, enc_bias);
-      cache->state(-1, 0) = enc_bias.defined() ? enc_bias : zeros({B, 1, 1, enc.size(1)}, dtype_);
+      cache->state(kEncoderMask, 0) = enc_bias.defined() ? enc_bias : zeros({B, 1, 1, enc.size(1)}, dtype_);
       for (size_t l = 0; l < decoder_blocks.size(); ++l) {
         auto kv = cross_kv(*decoder_blocks[l], enc);
         cache->state(int64_t(l), 0) = kv.first;
@@ -238,7 +240,7 @@ class T5 : public Seq2SeqLM {
       ids = full({B, 1}, double(decoder_start_), DType::Int64);
     }
     for (size_t l = 0; l < decoder_blocks.size(); ++l) cross[l] = {cache->state(int64_t(l), 0), cache->state(int64_t(l), 1)};
-    return decode(ids, cross, cache->state(-1, 0), cache, last_positions);
+    return decode(ids, cross, cache->state(kEncoderMask, 0), cache, last_positions);
   }
 
   std::shared_ptr<Embedding> shared;
