@@ -16,6 +16,7 @@
 #include "foundry/models/generate.h"
 #include "foundry/models/seq2seq.h"
 #include "foundry/models/encoder.h"
+#include "foundry/models/forward_inputs.h"
 #include "foundry/models/gguf.h"
 #include "foundry/models/perplexity.h"
 #include "foundry/models/quantized_folder.h"
@@ -232,49 +233,12 @@ void add_forward(CLI::App& app) {
   cmd->add_option("--dtype", *dtype, "compute dtype: float32 (default) or native (the checkpoint's own)")
       ->check(CLI::IsMember({"float32", "native"}));
   cmd->callback([=] {
-    std::ifstream f(*inputs);
-    if (!f) raise<IOError>("forward: can't open {}", *inputs);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(ss.str());
-    } catch (const nlohmann::json::exception& e) {
-      raise<ValueError>("forward: {} is not valid JSON: {}", *inputs, e.what());
-    }
-    auto rows = [&](const char* key, bool required) -> std::vector<std::vector<int64_t>> {
-      if (!j.contains(key)) {
-        if (required) raise<ValueError>("forward: {} has no '{}'", *inputs, key);
-        return {};
-      }
-      try {
-        return j[key].get<std::vector<std::vector<int64_t>>>();
-      } catch (const nlohmann::json::exception&) {
-        raise<ValueError>("forward: '{}' must be a list of lists of integers", key);
-      }
-    };
-    auto ids = rows("input_ids", true), mask = rows("attention_mask", false), types = rows("token_type_ids", false);
-    if (ids.empty() || ids[0].empty()) raise<ValueError>("forward: input_ids is empty");
-    const int64_t B = int64_t(ids.size()), T = int64_t(ids[0].size());
-    // A [B, width] int64 tensor of rows (undefined when absent); width < 0: the rows' own, all equal.
-    auto batch = [&](const std::vector<std::vector<int64_t>>& r, const char* key, int64_t width) -> Tensor {
-      if (r.empty()) return Tensor();
-      if (int64_t(r.size()) != B) raise<ValueError>("forward: {} has {} rows, input_ids {}", key, r.size(), B);
-      const int64_t w = width < 0 ? int64_t(r[0].size()) : width;
-      std::vector<int64_t> flat;
-      for (const auto& row : r) {
-        if (int64_t(row.size()) != w) {
-          if (width < 0) raise<ValueError>("forward: {} rows differ in length", key);
-          raise<ValueError>("forward: {} rows must match input_ids ({} tokens)", key, T);
-        }
-        flat.insert(flat.end(), row.begin(), row.end());
-      }
-      return tensor<int64_t>(flat, {B, w});
-    };
-    const Tensor input = batch(ids, "input_ids", -1), m = batch(mask, "attention_mask", T);
+    const models::ForwardInputs in = models::parse_forward_inputs(io::read_file(*inputs), *inputs);
+    const Tensor& input = in.input_ids;
+    const Tensor& m = in.attention_mask;
     if (models::is_encoder_folder(*model_dir)) {  // BERT / RoBERTa
       auto enc = models::load_encoder(*model_dir);
-      models::EncoderOutput o = enc->encode(input, m, batch(types, "token_type_ids", T));
+      models::EncoderOutput o = enc->encode(input, m, in.token_type_ids);
       const std::string what = !output->empty() ? *output : enc->head() == "base" ? "last_hidden_state" : "logits";
       const Tensor& t = what == "logits" ? o.logits : what == "pooler_output" ? o.pooler_output : o.last_hidden_state;
       if (!t.defined())
@@ -282,21 +246,19 @@ void add_forward(CLI::App& app) {
       io::save_npy(*out, t.contiguous());
       return;
     }
-    if (!types.empty()) raise<ValueError>("forward: token_type_ids are for encoder models (BERT); {} is a decoder", *model_dir);
+    if (in.token_type_ids.defined()) raise<ValueError>("forward: token_type_ids are for encoder models (BERT); {} is a decoder", *model_dir);
     auto model = load_model(*model_dir, load_options(*dtype), *adapter, *merge);
-    auto decoder_ids = rows("decoder_input_ids", false);
     if (auto* s2s = dynamic_cast<models::Seq2SeqLM*>(model.get())) {  // T5
-      if (decoder_ids.empty() || decoder_ids[0].empty())
+      if (!in.decoder_input_ids.defined())
         raise<ValueError>("forward: {} is an encoder-decoder model: give decoder_input_ids in {}", *model_dir, *inputs);
-      const Tensor dec = batch(decoder_ids, "decoder_input_ids", -1);
       if (!output->empty() && *output != "logits" && *output != "encoder_last_hidden_state")
         raise<ValueError>("forward: --output {} is not an output of {} (logits, encoder_last_hidden_state)", *output,
                           model->config().architecture);
       autograd::NoGradGuard no_grad;
-      models::Seq2SeqOutput o = s2s->seq2seq(input, m, dec);
+      models::Seq2SeqOutput o = s2s->seq2seq(input, m, in.decoder_input_ids);
       return io::save_npy(*out, (*output == "encoder_last_hidden_state" ? o.encoder_last_hidden_state : o.logits).contiguous());
     }
-    if (!decoder_ids.empty()) raise<ValueError>("forward: decoder_input_ids are for encoder-decoder models; {} is a decoder", *model_dir);
+    if (in.decoder_input_ids.defined()) raise<ValueError>("forward: decoder_input_ids are for encoder-decoder models; {} is a decoder", *model_dir);
     if (!output->empty() && *output != "logits" && *output != "last_hidden_state")
       raise<ValueError>("forward: --output {} is for encoder models", *output);
     for (int64_t t : input.to_vector<int64_t>())

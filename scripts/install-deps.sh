@@ -27,6 +27,9 @@ packages=(
   libyaml-dev python3-yaml python3-sklearn python3-scipy python3-nltk
   # tests
   libgtest-dev libgmock-dev libbenchmark-dev
+  # the sanitizer tree (scripts/sanitize.sh, scripts/fuzz.sh): clang with its ASan/UBSan/libFuzzer
+  # runtimes, clang's OpenMP, and llvm-symbolizer for readable reports
+  clang libclang-rt-dev libomp-dev llvm
 )
 
 missing=()

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -180,10 +181,21 @@ std::map<std::string, Tensor> load_npz(const std::string& path) {
       std::string name = st.name;
       zip_file_t* f = zip_fopen_index(z, zip_uint64_t(i), 0);
       if (!f) raise<IOError>("npz '{}': cannot open entry '{}': {}", path, name, zip_strerror(z));
-      std::string bytes(size_t(st.size), '\0');
-      zip_int64_t got = zip_fread(f, bytes.data(), st.size);
+      // Read in blocks as the data arrives: the size the entry declares is only trusted once the
+      // bytes are there (a corrupt header may declare gigabytes).
+      std::string bytes;
+      constexpr zip_uint64_t kBlock = 1 << 20;
+      zip_int64_t got = 0;
+      while (bytes.size() < st.size) {
+        const size_t at = bytes.size();
+        bytes.resize(at + size_t(std::min<zip_uint64_t>(kBlock, st.size - at)));
+        got = zip_fread(f, bytes.data() + at, bytes.size() - at);
+        bytes.resize(at + size_t(std::max<zip_int64_t>(got, 0)));
+        if (got <= 0) break;
+      }
       zip_fclose(f);
-      if (got != zip_int64_t(st.size)) raise<IOError>("npz '{}': entry '{}' is truncated or corrupt", path, name);
+      if (got < 0 || bytes.size() != st.size)
+        raise<IOError>("npz '{}': entry '{}' is truncated or corrupt", path, name);
       if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name = name.substr(0, name.size() - 4);
       out[name] = parse_npy(bytes, path + ":" + name);
     }

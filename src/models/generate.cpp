@@ -367,7 +367,9 @@ GenerationResult sample_rows(CausalLM& model, const std::vector<std::vector<int6
       reuse->cache = model.make_cache(1, need);
       cached = 0;
     }
-    reuse->cache.reserve(std::max<int64_t>(need, 2 * reuse->cache.capacity()));
+    // Doubling amortises growth; a recurrent cache's capacity is already unbounded (INT64_MAX).
+    const int64_t capacity = reuse->cache.capacity();
+    reuse->cache.reserve(std::max<int64_t>(need, capacity > INT64_MAX / 2 ? capacity : 2 * capacity));
     // A recurrent state continues only from exactly what it has seen; an encoder-decoder model's
     // prompt is its encoder input, encoded anew.
     if ((model.recurrent() && cached < reuse->cache.length()) || dynamic_cast<Seq2SeqLM*>(&model)) cached = 0;

@@ -55,7 +55,8 @@ void unary_int(UnaryOp op, const Tensor& in, Tensor& out, const UnaryParams& p) 
           if (op == UnaryOp::Relu || op == UnaryOp::Square || op == UnaryOp::Relu6 || op == UnaryOp::Hardtanh)
             raise<TypeError>("{}: not implemented for 'bool'", kernels::unary_op_name(op));
         } else {
-          using U = std::make_unsigned_t<T>;
+          // Wrapping, in an unsigned type at least as wide as int (see kernels/cpu/binary.cpp).
+          using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
           switch (op) {
             case UnaryOp::Neg: r = T(U(0) - U(x)); break;
             case UnaryOp::Abs:

@@ -28,10 +28,10 @@ namespace foundry::quant {
 #if FOUNDRY_HAVE_VNNI_KERNELS
 
 bool vnni_available() {
+  // Every AVX-512 CPU has F16C (clang's __builtin_cpu_supports does not know the name).
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c") &&
-                         __builtin_cpu_supports("fma");
+                         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
   return ok;
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "text/base64.h"
+#include "text/numbers.h"
 #include "text/tokenizer_impl.h"
 
 namespace foundry::text {
@@ -394,9 +395,9 @@ Tokenizer Tokenizer::from_tiktoken(const std::string& path, TiktokenEncoding enc
     if (sp == std::string::npos || sp + 1 >= line.size())
       raise<ValueError>("tiktoken file '{}': line {} is not \"<base64> <rank>\"", path, lineno);
     std::string rank_s = line.substr(sp + 1);
-    if (rank_s.find_first_not_of("0123456789") != std::string::npos)
-      raise<ValueError>("tiktoken file '{}': line {} has a bad rank '{}'", path, lineno, rank_s);
-    ranks.emplace_back(base64_decode(line.substr(0, sp)), static_cast<uint32_t>(std::stoul(rank_s)));
+    std::optional<uint32_t> rank = parse_u32(rank_s);
+    if (!rank) raise<ValueError>("tiktoken file '{}': line {} has a bad rank '{}'", path, lineno, rank_s);
+    ranks.emplace_back(base64_decode(line.substr(0, sp)), *rank);
   }
   if (ranks.empty()) raise<ValueError>("tiktoken file '{}' has no ranks", path);
   TiktokenSpec spec = tiktoken_spec(encoding);

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "text/components.h"
+#include "text/numbers.h"
 
 namespace foundry::text {
 namespace {
@@ -213,7 +214,9 @@ std::vector<Piece> parse_template_string(const std::string& s) {
     size_t colon = word.rfind(':');
     if (colon != std::string::npos && colon + 1 < word.size() &&
         word.find_first_not_of("0123456789", colon + 1) == std::string::npos) {
-      type_id = static_cast<uint32_t>(std::stoul(word.substr(colon + 1)));
+      std::optional<uint32_t> id = parse_u32(std::string_view(word).substr(colon + 1));
+      if (!id) raise<ValueError>("template processing: type id in '{}' is out of range", word);
+      type_id = *id;
       name = word.substr(0, colon);
     }
     if (name == "$" || name == "$A" || name == "$a") {
@@ -221,7 +224,9 @@ std::vector<Piece> parse_template_string(const std::string& s) {
     } else if (name == "$B" || name == "$b") {
       out.push_back({true, "B", type_id});
     } else if (!name.empty() && name[0] == '$' && name.find_first_not_of("0123456789", 1) == std::string::npos) {
-      out.push_back({true, "A", static_cast<uint32_t>(std::stoul(name.substr(1)))});
+      std::optional<uint32_t> id = parse_u32(std::string_view(name).substr(1));
+      if (!id) raise<ValueError>("template processing: '{}' is not a sequence of type id below 2^32", name);
+      out.push_back({true, "A", *id});
     } else {
       out.push_back({false, name, type_id});
     }

@@ -7,6 +7,7 @@
 #include <cctype>
 
 #include "foundry/core/error.h"
+#include "text/numbers.h"
 
 namespace foundry::text {
 
@@ -113,7 +114,9 @@ std::string PyRegex::sub(std::string_view s, const std::string& repl, int64_t co
         if (close == std::string::npos) raise<ValueError>("re.sub: missing '>' in '{}'", repl);
         const std::string name = repl.substr(k + 2, close - k - 2);
         if (!name.empty() && std::all_of(name.begin(), name.end(), [](char ch) { return std::isdigit((unsigned char)ch); })) {
-          out += group(std::stoul(name));
+          std::optional<uint32_t> g = parse_u32(name);
+          if (!g) raise<ValueError>("re.sub: group number '{}' is out of range in '{}'", name, repl);
+          out += group(*g);
         } else {
           const int n = pcre2_substring_number_from_name(static_cast<pcre2_code*>(code_),
                                                          reinterpret_cast<PCRE2_SPTR>(name.c_str()));

@@ -1,5 +1,9 @@
 // TOML run configurations for `foundry train` (toml++).
+#include <cctype>
+#include <fstream>
+#include <iterator>
 #include <set>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -89,12 +93,65 @@ class Reader {
   std::set<std::string> seen_;
 };
 
+// toml++ 3.3 (Debian 12's) asserts, or with clang assumes, that a table header's name starts
+// with a key character, a quote or ']'; "[$data]" would abort a debug build (found by
+// tests/fuzz/train_toml.cpp). Such headers are refused here first. A line is a header when it
+// starts with '[' outside a multi-line string and outside an array value that spans lines.
+void check_table_headers(const std::string& text, const std::string& path) {
+  bool in_multiline = false;
+  int array_depth = 0;
+  size_t lineno = 0, begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + begin, end - begin);
+    begin = end + 1;
+    ++lineno;
+    const bool was_multiline = in_multiline;
+    for (std::string_view quotes : {"\"\"\"", "\'\'\'"})
+      for (size_t at = line.find(quotes); at != std::string_view::npos; at = line.find(quotes, at + 3))
+        in_multiline = !in_multiline;
+    if (was_multiline || in_multiline) continue;
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string_view::npos) continue;
+    if (array_depth == 0 && line[first] == '[') {
+      const size_t name = line.find_first_not_of(" \t[", first);
+      const char c = name == std::string_view::npos ? ']' : line[name];
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '"' || c == '\'' || c == ']'))
+        raise<IOError>("{}: line {}: a table header must start with a key name or a quoted key: {}", path, lineno,
+                       std::string(line.substr(first, 40)));
+      continue;
+    }
+    // Brackets of array values, outside single-line strings and comments.
+    char quote = 0;
+    for (size_t i = first; i < line.size(); ++i) {
+      const char c = line[i];
+      if (quote) {
+        if (c == '\\' && quote == '"') ++i;
+        else if (c == quote) quote = 0;
+      } else if (c == '"' || c == '\'') {
+        quote = c;
+      } else if (c == '#') {
+        break;
+      } else if (c == '[') {
+        ++array_depth;
+      } else if (c == ']' && array_depth > 0) {
+        --array_depth;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TrainConfig load_train_config(const std::string& path) {
   toml::table root;
   try {
-    root = toml::parse_file(path);
+    std::ifstream file(path, std::ios::binary);
+    if (!file) raise<IOError>("{}: cannot open the run configuration", path);
+    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    check_table_headers(text, path);
+    root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     raise<IOError>("{}: {} (line {})", path, e.description(), e.source().begin.line);
   }

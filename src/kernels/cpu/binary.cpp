@@ -40,7 +40,8 @@ T int_pow(T base, T exp) {
       return 0;
     }
   }
-  using U = std::make_unsigned_t<T>;
+  // Wrapping products in an unsigned type at least as wide as int (narrower ones promote to int).
+  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
   U result = 1, b = U(base);
   auto e = std::make_unsigned_t<T>(exp);
   while (e) {
@@ -66,7 +67,9 @@ C arith(BinaryOp op, C a, C b, C alpha) {
       default: raise<TypeError>("{}: not implemented for 'bool'", binary_op_name(op));
     }
   } else if constexpr (std::is_integral_v<C>) {
-    using U = std::make_unsigned_t<C>;
+    // Wrapping arithmetic (PyTorch's) in an unsigned type at least as wide as int: narrower ones
+    // would promote to signed int, where 65535 * 65535 overflows.
+    using U = std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned, std::make_unsigned_t<C>>;
     switch (op) {
       case BinaryOp::Add: return C(U(a) + U(alpha) * U(b));
       case BinaryOp::Sub: return C(U(a) - U(alpha) * U(b));

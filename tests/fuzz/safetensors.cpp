@@ -1,7 +1,6 @@
 // libFuzzer target: the safetensors header parser and the sharded index parser must reject any
-// input with a foundry error (never crash, hang, overflow or leak). Built only with clang (see
-// tests/CMakeLists.txt); the parser builds without the tensor core, so all of it is instrumented.
-//   ./build-fuzz/bin/fuzz_safetensors -max_len=4096 -dict=tests/fuzz/safetensors.dict corpus_dir/
+// input with a foundry error (never crash, hang, overflow or leak).
+//   scripts/fuzz.sh safetensors
 #include <cstddef>
 #include <cstdint>
 #include <string_view>

@@ -1,7 +1,7 @@
 // libFuzzer target: encoding arbitrary bytes (invalid UTF-8 included) and decoding arbitrary
 // ids with real tokenizers must never crash. Tokenizers come from ../shared/data (override the
 // folder with FOUNDRY_TEXT_DATA_DIR).
-//   ./build/bin/fuzz_text_encode -max_len=2048
+//   scripts/fuzz.sh tokenizer_encode
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

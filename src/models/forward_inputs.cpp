@@ -1,0 +1,61 @@
+#include "foundry/models/forward_inputs.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "foundry/core/error.h"
+#include "foundry/ops/ops.h"
+
+namespace foundry::models {
+
+ForwardInputs parse_forward_inputs(const std::string& json, const std::string& where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    raise<ValueError>("forward: {} is not valid JSON: {}", where, e.what());
+  }
+  if (!j.is_object()) raise<ValueError>("forward: {} must be a JSON object with \"input_ids\"", where);
+  for (const auto& [key, value] : j.items())
+    if (key != "input_ids" && key != "attention_mask" && key != "token_type_ids" && key != "decoder_input_ids")
+      raise<ValueError>("forward: {}: unknown key '{}' (input_ids, attention_mask, token_type_ids, decoder_input_ids)",
+                        where, key);
+  // A [B, width] int64 tensor of the key's rows (undefined when absent); width < 0: the rows' own.
+  int64_t B = -1, T = -1;
+  auto batch = [&](const char* key, int64_t width) -> Tensor {
+    if (!j.contains(key)) return Tensor();
+    std::vector<std::vector<int64_t>> rows;
+    try {
+      rows = j[key].get<std::vector<std::vector<int64_t>>>();
+    } catch (const nlohmann::json::exception&) {
+      raise<ValueError>("forward: {}: '{}' must be a list of lists of integers", where, key);
+    }
+    if (rows.empty() || rows[0].empty()) raise<ValueError>("forward: {}: '{}' is empty", where, key);
+    if (B >= 0 && int64_t(rows.size()) != B)
+      raise<ValueError>("forward: {}: {} has {} rows, input_ids {}", where, key, rows.size(), B);
+    const int64_t w = width < 0 ? int64_t(rows[0].size()) : width;
+    std::vector<int64_t> flat;
+    flat.reserve(rows.size() * size_t(w));
+    for (const auto& row : rows) {
+      if (int64_t(row.size()) != w) {
+        if (width < 0) raise<ValueError>("forward: {}: {} rows differ in length", where, key);
+        raise<ValueError>("forward: {}: {} rows must match input_ids ({} tokens)", where, key, width);
+      }
+      flat.insert(flat.end(), row.begin(), row.end());
+    }
+    return tensor<int64_t>(flat, {int64_t(rows.size()), w});
+  };
+  if (!j.contains("input_ids")) raise<ValueError>("forward: {} has no 'input_ids'", where);
+  ForwardInputs in;
+  in.input_ids = batch("input_ids", -1);
+  B = in.input_ids.size(0);
+  T = in.input_ids.size(1);
+  in.attention_mask = batch("attention_mask", T);
+  in.token_type_ids = batch("token_type_ids", T);
+  in.decoder_input_ids = batch("decoder_input_ids", -1);
+  return in;
+}
+
+}  // namespace foundry::models

@@ -1,0 +1,88 @@
+// Inputs that once crashed a libFuzzer target (tests/fuzz/regressions/TARGET/) must be refused
+// with a foundry error in the release build too, not only replayed in the sanitizer tree. Each
+// is written to a file and handed to the parser the target drives.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "foundry/core/error.h"
+#include "foundry/io/atomic_file.h"
+#include "foundry/io/npy.h"
+#include "foundry/models/forward_inputs.h"
+#include "foundry/text/tokenizer.h"
+#include "foundry/train/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Calls check(path of a file holding the input) for every regression input of `target`.
+void for_each_regression(const std::string& target, const std::function<void(const std::string&)>& check) {
+  const fs::path dir = fs::path(FOUNDRY_SOURCE_DIR) / "tests" / "fuzz" / "regressions" / target;
+  ASSERT_TRUE(fs::is_directory(dir)) << dir;
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    SCOPED_TRACE(entry.path().string());
+    check(entry.path().string());
+    ++n;
+  }
+  EXPECT_GT(n, 0);
+}
+
+std::string scratch(const std::string& name, const std::string& bytes) {
+  fs::path p = fs::temp_directory_path() / ("foundry-regression-" + std::to_string(::getpid()) + "-" + name);
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p.string();
+}
+
+}  // namespace
+
+TEST(FuzzRegressions, CorruptNpzEntryDeclaringGigabytesIsRefused) {
+  for_each_regression("npy", [](const std::string& path) {
+    EXPECT_THROW(foundry::io::load_npz(path), foundry::Error);
+  });
+}
+
+TEST(FuzzRegressions, TiktokenRankBeyond64BitsIsAValueError) {
+  for_each_regression("tiktoken", [](const std::string& path) {
+    std::string bytes = foundry::io::read_file(path);
+    ASSERT_FALSE(bytes.empty());
+    const std::string ranks = scratch("ranks.tiktoken", bytes.substr(1));  // byte 0 picks the encoding
+    EXPECT_THROW(foundry::text::Tokenizer::from_tiktoken(ranks, foundry::text::TiktokenEncoding::R50kBase),
+                 foundry::ValueError);
+    fs::remove(ranks);
+  });
+  const std::string big = scratch("big.tiktoken", "IQ== 4294967296\n");  // 2^32: no longer narrowed
+  EXPECT_THROW(foundry::text::Tokenizer::from_tiktoken(big, foundry::text::TiktokenEncoding::R50kBase),
+               foundry::ValueError);
+  fs::remove(big);
+}
+
+TEST(FuzzRegressions, TomlTableHeaderWithoutAKeyNameIsAnIOError) {
+  for_each_regression("train_toml", [](const std::string& path) {
+    EXPECT_THROW(foundry::train::load_train_config(path), foundry::IOError);
+  });
+  // Brackets that are array values, not headers, are still read by toml++.
+  const std::string ok = scratch("arrays.toml", "[data]\npath = \"x [ y\"\n[model]\nblock_size = 8\n");
+  EXPECT_NO_THROW(foundry::train::load_train_config(ok));
+  fs::remove(ok);
+}
+
+TEST(FuzzRegressions, ForwardInputsRefuseRaggedAndUnknownKeys) {
+  using foundry::models::parse_forward_inputs;
+  EXPECT_THROW(parse_forward_inputs(R"({"input_ids": [[1, 2], [3]]})", "in.json"), foundry::ValueError);
+  EXPECT_THROW(parse_forward_inputs(R"({"input_ids": [[1, 2]], "attention_mask": [[1]]})", "in.json"),
+               foundry::ValueError);
+  EXPECT_THROW(parse_forward_inputs(R"({"input_ids": [[1, 2]], "attention_masks": [[1, 1]]})", "in.json"),
+               foundry::ValueError);
+  EXPECT_THROW(parse_forward_inputs(R"([[1, 2]])", "in.json"), foundry::ValueError);
+  auto in = parse_forward_inputs(R"({"input_ids": [[1, 2, 3]], "decoder_input_ids": [[0]]})", "in.json");
+  EXPECT_EQ(in.input_ids.size(0), 1);
+  EXPECT_EQ(in.input_ids.size(1), 3);
+  EXPECT_EQ(in.decoder_input_ids.size(1), 1);
+  EXPECT_FALSE(in.attention_mask.defined());
+}
