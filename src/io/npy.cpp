@@ -120,6 +120,11 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   if (is_fortran) std::reverse(storage_shape.begin(), storage_shape.end());
   Tensor t = empty(storage_shape, type->dtype);
   std::memcpy(t.data_ptr(), bytes.data() + data_start, size_t(n * isz));
+  if (type->dtype == DType::Bool) {
+    // A bool is one byte that must hold 0 or 1; NumPy reads any nonzero byte as True.
+    auto* p = static_cast<uint8_t*>(t.data_ptr());
+    for (int64_t i = 0; i < n; ++i) p[i] = p[i] != 0;
+  }
   if (big_endian && isz > 1) {
     auto* p = static_cast<uint8_t*>(t.data_ptr());
     for (int64_t i = 0; i < n; ++i) std::reverse(p + i * isz, p + (i + 1) * isz);

@@ -26,12 +26,21 @@ ForwardInputs parse_forward_inputs(const std::string& json, const std::string& w
   int64_t B = -1, T = -1;
   auto batch = [&](const char* key, int64_t width) -> Tensor {
     if (!j.contains(key)) return Tensor();
+    // Element by element: nlohmann's get<int64_t> would cast a float such as 1e21 (undefined).
     std::vector<std::vector<int64_t>> rows;
-    try {
-      rows = j[key].get<std::vector<std::vector<int64_t>>>();
-    } catch (const nlohmann::json::exception&) {
-      raise<ValueError>("forward: {}: '{}' must be a list of lists of integers", where, key);
+    const nlohmann::json& value = j[key];
+    bool ok = value.is_array();
+    for (size_t r = 0; ok && r < value.size(); ++r) {
+      const nlohmann::json& row = value[r];
+      ok = row.is_array();
+      rows.emplace_back();
+      for (size_t c = 0; ok && c < row.size(); ++c) {
+        const nlohmann::json& id = row[c];
+        ok = id.is_number_integer() && (id.is_number_unsigned() ? id.get<uint64_t>() <= uint64_t(INT64_MAX) : true);
+        if (ok) rows.back().push_back(id.get<int64_t>());
+      }
     }
+    if (!ok) raise<ValueError>("forward: {}: '{}' must be a list of lists of integers", where, key);
     if (rows.empty() || rows[0].empty()) raise<ValueError>("forward: {}: '{}' is empty", where, key);
     if (B >= 0 && int64_t(rows.size()) != B)
       raise<ValueError>("forward: {}: {} has {} rows, input_ids {}", where, key, rows.size(), B);
