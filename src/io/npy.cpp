@@ -105,6 +105,12 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
       }
     }
   }
+  // The dimensions other than zero bound the strides, which are computed even for an empty array.
+  int64_t strides_bound = 1;
+  for (int64_t s : shape) {
+    if (s > 0 && strides_bound > (int64_t(1) << 40) / s) fail(what, "shape " + shape_text + " is too large");
+    if (s > 0) strides_bound *= s;
+  }
   int64_t n = 1;
   for (int64_t s : shape) {
     if (s > 0 && n > (int64_t(1) << 40) / s) fail(what, "shape " + shape_text + " is too large");

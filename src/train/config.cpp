@@ -123,7 +123,7 @@ void check_toml_before_parsing(const std::string& text, const std::string& path)
       // As toml++ reads a header: '[', whitespace, an optional second '[', whitespace, the name.
       size_t name = line.find_first_not_of(" \t", first + 1);
       if (name != std::string_view::npos && line[name] == '[') name = line.find_first_not_of(" \t", name + 1);
-      const char c = name == std::string_view::npos ? ']' : line[name];
+      const char c = name == std::string_view::npos ? '\n' : line[name];  // "[" alone: no name
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '"' || c == '\'' || c == ']'))
         raise<IOError>("{}: line {}: a table header must start with a key name or a quoted key: {}", path, lineno,
                        std::string(line.substr(first, 40)));
