@@ -105,17 +105,15 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
       }
     }
   }
-  // The dimensions other than zero bound the strides, which are computed even for an empty array.
-  int64_t strides_bound = 1;
+  // The product of the nonzero dimensions bounds the strides, computed even for an empty array.
+  int64_t nonzero = 1;
+  bool empty_array = false;
   for (int64_t s : shape) {
-    if (s > 0 && strides_bound > (int64_t(1) << 40) / s) fail(what, "shape " + shape_text + " is too large");
-    if (s > 0) strides_bound *= s;
+    if (s == 0) empty_array = true;
+    else if (nonzero > (int64_t(1) << 40) / s) fail(what, "shape " + shape_text + " is too large");
+    else nonzero *= s;
   }
-  int64_t n = 1;
-  for (int64_t s : shape) {
-    if (s > 0 && n > (int64_t(1) << 40) / s) fail(what, "shape " + shape_text + " is too large");
-    n *= s;
-  }
+  const int64_t n = empty_array ? 0 : nonzero;
   int64_t isz = itemsize(type->dtype);
   size_t data_start = header_start + header_len;
   if (bytes.size() - data_start < size_t(n * isz))

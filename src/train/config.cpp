@@ -1,7 +1,5 @@
 // TOML run configurations for `foundry train` (toml++).
 #include <cctype>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <string_view>
 
@@ -9,6 +7,7 @@
 #include <toml++/toml.h>
 
 #include "foundry/core/error.h"
+#include "foundry/io/atomic_file.h"
 #include "foundry/train/trainer.h"
 
 namespace foundry::train {
@@ -156,9 +155,7 @@ void check_toml_before_parsing(const std::string& text, const std::string& path)
 TrainConfig load_train_config(const std::string& path) {
   toml::table root;
   try {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) raise<IOError>("{}: cannot open the run configuration", path);
-    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    const std::string text = io::read_file(path);
     check_toml_before_parsing(text, path);
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
