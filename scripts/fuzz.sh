@@ -10,6 +10,10 @@
 # build-san/fuzz/crashes/ and becomes a regression test (tests/fuzz/regressions/TARGET/, replayed
 # by the fuzz_regressions CTest in this tree). Prints, per target, executions, coverage (cov: edges
 # and ft: features) and corpus size.
+# FUZZ_SEED=N makes a run repeatable: libFuzzer's random seed is N and the corpus starts afresh
+# from the seeds alone (build-san/fuzz/seeded/TARGET), so the same inputs are tried in the same
+# order on any machine (a faster one gets further along). CI's short run (scripts/sanitize.sh)
+# uses it, so a run here with the same seed and more time shows what CI will meet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -19,7 +23,7 @@ if [[ "${1:-}" == "--list" ]]; then
   exit 0
 fi
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
   exit 0
 fi
 which="${1:-all}"
@@ -43,8 +47,13 @@ mkdir -p "$out/logs" "$out/crashes"
 scratch=/dev/shm
 [[ -d $scratch && -w $scratch ]] || scratch=${TMPDIR:-/tmp}
 export FOUNDRY_TEXT_DATA_DIR="$root/../shared/data"
+seed_args=()
+[[ -n "${FUZZ_SEED:-}" ]] && seed_args=(-seed="$FUZZ_SEED")
+corpus_of() { [[ -n "${FUZZ_SEED:-}" ]] && echo "$out/seeded/$1" || echo "$out/corpus/$1"; }
 fuzz_one() {
-  local t=$1 corpus=$out/corpus/$1 dict=()
+  local t=$1 corpus dict=()
+  corpus=$(corpus_of "$t")
+  [[ -n "${FUZZ_SEED:-}" ]] && rm -rf "$corpus"
   mkdir -p "$corpus"
   [[ -f tests/fuzz/$t.dict ]] && dict=(-dict="tests/fuzz/$t.dict")
   local seeds=()
@@ -53,7 +62,7 @@ fuzz_one() {
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=$root/tests/sanitize/ubsan.supp \
     LSAN_OPTIONS=suppressions=$root/tests/sanitize/lsan.supp \
     "build-san/bin/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$out/crashes/$t-" "${dict[@]}" "$corpus" "${seeds[@]}" \
+    -print_final_stats=1 "${seed_args[@]}" -artifact_prefix="$out/crashes/$t-" "${dict[@]}" "$corpus" "${seeds[@]}" \
     >"$out/logs/$t.log" 2>&1
 }
 jobs_max="${FUZZ_JOBS:-$(nproc)}"
@@ -72,7 +81,7 @@ for t in $run; do
   runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}' | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | awk '{print $2}')
-  files=$(ls "$out/corpus/$t" | wc -l)
+  files=$(ls "$(corpus_of "$t")" | wc -l)
   result=ok
   if (( rc != 0 )); then
     result="FAILED (exit $rc): $(grep -m1 -E 'ERROR|runtime error|terminate|deadly signal' "$log" || echo see log) -- $log"

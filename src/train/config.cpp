@@ -4,7 +4,37 @@
 #include <string_view>
 
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+
+// toml++ 3.3 (Debian 12's) states its parser's invariants as assertions, which release builds turn
+// into compiler assumptions (__builtin_assume, __builtin_unreachable): malformed input that breaks
+// one is undefined behaviour there and an abort in debug builds (the fuzzer found several). Its
+// own preprocessor header is read first so that, in every build, each such check throws instead;
+// the parser already reports syntax errors by throwing from the same places, so the exception
+// unwinds to load_train_config, which names the file. A check inside one of its noexcept helpers
+// (path accessors, the UTF-8 decoder, stepping back in the reader) ends in std::terminate instead
+// of undefined behaviour; check_toml_before_parsing refuses the input known to reach one.
+#include <toml++/impl/preprocessor.h>
+namespace foundry::train {
+struct TomlParserInvariant : std::logic_error {
+  using std::logic_error::logic_error;
+};
+}  // namespace foundry::train
+#undef TOML_ASSERT
+#undef TOML_ASSERT_ASSUME
+#undef TOML_UNREACHABLE
+#define TOML_ASSERT(expr) \
+  ((expr) ? static_cast<void>(0) : throw ::foundry::train::TomlParserInvariant("toml++ invariant: " #expr))
+#define TOML_ASSERT_ASSUME(expr) TOML_ASSERT(expr)
+#define TOML_UNREACHABLE throw ::foundry::train::TomlParserInvariant("toml++ reached an unreachable branch")
+#pragma GCC diagnostic push
+#ifdef __clang__
+#pragma GCC diagnostic ignored "-Wexceptions"
+#else
+#pragma GCC diagnostic ignored "-Wterminate"
+#endif
 #include <toml++/toml.h>
+#pragma GCC diagnostic pop
 
 #include "foundry/core/error.h"
 #include "foundry/io/atomic_file.h"
@@ -92,60 +122,75 @@ class Reader {
   std::set<std::string> seen_;
 };
 
-// toml++ 3.3 (Debian 12's) has two defects that malformed input reaches (found by
-// tests/fuzz/train_toml.cpp): a table header whose name starts with neither a key character, a
-// quote nor ']' ("[$data]") trips an assertion (an assume in release clang builds), and a
-// non-ASCII character where it looks for whitespace (a line starting with "\u00e9") reaches
-// __builtin_unreachable in its whitespace table. Both are errors in TOML anyway (bare keys are
-// ASCII), so they are refused here first: a header is a line starting with '[' outside a
-// multi-line string and outside an array value that spans lines, and non-ASCII bytes are only
-// accepted inside strings and comments.
+// toml++ 3.3 (Debian 12's) has two defects that malformed input reaches inside functions that
+// cannot throw (found by tests/fuzz/train_toml.cpp), so the invariant checks above would end the
+// program there: a non-ASCII character where it looks for whitespace (a line starting with
+// "\u00e9") reaches an unreachable branch of its whitespace table, and a table header whose name
+// starts with neither a key character, a quote nor ']' ("[$data]") breaks an invariant of its
+// key reader (that one throws now; refusing it here names the line). Both are errors in TOML
+// anyway (bare keys are ASCII). The text is scanned as toml++ reads it: strings (basic, literal,
+// multi-line), comments, array brackets; non-ASCII bytes are accepted only inside strings and
+// comments, and a header is a '[' first on a line outside any string or array value.
 void check_toml_before_parsing(const std::string& text, const std::string& path) {
-  bool in_multiline = false;
+  enum class In { Code, Basic, Literal, MultiBasic, MultiLiteral, Comment } in = In::Code;
   int array_depth = 0;
-  size_t lineno = 0, begin = 0;
-  while (begin <= text.size()) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string_view line(text.data() + begin, end - begin);
-    begin = end + 1;
-    ++lineno;
-    const bool was_multiline = in_multiline;
-    for (std::string_view quotes : {"\"\"\"", "\'\'\'"})
-      for (size_t at = line.find(quotes); at != std::string_view::npos; at = line.find(quotes, at + 3))
-        in_multiline = !in_multiline;
-    if (was_multiline || in_multiline) continue;
-    const size_t first = line.find_first_not_of(" \t");
-    if (first == std::string_view::npos) continue;
-    const bool header = array_depth == 0 && line[first] == '[';
-    if (header) {
-      // As toml++ reads a header: '[', whitespace, an optional second '[', whitespace, the name.
-      size_t name = line.find_first_not_of(" \t", first + 1);
-      if (name != std::string_view::npos && line[name] == '[') name = line.find_first_not_of(" \t", name + 1);
-      const char c = name == std::string_view::npos ? '\n' : line[name];  // "[" alone: no name
-      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '"' || c == '\'' || c == ']'))
-        raise<IOError>("{}: line {}: a table header must start with a key name or a quoted key: {}", path, lineno,
-                       std::string(line.substr(first, 40)));
+  size_t lineno = 1;
+  bool line_start = true;  // only whitespace so far on this line (outside strings)
+  auto at = [&](size_t i, std::string_view s) { return text.compare(i, s.size(), s) == 0; };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++lineno;
+      line_start = true;
+      if (in == In::Comment || in == In::Basic || in == In::Literal) in = In::Code;  // (unterminated: toml++ says so)
+      continue;
     }
-    // Brackets of array values and non-ASCII bytes, outside single-line strings and comments.
-    char quote = 0;
-    for (size_t i = first; i < line.size(); ++i) {
-      const char c = line[i];
-      if (quote) {
-        if (c == '\\' && quote == '"') ++i;
-        else if (c == quote) quote = 0;
-      } else if (c == '"' || c == '\'') {
-        quote = c;
-      } else if (c == '#') {
+    switch (in) {
+      case In::Comment:
+        continue;
+      case In::Basic:
+      case In::MultiBasic:
+        if (c == '\\') {
+          if (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+        } else if (in == In::MultiBasic ? at(i, "\"\"\"") : c == '"') {
+          if (in == In::MultiBasic) i += 2;
+          in = In::Code;
+        }
+        continue;
+      case In::Literal:
+      case In::MultiLiteral:
+        if (in == In::MultiLiteral ? at(i, "\'\'\'") : c == '\'') {
+          if (in == In::MultiLiteral) i += 2;
+          in = In::Code;
+        }
+        continue;
+      case In::Code:
         break;
-      } else if (static_cast<unsigned char>(c) >= 0x80) {
-        raise<IOError>("{}: line {}: a non-ASCII character outside a string or comment (keys are ASCII)", path,
-                       lineno);
-      } else if (!header && c == '[') {
-        ++array_depth;
-      } else if (!header && c == ']' && array_depth > 0) {
-        --array_depth;
-      }
+    }
+    if (c == ' ' || c == '\t' || c == '\r') continue;
+    const bool first_on_line = line_start;
+    line_start = false;
+    if (c == '#') {
+      in = In::Comment;
+    } else if (c == '"' || c == '\'') {
+      const bool multi = at(i, c == '"' ? "\"\"\"" : "\'\'\'");
+      in = c == '"' ? (multi ? In::MultiBasic : In::Basic) : (multi ? In::MultiLiteral : In::Literal);
+      if (multi) i += 2;
+    } else if (static_cast<unsigned char>(c) >= 0x80) {
+      raise<IOError>("{}: line {}: a non-ASCII character outside a string or comment (keys are ASCII)", path,
+                     lineno);
+    } else if (c == '[' && first_on_line && array_depth == 0) {
+      // As toml++ reads a header: '[', whitespace, an optional second '[', whitespace, the name.
+      size_t name = text.find_first_not_of(" \t", i + 1);
+      if (name != std::string::npos && text[name] == '[') name = text.find_first_not_of(" \t", name + 1);
+      const char n = name == std::string::npos ? '\n' : text[name];  // "[" alone: no name
+      if (!(std::isalnum(static_cast<unsigned char>(n)) || n == '_' || n == '-' || n == '"' || n == '\'' || n == ']'))
+        raise<IOError>("{}: line {}: a table header must start with a key name or a quoted key: {}", path, lineno,
+                       text.substr(i, std::min<size_t>(40, text.find('\n', i) - i)));
+    } else if (c == '[') {
+      ++array_depth;
+    } else if (c == ']' && array_depth > 0) {
+      --array_depth;
     }
   }
 }
@@ -160,6 +205,8 @@ TrainConfig load_train_config(const std::string& path) {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     raise<IOError>("{}: {} (line {})", path, e.description(), e.source().begin.line);
+  } catch (const TomlParserInvariant& e) {
+    raise<IOError>("{}: not valid TOML (the parser stopped at a broken {})", path, e.what());
   }
   TrainConfig c;
   Reader r(root, path);

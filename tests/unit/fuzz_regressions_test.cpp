@@ -101,6 +101,30 @@ TEST(FuzzRegressions, TomlTableHeaderWithoutAKeyNameIsAnIOError) {
   fs::remove(ok);
 }
 
+TEST(FuzzRegressions, TomlParserInvariantsAreIOErrors) {
+  // CI's fuzz run met toml++'s key-reader assertion behind a header holding ''' (the line-based
+  // pre-check took it for the start of a multi-line string): toml++'s invariants now throw.
+  const std::string quotes = scratch("quotes.toml", "[:['''laye");
+  EXPECT_THROW(foundry::train::load_train_config(quotes), foundry::IOError);
+  // ''' inside a one-line string opens nothing: the line after it is still checked.
+  const std::string after = scratch("after.toml", "[data]\npath = \"'''\"\n\xC3\xA9 = 1\n");
+  EXPECT_THROW(foundry::train::load_train_config(after), foundry::IOError);
+  // Multi-line strings, arrays of tables, nested arrays across lines and non-ASCII in strings
+  // and comments are TOML, and read.
+  const std::string valid = scratch("valid.toml",
+                                    "# \xC3\xA9t\xC3\xA9\n[data]\npath = '''\n[not a header]\n\xC3\xA9'''\n"
+                                    "field = \"\"\"a \\\"\"\" [ \\\n  b\"\"\"\n[model]\nblock_size = 8\n"
+                                    "[[sample.extra]]\nx = [\n  [1, 2],\n  ['[', \"]\"],\n]\n");
+  try {
+    foundry::train::load_train_config(valid);
+    ADD_FAILURE() << "unknown key sample.extra was accepted";
+  } catch (const foundry::Error& e) {
+    // Parsed: the only complaint is the unknown table, not the syntax.
+    EXPECT_NE(std::string(e.what()).find("sample.extra"), std::string::npos) << e.what();
+  }
+  for (const auto& p : {quotes, after, valid}) fs::remove(p);
+}
+
 TEST(FuzzRegressions, ForwardInputsRefuseRaggedAndUnknownKeys) {
   using foundry::models::parse_forward_inputs;
   for_each_regression("forward_inputs", [](const std::string& path) {
