@@ -1,56 +1,275 @@
+// The thread pool behind parallel_for. Work is cut into a few chunks per thread, in one group of
+// consecutive chunks per thread, and each thread runs its own group from the front: on a quiet
+// machine that is a static split, and each thread meets again the rows it ran in the previous
+// kernel, still in its cache. A thread done with its group takes chunks from the back of a group
+// whose owner has not started or is more than one chunk behind, i.e. is not running. The caller
+// is thread 0 and waits only for chunks already claimed, never for a worker to turn up. On a
+// machine where another process holds a core, a worker that lost its time slice therefore costs
+// little: the running threads take its chunks (OpenMP's fork/join waited for every team member at
+// every region, and 2 threads ran slower than 1 beside a busy process). Idle workers spin briefly
+// for the next job, as a model's next kernel is usually microseconds away, then sleep on a futex.
 #include "foundry/core/parallel.h"
 
 #include <omp.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define FOUNDRY_CPU_RELAX() _mm_pause()
+#else
+#define FOUNDRY_CPU_RELAX() std::this_thread::yield()
+#endif
 
 extern "C" void openblas_set_num_threads(int);
 
 namespace foundry {
 
-int get_num_threads() { return omp_get_max_threads(); }
+namespace {
+
+// Chunks per thread: enough that the threads that are running can take over a descheduled one's
+// share, few enough that a chunk's fixed cost (a GEMM tile's setup, a kernel's prologue) is noise.
+constexpr int64_t kChunksPerThread = 4;
+// How long an idle worker polls for the next job before sleeping: longer than the serial gap
+// between two kernels of a decode step, shorter than a scheduler time slice.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+thread_local bool tls_in_region = false;
+
+class Pool {
+ public:
+  explicit Pool(int threads) { start(threads); }
+
+  int threads() const { return threads_; }
+
+  void resize(int threads) {
+    std::lock_guard<std::mutex> lock(run_mu_);
+    if (forked_.exchange(false)) restart_after_fork();
+    stop();
+    start(threads);
+  }
+
+  void run(int64_t begin, int64_t end, int64_t chunk, int64_t nchunks,
+           const std::function<void(int64_t, int64_t)>& fn) {
+    std::unique_lock<std::mutex> lock(run_mu_, std::try_to_lock);
+    if (!lock.owns_lock() || threads_ <= 1) {
+      // Another thread of the program holds the pool (two callers at once): run here, serially.
+      run_serial(begin, end, fn);
+      return;
+    }
+    if (forked_.exchange(false)) restart_after_fork();
+    begin_ = begin;
+    end_ = end;
+    chunk_ = chunk;
+    fn_ = &fn;
+    error_ = nullptr;
+    done_.store(0, std::memory_order_relaxed);
+    const uint64_t job = ++jobs_;
+    for (int g = 0; g < threads_; ++g) {
+      const int64_t first = nchunks * g / threads_;
+      groups_[g].start.store(first, std::memory_order_relaxed);
+      groups_[g].claim.store(pack(job, first, nchunks * (g + 1) / threads_), std::memory_order_release);
+    }
+    // seq_cst with the sleepers_ load: either a worker going to sleep sees this job, or this
+    // thread sees it going to sleep and wakes it.
+    job_.store(uint32_t(job), std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) job_.notify_all();
+    // oneDNN and OpenBLAS called from a chunk must stay on this thread (as in the workers): they
+    // size their OpenMP teams from this thread's count.
+    const int omp_threads = omp_get_max_threads();
+    if (omp_threads != 1) omp_set_num_threads(1);
+    tls_in_region = true;
+    work(job, 0);
+    tls_in_region = false;
+    if (omp_threads != 1) omp_set_num_threads(omp_threads);
+    // Chunks still out are being run by a worker now.
+    for (int spins = 0; done_.load(std::memory_order_acquire) < nchunks; ++spins) {
+      if (spins < 4096) FOUNDRY_CPU_RELAX();
+      else std::this_thread::yield();
+    }
+    fn_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  // A group's unclaimed chunks [front, back) and the job they belong to, in one word so that a
+  // claim meant for an earlier job fails: job (low 24 bits) << 40 | front << 20 | back. `start`
+  // is the group's first chunk (an owner that has not claimed one has not started).
+  struct alignas(64) Group {
+    std::atomic<uint64_t> claim{0};
+    std::atomic<int64_t> start{0};
+  };
+  static constexpr uint64_t kField = (uint64_t(1) << 20) - 1;
+  static uint64_t pack(uint64_t job, int64_t front, int64_t back) {
+    return ((job & 0xffffff) << 40) | (uint64_t(front) << 20) | uint64_t(back);
+  }
+  static bool of_job(uint64_t c, uint64_t job) { return (c >> 40) == (job & 0xffffff); }
+  static int64_t front_of(uint64_t c) { return int64_t((c >> 20) & kField); }
+  static int64_t back_of(uint64_t c) { return int64_t(c & kField); }
+
+  // Claims a chunk of group g for job `job`: its owner from the front, another thread from the
+  // back when the owner has not started or has two or more chunks left. -1: none to take.
+  int64_t claim(Group& g, uint64_t job, bool owner) {
+    uint64_t c = g.claim.load(std::memory_order_acquire);
+    while (of_job(c, job)) {
+      const int64_t front = front_of(c), back = back_of(c);
+      if (front >= back) return -1;
+      if (owner) {
+        if (g.claim.compare_exchange_weak(c, c + (uint64_t(1) << 20), std::memory_order_acq_rel))
+          return front;
+      } else {
+        if (back - front < 2 && front != g.start.load(std::memory_order_relaxed)) return -1;
+        if (g.claim.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel)) return back - 1;
+      }
+    }
+    return -1;
+  }
+
+  static void run_serial(int64_t begin, int64_t end, const std::function<void(int64_t, int64_t)>& fn) {
+    const bool outer = tls_in_region;
+    tls_in_region = true;
+    try {
+      fn(begin, end);
+    } catch (...) {
+      tls_in_region = outer;
+      throw;
+    }
+    tls_in_region = outer;
+  }
+
+  // Runs chunks of job `job`: group `me` first, then what may be taken from the others. The job's
+  // fields are read only after a claim succeeds: the caller does not return (and the next job
+  // does not overwrite them) before every claimed chunk is counted done.
+  void work(uint64_t job, int me) {
+    for (int i = 0; i < threads_; ++i) {
+      Group& g = groups_[(me + i) % threads_];
+      for (int64_t k; (k = claim(g, job, i == 0)) >= 0;) {
+        const int64_t b = begin_ + k * chunk_, e = std::min(end_, b + chunk_);
+        try {
+          (*fn_)(b, e);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mu_);
+          if (!error_) error_ = std::current_exception();
+        }
+        done_.fetch_add(1, std::memory_order_release);
+      }
+    }
+  }
+
+  void worker(int me) {
+    omp_set_num_threads(1);  // BLAS or oneDNN called from a chunk stays on this thread
+    tls_in_region = true;
+    uint32_t seen = job_.load(std::memory_order_acquire);
+    while (!stopping_.load()) {
+      uint32_t job = job_.load(std::memory_order_acquire);
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      for (int spins = 1; job == seen && !stopping_.load(); ++spins) {
+        FOUNDRY_CPU_RELAX();
+        if (spins % 64 == 0 && std::chrono::steady_clock::now() > until) {
+          sleepers_.fetch_add(1, std::memory_order_seq_cst);
+          job_.wait(seen, std::memory_order_seq_cst);  // returns at once if a job came meanwhile
+          sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+        }
+        job = job_.load(std::memory_order_acquire);
+      }
+      if (stopping_.load()) return;
+      seen = job;
+      work(job, me);
+    }
+  }
+
+  void start(int threads) {
+    threads_ = std::max(1, threads);
+    groups_ = std::make_unique<Group[]>(size_t(threads_));
+    stopping_ = false;
+    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+  }
+
+  // A fork()ed child has none of the parent's workers (a job still completes: the caller claims
+  // every chunk itself). The next job starts new ones; the old handles are never joined.
+  void restart_after_fork() {
+    orphans_.push_back(std::move(workers_));  // kept, never joined: their threads are not here
+    workers_.clear();
+    start(threads_);
+  }
+
+  void stop() {
+    stopping_ = true;
+    job_.store(uint32_t(++jobs_), std::memory_order_seq_cst);  // a number the next workers start from
+    job_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  int threads_ = 1;
+  std::vector<std::thread> workers_;
+  std::vector<std::vector<std::thread>> orphans_;
+  std::mutex run_mu_;  // one job at a time
+  uint64_t jobs_ = 0;  // jobs started (under run_mu_)
+  std::unique_ptr<Group[]> groups_;
+  std::atomic<uint32_t> job_{0};  // the latest job's number: what idle workers watch
+  std::atomic<int64_t> done_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stopping_{false};
+  int64_t begin_ = 0, end_ = 0, chunk_ = 1;
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  std::mutex error_mu_;
+  std::exception_ptr error_;
+
+ public:
+  std::atomic<bool> forked_{false};
+};
+
+int default_threads() {
+  // OMP_NUM_THREADS when set, else the cores this process may run on (OpenMP counts them so).
+  return std::max(1, omp_get_max_threads());
+}
+
+// Never destroyed: workers may still be asleep in it when the program exits.
+Pool& pool() {
+  static Pool* p = [] {
+    auto* created = new Pool(default_threads());
+    pthread_atfork(nullptr, nullptr, [] { pool().forked_ = true; });
+    return created;
+  }();
+  return *p;
+}
+
+}  // namespace
+
+int get_num_threads() { return pool().threads(); }
 
 void set_num_threads(int n) {
   n = std::max(1, n);
-  omp_set_num_threads(n);
+  if (n != pool().threads()) pool().resize(n);
+  omp_set_num_threads(n);  // convolutions (oneDNN) and OpenBLAS keep their own OpenMP threads
   openblas_set_num_threads(n);
 }
 
-bool in_parallel_region() { return omp_in_parallel(); }
+bool in_parallel_region() { return tls_in_region || omp_in_parallel(); }
 
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& fn) {
   if (begin >= end) return;
-  int64_t n = end - begin;
+  const int64_t n = end - begin;
   grain = std::max<int64_t>(grain, 1);
-  int max_threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  int64_t nthreads = std::min<int64_t>(max_threads, (n + grain - 1) / grain);
-  if (nthreads <= 1) {
+  const int threads = in_parallel_region() ? 1 : pool().threads();
+  // ceil(n / grain) chunks at most: none shorter than half the grain.
+  const int64_t nchunks = std::min<int64_t>({(n + grain - 1) / grain, int64_t(threads) * kChunksPerThread, int64_t(1 << 20) - 1});
+  if (threads <= 1 || nchunks <= 1) {
     fn(begin, end);
     return;
   }
-  std::exception_ptr error;
-  std::mutex error_mu;
-#pragma omp parallel num_threads(int(nthreads))
-  {
-    int64_t tid = omp_get_thread_num();
-    int64_t nt = omp_get_num_threads();
-    int64_t chunk = (n + nt - 1) / nt;
-    int64_t b = begin + tid * chunk;
-    int64_t e = std::min(end, b + chunk);
-    if (b < e) {
-      try {
-        fn(b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  const int64_t chunk = (n + nchunks - 1) / nchunks;
+  pool().run(begin, end, chunk, (n + chunk - 1) / chunk, fn);
 }
 
 }  // namespace foundry

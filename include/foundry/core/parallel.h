@@ -1,5 +1,6 @@
-// The one thread pool: OpenMP, shared with OpenBLAS (OpenMP build) and oneDNN (OpenMP runtime),
-// so two runtimes never spin against each other on the same cores.
+// The one thread pool (src/core/parallel.cpp). Every kernel, and every GEMM (one single-threaded
+// oneDNN primitive per chunk), runs through parallel_for; OpenMP is left to the few oneDNN
+// primitives that thread themselves (convolutions) and OpenBLAS, which never run inside a chunk.
 #pragma once
 
 #include <cstdint>
@@ -13,8 +14,9 @@ void set_num_threads(int n);
 /// True inside a parallel region (nested regions run serially).
 bool in_parallel_region();
 
-/// Calls fn(begin, end) on disjoint chunks covering [begin, end). Chunks are at least `grain`
-/// long, so small ranges stay on one thread. Exceptions thrown by fn are rethrown here.
+/// Calls fn(begin, end) on disjoint chunks covering [begin, end), a few per thread. A range of
+/// at most `grain` stays on the calling thread, and no chunk is shorter than half the grain.
+/// Exceptions thrown by fn are rethrown here.
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& fn);
 

@@ -283,7 +283,14 @@ dnnl::memory::desc dnnl_desc(const Mat& m, int64_t batch, dnnl::memory::data_typ
   return dnnl::memory::desc(dims{b, m.rows, m.cols}, dt, dims{bs, m.rs, m.cs});
 }
 
-int current_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+int current_threads() { return in_parallel_region() ? 1 : get_num_threads(); }
+
+// OpenMP's thread count for this thread, for one scope: oneDNN sizes its internal teams from it.
+struct OmpThreadsScope {
+  int saved = omp_get_max_threads();
+  explicit OmpThreadsScope(int n) { omp_set_num_threads(n); }
+  ~OmpThreadsScope() { omp_set_num_threads(saved); }
+};
 
 // The primitive for c[:, :M, :N] (row stride ldc) = a @ b running on `threads` threads, cached by
 // shape, strides, threads and attributes.
@@ -328,11 +335,7 @@ std::shared_ptr<DnnlEntry> dnnl_primitive(const Mat& A, const Mat& B, int64_t ba
     // descriptor is made, and keys its own primitive cache on that count when the primitive is
     // made: both must see `threads`, or a one-thread block can be handed a two-thread kernel from
     // that cache (a crash inside a parallel region, seen when sampling after training).
-    struct OmpThreadsScope {
-      int saved = omp_get_max_threads();
-      explicit OmpThreadsScope(int n) { omp_set_num_threads(n); }
-      ~OmpThreadsScope() { omp_set_num_threads(saved); }
-    } threads_scope(threads);
+    OmpThreadsScope threads_scope(threads);
     dnnl::matmul::primitive_desc pd(*md, attr, dnnl_engine());
     std::string impl = pd.impl_info_str();
     // The reference implementation is far slower than the BLAS fallback.
@@ -400,7 +403,9 @@ bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, in
       per_thread = true;
     }
   }
-  const int prim_threads = per_thread ? 1 : nt;
+  // A product too small to split runs on this thread alone: a threaded primitive would wake
+  // OpenMP's own team beside the pool's.
+  const int prim_threads = 1;
   // Each thread's block, further cut into column chunks no wider than kDnnlMaxN.
   std::vector<std::vector<Tile>> work;
   for (auto [m0, mc] : mparts)
@@ -452,6 +457,7 @@ bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, in
       for (int64_t w = w0; w < w1; ++w) run(work[size_t(w)]);
     });
   } else {
+    OmpThreadsScope one_thread(1);  // as in a chunk: no OpenMP team beside the pool's threads
     for (const auto& tiles : work) run(tiles);
   }
   return true;

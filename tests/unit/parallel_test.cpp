@@ -1,0 +1,175 @@
+// The thread pool behind parallel_for (src/core/parallel.cpp): every index exactly once, chunks
+// no smaller than the grain, exceptions carried to the caller, nested and concurrent callers,
+// resizing, and a fork()ed child.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "foundry/core/parallel.h"
+
+using namespace foundry;
+
+namespace {
+
+struct ThreadsScope {
+  int saved = get_num_threads();
+  explicit ThreadsScope(int n) { set_num_threads(n); }
+  ~ThreadsScope() { set_num_threads(saved); }
+};
+
+// Checks that each index of [begin, end) is visited once, and that no chunk but the last is
+// shorter than half the grain.
+void expect_each_index_once(int64_t begin, int64_t end, int64_t grain) {
+  std::vector<std::atomic<int>> seen(size_t(end - begin));
+  std::atomic<int64_t> smallest{end - begin};
+  parallel_for(begin, end, grain, [&](int64_t b, int64_t e) {
+    ASSERT_LE(begin, b);
+    ASSERT_LT(b, e);
+    ASSERT_LE(e, end);
+    for (int64_t i = b; i < e; ++i) seen[size_t(i - begin)]++;
+    if (e != end) {
+      int64_t cur = smallest.load();
+      while (e - b < cur && !smallest.compare_exchange_weak(cur, e - b)) {
+      }
+    }
+  });
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i].load(), 1) << "index " << begin + int64_t(i);
+  EXPECT_GE(smallest.load(), std::min(grain, end - begin) / 2) << "grain " << grain;
+}
+
+}  // namespace
+
+TEST(ThreadPool, EveryIndexOnceAtAnyThreadCountAndGrain) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadsScope scope(threads);
+    EXPECT_EQ(get_num_threads(), threads);
+    for (int64_t n : {1, 2, 7, 100, 4097, 1 << 20})
+      for (int64_t grain : {int64_t(1), int64_t(3), int64_t(1000), kGrainSize}) expect_each_index_once(-5, n - 5, grain);
+  }
+}
+
+TEST(ThreadPool, ManySmallJobsInARow) {
+  // Decode runs thousands of short kernels a second: the job hand-over must not lose one.
+  ThreadsScope scope(4);
+  std::atomic<int64_t> total{0};
+  for (int job = 0; job < 20000; ++job)
+    parallel_for(0, 64, 1, [&](int64_t b, int64_t e) { total += e - b; });
+  EXPECT_EQ(total.load(), 20000 * 64);
+}
+
+// The threads that ran chunks of jobs of 8 chunks of 5 ms each, after workers went to sleep.
+size_t threads_taking_part(int rounds) {
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  for (int round = 0; round < rounds; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the spin: workers sleep
+    parallel_for(0, 8, 1, [&](int64_t, int64_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::lock_guard<std::mutex> lock(mu);
+      ids.insert(std::this_thread::get_id());
+    });
+  }
+  return ids.size();
+}
+
+TEST(ThreadPool, WorkersWakeAfterSleeping) {
+  ThreadsScope scope(2);
+  EXPECT_EQ(threads_taking_part(3), 2u) << "a sleeping worker never took a chunk";
+}
+
+TEST(ThreadPool, ResizedPoolsUseTheirWorkers) {
+  ThreadsScope scope(3);
+  EXPECT_EQ(threads_taking_part(3), 3u);
+  set_num_threads(2);
+  EXPECT_EQ(threads_taking_part(3), 2u);
+  set_num_threads(4);
+  EXPECT_EQ(threads_taking_part(3), 4u);
+}
+
+TEST(ThreadPool, ExceptionReachesTheCallerAndThePoolGoesOn) {
+  ThreadsScope scope(2);
+  EXPECT_THROW(parallel_for(0, 1000, 1,
+                            [](int64_t b, int64_t) {
+                              if (b >= 500) throw std::runtime_error("chunk failed");
+                            }),
+               std::runtime_error);
+  expect_each_index_once(0, 1000, 1);
+}
+
+TEST(ThreadPool, NestedCallsRunInsideTheChunk) {
+  ThreadsScope scope(2);
+  std::atomic<int64_t> total{0};
+  parallel_for(0, 8, 1, [&](int64_t b, int64_t e) {
+    EXPECT_TRUE(in_parallel_region());
+    for (int64_t i = b; i < e; ++i) {
+      const auto me = std::this_thread::get_id();
+      parallel_for(0, 100, 1, [&](int64_t b2, int64_t e2) {
+        EXPECT_EQ(std::this_thread::get_id(), me);
+        total += e2 - b2;
+      });
+    }
+  });
+  EXPECT_FALSE(in_parallel_region());
+  EXPECT_EQ(total.load(), 800);
+}
+
+TEST(ThreadPool, TwoCallingThreadsAtOnce) {
+  ThreadsScope scope(2);
+  std::atomic<int64_t> total{0};
+  auto caller = [&] {
+    for (int job = 0; job < 2000; ++job) parallel_for(0, 1000, 10, [&](int64_t b, int64_t e) { total += e - b; });
+  };
+  std::thread a(caller), b(caller);
+  a.join();
+  b.join();
+  EXPECT_EQ(total.load(), 2 * 2000 * 1000);
+}
+
+TEST(ThreadPool, ASecondCallerDoesNotWaitForABusyPool) {
+  // While one thread's job holds every worker (its chunks wait for `release`), another thread's
+  // job runs at once on that thread.
+  ThreadsScope scope(2);
+  std::atomic<bool> release{false};
+  std::atomic<int> started{0};
+  std::thread holder([&] {
+    parallel_for(0, 2, 1, [&](int64_t, int64_t) {
+      ++started;
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  });
+  while (started.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<int64_t> total{0};
+  parallel_for(0, 1 << 16, 1, [&](int64_t b, int64_t e) { total += e - b; });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  release = true;
+  holder.join();
+  EXPECT_EQ(total.load(), 1 << 16);
+  EXPECT_LT(seconds, 5.0);  // a hang, not a speed goal: it would otherwise wait for `release`
+}
+
+TEST(ThreadPool, ForkedChildRunsJobs) {
+  ThreadsScope scope(2);
+  expect_each_index_once(0, 1000, 1);  // workers exist in the parent
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::atomic<int64_t> total{0};
+    parallel_for(0, 100000, 1, [&](int64_t b, int64_t e) { total += e - b; });
+    set_num_threads(3);
+    parallel_for(0, 100000, 1, [&](int64_t b, int64_t e) { total += e - b; });
+    _exit(total.load() == 200000 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
