@@ -1,5 +1,4 @@
 // TOML run configurations for `foundry train` (toml++).
-#include <cctype>
 #include <set>
 #include <string_view>
 
@@ -14,6 +13,8 @@
 // unwinds to load_train_config, which names the file. A check inside one of its noexcept helpers
 // (path accessors, the UTF-8 decoder, stepping back in the reader) ends in std::terminate instead
 // of undefined behaviour; check_toml_before_parsing refuses the input known to reach one.
+// Everything else malformed that breaks an invariant (a table header such as "[$data]" or
+// "[[[data]]]" breaks its key reader's) becomes an IOError naming the file.
 #include <toml++/impl/preprocessor.h>
 namespace foundry::train {
 struct TomlParserInvariant : std::logic_error {
@@ -122,26 +123,20 @@ class Reader {
   std::set<std::string> seen_;
 };
 
-// toml++ 3.3 (Debian 12's) has two defects that malformed input reaches inside functions that
-// cannot throw (found by tests/fuzz/train_toml.cpp), so the invariant checks above would end the
-// program there: a non-ASCII character where it looks for whitespace (a line starting with
-// "\u00e9") reaches an unreachable branch of its whitespace table, and a table header whose name
-// starts with neither a key character, a quote nor ']' ("[$data]") breaks an invariant of its
-// key reader (that one throws now; refusing it here names the line). Both are errors in TOML
-// anyway (bare keys are ASCII). The text is scanned as toml++ reads it: strings (basic, literal,
-// multi-line), comments, array brackets; non-ASCII bytes are accepted only inside strings and
-// comments, and a header is a '[' first on a line outside any string or array value.
+// toml++ 3.3 (Debian 12's) meets one malformed input inside a function that cannot throw, so the
+// invariant check above would end the program there (found by tests/fuzz/train_toml.cpp): a
+// non-ASCII character where it looks for whitespace (a line starting with "\u00e9") reaches an
+// unreachable branch of its whitespace table. That is an error in TOML anyway (bare keys are
+// ASCII), so it is refused first. The text is scanned as toml++ reads it (basic, literal and
+// multi-line strings, comments): non-ASCII bytes are accepted only inside strings and comments.
 void check_toml_before_parsing(const std::string& text, const std::string& path) {
   enum class In { Code, Basic, Literal, MultiBasic, MultiLiteral, Comment } in = In::Code;
-  int array_depth = 0;
   size_t lineno = 1;
-  bool line_start = true;  // only whitespace so far on this line (outside strings)
   auto at = [&](size_t i, std::string_view s) { return text.compare(i, s.size(), s) == 0; };
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (c == '\n') {
       ++lineno;
-      line_start = true;
       if (in == In::Comment || in == In::Basic || in == In::Literal) in = In::Code;  // (unterminated: toml++ says so)
       continue;
     }
@@ -159,7 +154,7 @@ void check_toml_before_parsing(const std::string& text, const std::string& path)
         continue;
       case In::Literal:
       case In::MultiLiteral:
-        if (in == In::MultiLiteral ? at(i, "\'\'\'") : c == '\'') {
+        if (in == In::MultiLiteral ? at(i, "'''") : c == '\'') {
           if (in == In::MultiLiteral) i += 2;
           in = In::Code;
         }
@@ -167,30 +162,15 @@ void check_toml_before_parsing(const std::string& text, const std::string& path)
       case In::Code:
         break;
     }
-    if (c == ' ' || c == '\t' || c == '\r') continue;
-    const bool first_on_line = line_start;
-    line_start = false;
     if (c == '#') {
       in = In::Comment;
     } else if (c == '"' || c == '\'') {
-      const bool multi = at(i, c == '"' ? "\"\"\"" : "\'\'\'");
+      const bool multi = at(i, c == '"' ? "\"\"\"" : "'''");
       in = c == '"' ? (multi ? In::MultiBasic : In::Basic) : (multi ? In::MultiLiteral : In::Literal);
       if (multi) i += 2;
     } else if (static_cast<unsigned char>(c) >= 0x80) {
       raise<IOError>("{}: line {}: a non-ASCII character outside a string or comment (keys are ASCII)", path,
                      lineno);
-    } else if (c == '[' && first_on_line && array_depth == 0) {
-      // As toml++ reads a header: '[', whitespace, an optional second '[', whitespace, the name.
-      size_t name = text.find_first_not_of(" \t", i + 1);
-      if (name != std::string::npos && text[name] == '[') name = text.find_first_not_of(" \t", name + 1);
-      const char n = name == std::string::npos ? '\n' : text[name];  // "[" alone: no name
-      if (!(std::isalnum(static_cast<unsigned char>(n)) || n == '_' || n == '-' || n == '"' || n == '\'' || n == ']'))
-        raise<IOError>("{}: line {}: a table header must start with a key name or a quoted key: {}", path, lineno,
-                       text.substr(i, std::min<size_t>(40, text.find('\n', i) - i)));
-    } else if (c == '[') {
-      ++array_depth;
-    } else if (c == ']' && array_depth > 0) {
-      --array_depth;
     }
   }
 }

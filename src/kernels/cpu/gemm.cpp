@@ -224,7 +224,7 @@ dnnl::engine& dnnl_engine() {
 
 struct DnnlKey {
   int dt;
-  int64_t dims[11];   // batch_a, batch_b, batch, M, N, K, threads, bias, has_beta, ...
+  int64_t dims[10];   // batch_a, batch_b, batch, M, N, K, bias, a row-major, b row-major, ldc
   int64_t strides[7];  // a rs/cs, b rs/cs, a bs, b bs, c bs
   double alpha, beta;
   bool operator==(const DnnlKey& o) const {
@@ -292,14 +292,14 @@ struct OmpThreadsScope {
   ~OmpThreadsScope() { omp_set_num_threads(saved); }
 };
 
-// The primitive for c[:, :M, :N] (row stride ldc) = a @ b running on `threads` threads, cached by
-// shape, strides, threads and attributes.
+// The single-threaded primitive for c[:, :M, :N] (row stride ldc) = a @ b, cached by shape,
+// strides and attributes. Threads come from the pool: one primitive call per chunk.
 std::shared_ptr<DnnlEntry> dnnl_primitive(const Mat& A, const Mat& B, int64_t batch, int64_t M, int64_t N,
                                           int64_t K, int64_t ldc, int64_t c_bs, double alpha, double beta, bool bias,
-                                          DType dtype, int threads, DType out_dtype) {
+                                          DType dtype, DType out_dtype) {
   DnnlKey key{};
   key.dt = int(dtype) | (int(out_dtype) << 8);
-  int64_t dims[11] = {A.batch > 1 ? batch : 1, B.batch > 1 ? batch : 1, batch, M, N, K, threads,
+  int64_t dims[10] = {A.batch > 1 ? batch : 1, B.batch > 1 ? batch : 1, batch, M, N, K,
                       bias, A.row_major, B.row_major, ldc};
   std::memcpy(key.dims, dims, sizeof(dims));
   int64_t strides[7] = {A.rs, A.cs, B.rs, B.cs, A.batch > 1 ? A.bs : 0, B.batch > 1 ? B.bs : 0, c_bs};
@@ -333,9 +333,9 @@ std::shared_ptr<DnnlEntry> dnnl_primitive(const Mat& A, const Mat& B, int64_t ba
     }
     // oneDNN (OpenMP runtime) sizes its work split from omp_get_max_threads() when the primitive
     // descriptor is made, and keys its own primitive cache on that count when the primitive is
-    // made: both must see `threads`, or a one-thread block can be handed a two-thread kernel from
-    // that cache (a crash inside a parallel region, seen when sampling after training).
-    OmpThreadsScope threads_scope(threads);
+    // made: both must see 1, or a one-thread block can be handed a two-thread kernel from that
+    // cache (a crash inside a parallel region, seen when sampling after training).
+    OmpThreadsScope threads_scope(1);
     dnnl::matmul::primitive_desc pd(*md, attr, dnnl_engine());
     std::string impl = pd.impl_info_str();
     // The reference implementation is far slower than the BLAS fallback.
@@ -387,7 +387,8 @@ std::vector<std::pair<int64_t, int64_t>> split_range(int64_t n, int64_t parts, i
 // enough, else rows), each run by a single-threaded primitive: one fork/join per product and no
 // barriers inside it. On a busy machine (other processes on the cores) that is what keeps a
 // thread that loses its time slice from stalling the other at every internal barrier; on an idle
-// one it matches oneDNN's own split (measured, docs/decisions.md).
+// one it matches oneDNN's own split (measured, docs/decisions.md). A product too small to split
+// runs on the calling thread alone.
 bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
                double beta, const void* bias, DType dtype, DType out_dtype) {
   const int64_t esize = itemsize(dtype), out_size = itemsize(out_dtype);
@@ -403,9 +404,6 @@ bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, in
       per_thread = true;
     }
   }
-  // A product too small to split runs on this thread alone: a threaded primitive would wake
-  // OpenMP's own team beside the pool's.
-  const int prim_threads = 1;
   // Each thread's block, further cut into column chunks no wider than kDnnlMaxN.
   std::vector<std::vector<Tile>> work;
   for (auto [m0, mc] : mparts)
@@ -426,8 +424,7 @@ bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, in
       Mat At = A, Bt = B;
       At.rows = t.mc;
       Bt.cols = t.nc;
-      t.e = dnnl_primitive(At, Bt, batch, t.mc, t.nc, K, N, M * N, alpha, beta, bias != nullptr, dtype, prim_threads,
-                           out_dtype);
+      t.e = dnnl_primitive(At, Bt, batch, t.mc, t.nc, K, N, M * N, alpha, beta, bias != nullptr, dtype, out_dtype);
       if (!t.e->ok) return false;
       last = t.e;
     }
