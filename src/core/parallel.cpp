@@ -167,10 +167,11 @@ class Pool {
     }
   }
 
-  void worker(int me) {
+  // `seen` is the job number when the worker was created: a worker whose thread starts late
+  // still runs the first job published after that (reading job_ here would skip it).
+  void worker(int me, uint32_t seen) {
     omp_set_num_threads(1);  // BLAS or oneDNN called from a chunk stays on this thread
     tls_in_region = true;
-    uint32_t seen = job_.load(std::memory_order_acquire);
     while (!stopping_.load()) {
       uint32_t job = job_.load(std::memory_order_acquire);
       const auto until = std::chrono::steady_clock::now() + kSpin;
@@ -193,7 +194,8 @@ class Pool {
     threads_ = std::max(1, threads);
     groups_ = std::make_unique<Group[]>(size_t(threads_));
     stopping_ = false;
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+    const uint32_t seen = job_.load(std::memory_order_acquire);
+    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i, seen] { worker(i, seen); });
   }
 
   // A fork()ed child has none of the parent's workers (a job still completes: the caller claims

@@ -94,6 +94,30 @@ TEST(ThreadPool, ResizedPoolsUseTheirWorkers) {
   EXPECT_EQ(threads_taking_part(3), 4u);
 }
 
+TEST(ThreadPool, EveryWorkerOfAResizedPoolTakesTheFirstJob) {
+  // The first job after a resize has one chunk per thread, and each chunk waits until all have
+  // started: a worker whose thread began after the job was published must still take its chunk
+  // (CI's sanitizer build, where threads start slowly, hung on one that did not).
+  const int saved = get_num_threads();
+  for (int round = 0; round < 40; ++round) {
+    const int threads = 2 + round % 3;
+    set_num_threads(threads);
+    std::atomic<int> arrived{0};
+    std::atomic<bool> all_met{true};
+    parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+      ++arrived;
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (arrived.load() < threads)
+        if (std::chrono::steady_clock::now() > give_up) {
+          all_met = false;
+          return;
+        }
+    });
+    ASSERT_TRUE(all_met.load()) << "round " << round << ": a worker of a " << threads << "-thread pool missed its first job";
+  }
+  set_num_threads(saved);
+}
+
 TEST(ThreadPool, ExceptionReachesTheCallerAndThePoolGoesOn) {
   ThreadsScope scope(2);
   EXPECT_THROW(parallel_for(0, 1000, 1,
@@ -145,7 +169,14 @@ TEST(ThreadPool, ASecondCallerDoesNotWaitForABusyPool) {
       while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     });
   });
-  while (started.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Both chunks start: the worker, however late its thread began, takes the job published
+  // after it was created. A bounded wait, so that a worker that missed it fails the test.
+  for (int ms = 0; ms < 10000 && started.load() < 2; ++ms) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (started.load() < 2) {
+    release = true;
+    holder.join();
+    FAIL() << "the pool's worker never ran the holder's second chunk";
+  }
   // A pool that made this caller wait would be freed only by this timer, after 5 s.
   std::thread timer([&] {
     for (int ms = 0; ms < 5000 && !release.load(); ++ms) std::this_thread::sleep_for(std::chrono::milliseconds(1));
