@@ -93,9 +93,10 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--kv-cache", o->kv_cache, "store the KV cache as f16, bf16 or q8_0 (default: the compute dtype)")
       ->check(CLI::IsMember({"f16", "bf16", "q8_0"}));
   cmd->add_option("--quantized-prefill", o->quantized_prefill,
-                  "prefill GEMM precision with quantized weights: auto (bfloat16 where the CPU has native bf16), "
-                  "float32 or bfloat16")
-      ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
+                  "prefill math with quantized weights: auto (bfloat16 where the CPU has native bf16, else "
+                  "integer where it has a kernel for the format, else float32), integer (decode's integer dot "
+                  "products), float32 or bfloat16 (a GEMM on the dequantized weights)")
+      ->check(CLI::IsMember({"auto", "integer", "float32", "bfloat16"}));
   auto* prompt = cmd->add_option("--prompt", o->prompt, "prompt text (needs the folder's tokenizer)");
   auto* ids = cmd->add_option("--input-ids", o->input_ids, "prompt token ids, e.g. 1,2,3");
   prompt->excludes(ids);
@@ -340,8 +341,8 @@ void add_perplexity(CLI::App& app) {
   cmd->add_option("--quantize", o->quantize, "compute with weights quantized to this format (as generate --quantize)");
   cmd->add_option("--adapter", o->adapter, "a LoRA adapter folder (PEFT layout) applied to the model");
   cmd->add_flag("--merge", o->merge, "merge the adapter into the weights at load");
-  cmd->add_option("--quantized-prefill", o->quantized_prefill, "auto, float32 or bfloat16 (as generate)")
-      ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
+  cmd->add_option("--quantized-prefill", o->quantized_prefill, "auto, integer, float32 or bfloat16 (as generate)")
+      ->check(CLI::IsMember({"auto", "integer", "float32", "bfloat16"}));
   cmd->add_option("--context", o->context, "tokens per window (default 128)");
   cmd->add_option("--max-tokens", o->max_tokens, "score only the first N tokens of the file");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");

@@ -18,7 +18,7 @@
 using namespace foundry;
 
 static int run(int argc, char** argv) {
-  std::string dir, quantize, dtype = "float32";
+  std::string dir, quantize, dtype = "float32", quantized_prefill = "auto", kv_cache;
   int64_t stream_mb = 0;
   int threads = 1;
   int64_t prefill = 128, prompt = 32, decode = 128, batch = 8, seq = 128;
@@ -32,6 +32,8 @@ static int run(int argc, char** argv) {
     else if (a == "--decode") decode = std::stoll(next());
     else if (a == "--quantize") quantize = next();
     else if (a == "--dtype") dtype = next();
+    else if (a == "--quantized-prefill") quantized_prefill = next();
+    else if (a == "--kv-cache") kv_cache = next();
     else if (a == "--stream-mb") stream_mb = std::stoll(next());
     else if (a == "--batch") batch = std::stoll(next());
     else if (a == "--seq") seq = std::stoll(next());
@@ -69,6 +71,8 @@ static int run(int argc, char** argv) {
   }
   models::LoadOptions options;
   options.quantize = quantize;
+  options.quantized_prefill = quantized_prefill;
+  options.kv_cache = kv_cache;
   if (dtype == "native") options.dtype = std::nullopt;
   auto model = models::load_pretrained(dir, options);
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
@@ -101,6 +105,7 @@ static int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   return foundry::bench::guarded_main(argc, argv, 
       "usage: bench_infer --model DIR [--threads N] [--prefill N] [--prompt N] [--decode N] [--quantize FMT]\n"
+      "                   [--quantized-prefill auto|integer|float32|bfloat16] [--kv-cache f16|bf16|q8_0]\n"
       "                   [--dtype float32|native] [--batch N --seq N (encoder folders)]\n"
       "       bench_infer --stream-mb MB [--threads N]   (read bandwidth: sum of an MB-sized array)\n"
       "Prints one JSON line: load_s, prefill_tps, decode_tps, peak_rss_mb (an encoder folder: load_s, seq_per_s,\n"

@@ -270,8 +270,8 @@ void bind_models(py::module_& m) {
       py::arg("quantized_prefill") = "auto",
       "loads a Hugging Face model folder, GGUF file or `foundry quantize` folder; quantize='q8_0' (any format of "
       "foundry.quant.formats()) computes with quantized weights; kv_cache='f16' / 'bf16' / 'q8_0' stores the "
-      "KV cache in that format; quantized_prefill='float32' / 'bfloat16' / 'auto' picks the prefill GEMM's "
-      "precision with quantized weights");
+      "KV cache in that format; quantized_prefill='integer' / 'float32' / 'bfloat16' / 'auto' picks the "
+      "prefill math with quantized weights (integer: decode's numbers, where the CPU has a kernel)");
   mm.def("supported_architectures", &models::supported_architectures);
   py::class_<models::ChatTemplate>(mm, "ChatTemplate",
                                    "a Hugging Face chat template (Jinja), rendered as apply_chat_template does")

@@ -26,5 +26,11 @@ void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y)
 /// (vnni_gemv.h) or the Highway kernels above where there is one (FOUNDRY_DISABLE_VNNI=1 in the
 /// environment skips VNNI), the table's scalar dot otherwise.
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y);
+/// y[i * rows + r] = dot(row r of w, row i of xq) for m activation rows quantized to t.dot_format,
+/// by integer byte dot products (x86 q4_K: AVX-512 VNNI, else AVX2; FOUNDRY_DISABLE_VNNI=1 /
+/// FOUNDRY_DISABLE_AVX2_KERNELS=1 in the environment skip them). Row i's results equal gemv's on
+/// row i. False, writing nothing, where this CPU has no such kernel for t (has_integer_gemm).
+bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y);
+bool has_integer_gemm(const BlockFormatTraits& t);
 
 }  // namespace foundry::quant

@@ -337,10 +337,15 @@ float DotBF16(const uint8_t* x, const uint8_t* y, int64_t k) {
   const int64_t N = int64_t(hn::Lanes(dbf));
   const auto* xb = reinterpret_cast<const hwy::bfloat16_t*>(x);
   const auto* yb = reinterpret_cast<const hwy::bfloat16_t*>(y);
-  auto sum0 = hn::Zero(df), sum1 = hn::Zero(df);
+  // Two independent pairs of accumulators: one chain of multiply-adds waits on its latency.
+  auto sum0 = hn::Zero(df), sum1 = hn::Zero(df), sum2 = hn::Zero(df), sum3 = hn::Zero(df);
   int64_t i = 0;
+  for (; i + 2 * N <= k; i += 2 * N) {
+    sum0 = hn::ReorderWidenMulAccumulate(df, hn::LoadU(dbf, xb + i), hn::LoadU(dbf, yb + i), sum0, sum1);
+    sum2 = hn::ReorderWidenMulAccumulate(df, hn::LoadU(dbf, xb + i + N), hn::LoadU(dbf, yb + i + N), sum2, sum3);
+  }
   for (; i + N <= k; i += N) sum0 = hn::ReorderWidenMulAccumulate(df, hn::LoadU(dbf, xb + i), hn::LoadU(dbf, yb + i), sum0, sum1);
-  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(sum0, sum1)));
+  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(sum0, sum1), hn::Add(sum2, sum3))));
   for (; i < k; ++i) sum += hwy::F32FromBF16(xb[i]) * hwy::F32FromBF16(yb[i]);
   return sum;
 #endif
@@ -352,10 +357,17 @@ float DotF16(const uint8_t* x, const uint8_t* y, int64_t k) {
   const int64_t N = int64_t(hn::Lanes(df));
   const auto* xh = reinterpret_cast<const hwy::float16_t*>(x);
   const auto* yh = reinterpret_cast<const hwy::float16_t*>(y);
-  auto acc = hn::Zero(df);
+  // Four independent accumulators: one chain of multiply-adds waits on its latency.
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
   int64_t i = 0;
-  for (; i + N <= k; i += N) acc = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i)), hn::PromoteTo(df, hn::LoadU(dh, yh + i)), acc);
-  float sum = hn::GetLane(hn::SumOfLanes(df, acc));
+  for (; i + 4 * N <= k; i += 4 * N) {
+    acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i)), hn::PromoteTo(df, hn::LoadU(dh, yh + i)), acc0);
+    acc1 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i + N)), hn::PromoteTo(df, hn::LoadU(dh, yh + i + N)), acc1);
+    acc2 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i + 2 * N)), hn::PromoteTo(df, hn::LoadU(dh, yh + i + 2 * N)), acc2);
+    acc3 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i + 3 * N)), hn::PromoteTo(df, hn::LoadU(dh, yh + i + 3 * N)), acc3);
+  }
+  for (; i + N <= k; i += N) acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i)), hn::PromoteTo(df, hn::LoadU(dh, yh + i)), acc0);
+  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
   for (; i < k; ++i) {
     uint16_t a, b;
     std::memcpy(&a, x + 2 * i, 2);
@@ -533,10 +545,32 @@ float dot_nf4_q8_0(const void* x, const void* y, int64_t k) {
   return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(static_cast<const uint8_t*>(x), yb, ys.data(), nf4_codebook(), k);
 }
 
+namespace {
+
+bool use_vnni() {
+  static const bool on = vnni_available() && std::getenv("FOUNDRY_DISABLE_VNNI") == nullptr;
+  return on;
+}
+
+bool use_avx2() {
+  static const bool on = avx2_available() && std::getenv("FOUNDRY_DISABLE_AVX2_KERNELS") == nullptr;
+  return on;
+}
+
+}  // namespace
+
+bool has_integer_gemm(const BlockFormatTraits& t) { return t.format == BlockFormat::Q4_K && (use_vnni() || use_avx2()); }
+
+bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y) {
+  if (!has_integer_gemm(t)) return false;
+  (use_vnni() ? gemm_q4_K_vnni : gemm_q4_K_avx2)(w, rows, k, xq, m, y);
+  return true;
+}
+
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  static const bool vnni = vnni_available() && std::getenv("FOUNDRY_DISABLE_VNNI") == nullptr;
-  if (vnni && t.format == BlockFormat::Q8_0) return gemv_q8_0_vnni(w, rows, k, xq, y);
-  if (vnni && t.format == BlockFormat::Q4_0) return gemv_q4_0_vnni(w, rows, k, xq, y);
+  if (use_vnni() && t.format == BlockFormat::Q8_0) return gemv_q8_0_vnni(w, rows, k, xq, y);
+  if (use_vnni() && t.format == BlockFormat::Q4_0) return gemv_q4_0_vnni(w, rows, k, xq, y);
+  if (gemm_integer(t, w, rows, k, xq, 1, y)) return;
   if (simd_row_dot(t.format)) return gemv_simd(t, w, rows, k, xq, y);
   gemv_rows(
       w, rows, k, quantized_bytes(t, 1, k), xq, y,

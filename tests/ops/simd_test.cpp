@@ -258,6 +258,55 @@ TEST(QuantKernels, VnniGemvMatchesScalarReference) {
   }
 }
 
+// The x86 q4_K kernels (AVX-512 VNNI, AVX2 byte dot products) against the scalar reference, on
+// weights with a zero sub-block and sub-blocks of widely different ranges (all six-bit scales and
+// mins in use) and activation levels at both ends of q8_K's range (-127, +127); several activation rows at
+// once (prefill: 4 per kernel call, then the rest) give each row exactly its one-row result.
+TEST(QuantKernels, X86Q4KGemmMatchesScalarReference) {
+  std::mt19937 rng(15);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t rows = 21, k = 256 * 5, m = 7;
+  std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < rows * k; ++i) w[size_t(i)] = nd(rng) * std::ldexp(1.f, int((i / 32) % 9) - 4) + 0.5f * float((i / 32) % 3);
+  for (int64_t i = 0; i < 32; ++i) w[size_t(3 * k + 64 + i)] = 0.f;
+  for (float& v : x) v = nd(rng);
+  // q8_K's scale is max / -127: a super-block's largest magnitude is level -127 whatever its sign,
+  // and the others' levels reach +127 when the largest is negative.
+  x[7] = -40.f;
+  x[8] = 40.f;  // level +127 beside it
+  x[size_t(k + 300)] = 40.f;
+  const auto& t = foundry::quant::traits("q4_K");
+  const auto& act = foundry::quant::traits(t.dot_format);
+  const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k), act_bytes = foundry::quant::quantized_bytes(act, 1, k);
+  std::vector<uint8_t> wq(static_cast<size_t>(rows * row_bytes)), xq(static_cast<size_t>(m * act_bytes));
+  for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * row_bytes, k);
+  for (int64_t i = 0; i < m; ++i) act.quantize(x.data() + i * k, xq.data() + i * act_bytes, k);
+  ASSERT_EQ(int8_t(xq[4 + 7]), -127);
+  ASSERT_EQ(int8_t(xq[4 + 8]), 127);
+  ASSERT_EQ(int8_t(xq[size_t(act_bytes + 292 + 4 + 300 - 256)]), -127);
+  int kernels = 0;
+  for (const char* kernel : {"vnni", "avx2"}) {
+    const bool vnni = std::string(kernel) == "vnni";
+    if (vnni ? !foundry::quant::vnni_available() : !foundry::quant::avx2_available()) continue;
+    ++kernels;
+    const auto gemm = vnni ? foundry::quant::gemm_q4_K_vnni : foundry::quant::gemm_q4_K_avx2;
+    std::vector<float> y(static_cast<size_t>(m * rows)), one(static_cast<size_t>(rows));
+    gemm(wq.data(), rows, k, xq.data(), m, y.data());
+    for (int64_t i = 0; i < m; ++i) {
+      gemm(wq.data(), rows, k, xq.data() + i * act_bytes, 1, one.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float scale = 0.f;
+        for (int64_t j = 0; j < k; ++j) scale += std::fabs(w[size_t(r * k + j)] * x[size_t(i * k + j)]);
+        const float got = y[size_t(i * rows + r)];
+        ASSERT_NEAR(got, t.dot(wq.data() + r * row_bytes, xq.data() + i * act_bytes, k), 1e-5f * scale)
+            << kernel << " activation row " << i << " weight row " << r;
+        ASSERT_EQ(got, one[size_t(r)]) << kernel << " activation row " << i << " weight row " << r;
+      }
+    }
+  }
+  if (kernels == 0) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this CPU";
+}
+
 // The activation quantizer: the reference's bytes except where a level is an exact .5 tie (nearest
 // even instead of away from zero).
 TEST_P(EachTarget, FastQ8ActivationQuantizer) {
@@ -308,8 +357,8 @@ TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
       float scale = 0.f;
       for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
       ASSERT_NEAR(y[size_t(r)], want, 1e-5f * scale) << name << " row " << r;
-      if (std::string(name) == "q4_K") {
-        ASSERT_EQ(foundry::quant::dot_q4_K_q8_K(wq.data() + r * row_bytes, xq.data(), k), y[size_t(r)]) << r;
+      if (std::string(name) == "q4_K") {  // gemv may run the x86 byte kernels: another sum order
+        ASSERT_NEAR(foundry::quant::dot_q4_K_q8_K(wq.data() + r * row_bytes, xq.data(), k), want, 1e-5f * scale) << r;
       } else if (std::string(name) == "nf4") {
         ASSERT_EQ(foundry::quant::dot_nf4_q8_0(wq.data() + r * row_bytes, xq.data(), k), y[size_t(r)]) << r;
       }

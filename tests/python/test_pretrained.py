@@ -1060,6 +1060,30 @@ def test_quantized_prefill_is_float_math_on_the_dequantized_weights(tmp_path, fm
     assert np.linalg.norm(bf16 - want) < 0.5 * np.linalg.norm(want - dense)  # random weights amplify both
 
 
+def test_integer_prefill_gives_decode_numbers(tmp_path):
+    """q4_K prefill with integer dot products: every row is quantized to q8_K as decode's row is, so
+    the logits sit as close to the dequantized-weight float32 prefill as decode's do (on CPUs
+    without an integer kernel "integer" falls back as "auto" does); bad mode names are refused."""
+    import foundry
+    cfg, make_weights, _ = CASES["llama"]
+    cfg = dict(cfg, hidden_size=256, intermediate_size=512, tie_word_embeddings=False)
+    folder = str(tmp_path / "m")
+    write_folder(folder, cfg, make_weights(cfg, torch.Generator().manual_seed(19)))
+    ids = torch.randint(3, cfg["vocab_size"], (1, 40), generator=torch.Generator().manual_seed(5)).tolist()
+    x = foundry.tensor(ids)
+    logits = {mode: foundry.models.from_pretrained(folder, quantize="q4_K", quantized_prefill=mode)(x).detach().numpy()
+              for mode in ("integer", "float32")}
+    dense = foundry.models.from_pretrained(folder)(x).detach().numpy()
+    # Quantizing the activations to 8 bits moves the logits far less than the 4-bit weights do.
+    assert np.linalg.norm(logits["integer"] - logits["float32"]) < 0.5 * np.linalg.norm(logits["float32"] - dense)
+    # Decode's path (16 rows or fewer per product) on the same rows: the first 16 positions alone.
+    short = foundry.models.from_pretrained(folder, quantize="q4_K", quantized_prefill="integer")(
+        foundry.tensor([ids[0][:16]])).detach().numpy()
+    np.testing.assert_allclose(logits["integer"][0, :16], short[0], rtol=0, atol=1e-4 * np.abs(short).max())
+    with pytest.raises(ValueError, match="integer"):
+        foundry.models.from_pretrained(folder, quantize="q4_K", quantized_prefill="int4")
+
+
 def weight_quantization_error(w, fmt, block=32):
     """The largest relative error (Frobenius) `fmt` makes on the projection matrices of w."""
     import foundry

@@ -205,8 +205,11 @@ class CausalLM : public nn::Module {
   void adopt_quantized(const std::string& name, const std::string& format, const Tensor& bytes);
   const std::string& weight_quantization() const;
   static constexpr int64_t kQuantizedMaxRows = 16;
-  /// Prefill products with quantized weights: "bfloat16" (a bf16 GEMM on the dequantized weights),
-  /// "float32", or "auto" (the default: bfloat16 where the CPU has native bf16 dot products).
+  /// Prefill products with quantized weights: "integer" (the rows quantized as decode's, integer
+  /// dot products: decode's numbers; where the CPU has a kernel for the format, else as "auto"),
+  /// "bfloat16" (a bf16 GEMM on the dequantized weights), "float32", or "auto" (the default:
+  /// bfloat16 where the CPU has native bf16 dot products, else integer where there is a kernel,
+  /// else float32).
   void set_quantized_prefill(const std::string& mode);
   /// Format of the KV caches make_cache() creates ("" = the compute dtype; "f16", "bf16", "q8_0").
   void set_kv_cache_format(const std::string& format);
@@ -242,7 +245,7 @@ struct LoadOptions {
   std::string quantize;
   /// KV cache format ("" the compute dtype, "f16", "bf16", "q8_0"); see CausalLM::set_kv_cache_format.
   std::string kv_cache;
-  /// Prefill with quantized weights: "auto", "float32", "bfloat16"; see CausalLM::set_quantized_prefill.
+  /// Prefill with quantized weights: "auto", "integer", "float32", "bfloat16"; see CausalLM::set_quantized_prefill.
   std::string quantized_prefill = "auto";
 };
 

@@ -94,7 +94,7 @@ class WeightProducts {
   /// Whether the format quantizes w (one is set and w's rows are whole blocks of it).
   bool format_applies(const Tensor& w, bool transposed) const;
   std::string format_;
-  bool prefill_bf16_ = false;
+  std::string prefill_ = "auto";
   mutable std::map<const void*, std::shared_ptr<Quantized>> quantized_;
 };
 
