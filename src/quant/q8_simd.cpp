@@ -16,6 +16,7 @@
 #include "foundry/core/numeric.h"
 #include "foundry/core/parallel.h"
 #include "foundry/quant/weight_only.h"
+#include "kernels/cpu/bf16_gemv.h"
 #include "quant/formats_internal.h"
 #include "quant/q8_kernels.h"
 #include "quant/vnni_gemv.h"
@@ -568,6 +569,8 @@ bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64
 }
 
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  static const bool bf16_native = kernels::avx512_bf16_available() && std::getenv("FOUNDRY_DISABLE_AVX512_BF16") == nullptr;
+  if (bf16_native && t.format == BlockFormat::BF16) return kernels::gemv_bf16_avx512(w, rows, k, k, xq, y);
   if (use_vnni() && t.format == BlockFormat::Q8_0) return gemv_q8_0_vnni(w, rows, k, xq, y);
   if (use_vnni() && t.format == BlockFormat::Q4_0) return gemv_q4_0_vnni(w, rows, k, xq, y);
   if (gemm_integer(t, w, rows, k, xq, 1, y)) return;

@@ -17,6 +17,7 @@
 #include "foundry/quant/block_formats.h"
 #include "quant/q8_kernels.h"
 #include "quant/vnni_gemv.h"
+#include "kernels/cpu/bf16_gemv.h"
 
 using namespace foundry;
 using namespace foundry::kernels;
@@ -305,6 +306,31 @@ TEST(QuantKernels, X86Q4KGemmMatchesScalarReference) {
     }
   }
   if (kernels == 0) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this CPU";
+}
+
+// The AVX-512 BF16 kernel (vdpbf16ps) against the table's scalar bf16 dot, with row lengths that
+// end in a partial 32-value step and one shorter than a step.
+TEST(QuantKernels, Bf16GemvMatchesScalarReference) {
+  if (!foundry::kernels::avx512_bf16_available()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  std::mt19937 rng(16);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const auto& t = foundry::quant::traits("bf16");
+  for (int64_t k : {int64_t(768), int64_t(200), int64_t(7)}) {
+    const int64_t rows = 13;
+    std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
+    for (float& v : w) v = nd(rng);
+    for (float& v : x) v = nd(rng) * 3.f;
+    std::vector<uint8_t> wq(static_cast<size_t>(rows * k * 2)), xq(static_cast<size_t>(k * 2));
+    for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * k * 2, k);
+    t.quantize(x.data(), xq.data(), k);
+    std::vector<float> y(static_cast<size_t>(rows));
+    foundry::kernels::gemv_bf16_avx512(wq.data(), rows, k, k, xq.data(), y.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      float scale = 0.f;
+      for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
+      ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * k * 2, xq.data(), k), 1e-5f * scale) << "k " << k << " row " << r;
+    }
+  }
 }
 
 // The activation quantizer: the reference's bytes except where a level is an exact .5 tie (nearest

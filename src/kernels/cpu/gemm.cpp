@@ -18,6 +18,7 @@
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
+#include "kernels/cpu/bf16_gemv.h"
 #include "kernels/cpu/dtype_dispatch.h"
 
 // OpenBLAS (Fortran BLAS interface, LP64).
@@ -508,6 +509,24 @@ void gemm_gemv_f32(const Mat& A, const Mat& B, float* C, int64_t batch, int64_t 
   });
 }
 
+// ---- bfloat16 matrix-vector ----------------------------------------------------------------
+
+// c[1, N] = x[1, K] @ B[K, N] (+ bias) for bf16 with B's columns contiguous (a [N, K] weight read
+// transposed, as a linear layer's): the AVX-512 BF16 kernel, float32 accumulation, one rounding
+// to bf16 as oneDNN's. False where it does not apply (other layouts, alpha / beta, no BF16 ISA).
+bool gemv_bf16(const Mat& A, const Mat& B, Tensor& c, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
+               double beta, const void* bias, int64_t bias_stride) {
+  static const bool available = avx512_bf16_available() && std::getenv("FOUNDRY_DISABLE_AVX512_BF16") == nullptr;
+  if (!available || batch != 1 || M != 1 || alpha != 1.0 || beta != 0.0 || B.row_major || (A.cs != 1 && K > 1))
+    return false;
+  std::vector<float> y(static_cast<size_t>(N));
+  gemv_bf16_avx512(mat_at<BFloat16>(B, 0), N, K, B.ld, mat_at<BFloat16>(A, 0), y.data());
+  auto* out = c.data<BFloat16>();
+  const auto* b = static_cast<const BFloat16*>(bias);
+  for (int64_t n = 0; n < N; ++n) out[n] = BFloat16(b ? y[size_t(n)] + float(b[n * bias_stride]) : y[size_t(n)]);
+  return true;
+}
+
 // ---- helpers -------------------------------------------------------------------------------
 
 // c = beta * c + bias (rows), in place; used before a BLAS call that has no bias argument.
@@ -603,6 +622,7 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta
     });
     return;
   }
+  if (dt == DType::BFloat16 && gemv_bf16(A, B, c, batch, M, N, K, alpha, beta, bias_ptr, bias_stride)) return;
   Backend be = choose(dt, M, N, K);
   if (be == Backend::Gemv || be == Backend::Dnnl) {
     // oneDNN and our gemv want a contiguous bias of N values.
