@@ -50,6 +50,18 @@ inline void unpack_scales_mins(const uint8_t* packed, uint64_t& scales, uint64_t
   mins = uint64_t(mins_lo) | (uint64_t(mins_hi) << 32);
 }
 
+// The next super-blocks' 144 bytes are on their way while this one is computed.
+inline void prefetch_superblock(const uint8_t* w) {
+  for (int64_t o = 0; o < kQ4KBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + o, _MM_HINT_T0);
+}
+
+// The 8 mins as int16 pairs m0 m0 m1 m1 ...: vpmaddwd with the activation's 16 sums then gives
+// min_j (bsums[2j] + bsums[2j + 1]) in int32 lane j.
+FOUNDRY_AVX2_TARGET inline __m256i paired_mins(uint64_t mins) {
+  const __m128i m = _mm_cvtsi64_si128(int64_t(mins));
+  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+}
+
 FOUNDRY_AVX2_TARGET inline float fp16_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
@@ -75,14 +87,11 @@ FOUNDRY_AVX512_VNNI_TARGET void dot_q4_K_vnni(const uint8_t* w, const uint8_t* c
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < superblocks; ++b, w += kQ4KBytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + 64, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + 128, _MM_HINT_T0);
+    prefetch_superblock(w);
     uint64_t scales, mins;
     unpack_scales_mins(w + 4, scales, mins);
     const __m512i sc = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(scales)));
-    const __m128i mv = _mm_cvtsi64_si128(int64_t(mins));
-    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv));  // m0 m0 m1 m1 ...
+    const __m256i mins16 = paired_mins(mins);
     __m512i u[4], chunk_scales[4];
     for (int c = 0; c < 4; ++c) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * c));
@@ -117,14 +126,11 @@ FOUNDRY_AVX2_TARGET void dot_q4_K_avx2(const uint8_t* w, const uint8_t* const* y
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < superblocks; ++b, w += kQ4KBytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + 64, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + 128, _MM_HINT_T0);
+    prefetch_superblock(w);
     uint64_t scales, mins;
     unpack_scales_mins(w + 4, scales, mins);
     const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales))));
-    const __m128i mv = _mm_cvtsi64_si128(int64_t(mins));
-    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mv, mv));
+    const __m256i mins16 = paired_mins(mins);
     // Sub-block j's 32 levels, and its scale in all 16 int16 lanes (vpshufb of bytes 2j, 2j + 1).
     __m256i levels[8], sub_scales[8];
     for (int c = 0; c < 4; ++c) {
