@@ -125,6 +125,30 @@ TEST(FuzzRegressions, TomlParserInvariantsAreIOErrors) {
   for (const auto& p : {quotes, after, valid}) fs::remove(p);
 }
 
+TEST(FuzzRegressions, NonAsciiAfterABackslashInAMultiLineStringIsAnIOError) {
+  // The fuzzer's ten-minute run: a backslash then U+FEC6 inside """ reached toml++'s unreachable
+  // whitespace branch in a noexcept function (std::terminate).
+  auto refused = [](const std::string& name, const std::string& body, const std::string& says, int line) {
+    const std::string p = scratch(name, "[data]\npath = \"\"\"a" + body + "\"\"\"\n");
+    try {
+      foundry::train::load_train_config(p);
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const foundry::IOError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(": line " + std::to_string(line) + ":"), std::string::npos) << e.what();
+    }
+    fs::remove(p);
+  };
+  refused("escape.toml", "\\\xEF\xBB\x86", "not a TOML escape", 2);
+  refused("spaces.toml", "\\  \xC2\xA1", "must be the last character", 2);
+  refused("continued.toml", "\\\n\xC2\xA1", "first one after a line-ending backslash", 3);
+  // Line-ending backslashes before ASCII text, escapes and non-ASCII elsewhere in the string parse.
+  const std::string ok =
+      scratch("continued-ok.toml", "[data]\npath = \"\"\"\xC2\xA1\\\n  \n  b\\\"\\t\xC2\xA1\\  \n c\"\"\"\n");
+  EXPECT_EQ(foundry::train::load_train_config(ok).data_path, "\xC2\xA1" "b\"\t\xC2\xA1" "c");
+  fs::remove(ok);
+}
+
 TEST(FuzzRegressions, ForwardInputsRefuseRaggedAndUnknownKeys) {
   using foundry::models::parse_forward_inputs;
   for_each_regression("forward_inputs", [](const std::string& path) {
