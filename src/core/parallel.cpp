@@ -1,8 +1,10 @@
 // The thread pool behind parallel_for. Work is cut into a few chunks per thread, in one group of
 // consecutive chunks per thread, and each thread runs its own group from the front: on a quiet
 // machine that is a static split, and each thread meets again the rows it ran in the previous
-// kernel, still in its cache. A thread done with its group takes chunks from the back of a group
-// whose owner has not started or is more than one chunk behind, i.e. is not running. The caller
+// kernel, still in its cache. A thread done with its group takes chunks from the back of any group
+// that has some left, so the threads finish within one chunk of each other (when only an owner that
+// was two chunks behind could be robbed, 2-thread decode's caller spent 10% of its time waiting for
+// the worker's last chunk: memory-bound products leave the threads unevenly fast). The caller
 // is thread 0 and waits only for chunks already claimed, never for a worker to turn up. On a
 // machine where another process holds a core, a worker that lost its time slice therefore costs
 // little: the running threads take its chunks (OpenMP's fork/join waited for every team member at
@@ -78,7 +80,6 @@ class Pool {
     const uint64_t job = ++jobs_;
     for (int g = 0; g < threads_; ++g) {
       const int64_t first = nchunks * g / threads_;
-      groups_[g].start.store(first, std::memory_order_relaxed);
       groups_[g].claim.store(pack(job, first, nchunks * (g + 1) / threads_), std::memory_order_release);
     }
     // seq_cst with the sleepers_ load: either a worker going to sleep sees this job, or this
@@ -104,11 +105,9 @@ class Pool {
 
  private:
   // A group's unclaimed chunks [front, back) and the job they belong to, in one word so that a
-  // claim meant for an earlier job fails: job (low 24 bits) << 40 | front << 20 | back. `start`
-  // is the group's first chunk (an owner that has not claimed one has not started).
+  // claim meant for an earlier job fails: job (low 24 bits) << 40 | front << 20 | back.
   struct alignas(64) Group {
     std::atomic<uint64_t> claim{0};
-    std::atomic<int64_t> start{0};
   };
   static constexpr uint64_t kField = uint64_t(kMaxChunks);
   static uint64_t pack(uint64_t job, int64_t front, int64_t back) {
@@ -119,7 +118,7 @@ class Pool {
   static int64_t back_of(uint64_t c) { return int64_t(c & kField); }
 
   // Claims a chunk of group g for job `job`: its owner from the front, another thread from the
-  // back when the owner has not started or has two or more chunks left. -1: none to take.
+  // back. -1: none to take.
   int64_t claim(Group& g, uint64_t job, bool owner) {
     uint64_t c = g.claim.load(std::memory_order_acquire);
     while (of_job(c, job)) {
@@ -129,7 +128,6 @@ class Pool {
         if (g.claim.compare_exchange_weak(c, c + (uint64_t(1) << 20), std::memory_order_acq_rel))
           return front;
       } else {
-        if (back - front < 2 && front != g.start.load(std::memory_order_relaxed)) return -1;
         if (g.claim.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel)) return back - 1;
       }
     }

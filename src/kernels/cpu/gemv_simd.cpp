@@ -29,6 +29,39 @@ inline float finish(float acc, float alpha, float beta, const float* y, const fl
   return v;
 }
 
+// Four rows' dot products with x, each in two accumulators. With kPrefetch, the same columns of
+// the next four rows are fetched while these are read: rows of a few KB end before the hardware
+// prefetcher has ramped up on them. (A template parameter, not a branch in the loop: the loop
+// with a test per step measured ~5% slower on a Zen 5.)
+template <bool kPrefetch, class D, class V>
+HWY_INLINE void Dot4Rows(D d, const float* a0, int64_t lda, int64_t K, const float* x, int64_t& k, V& s00, V& s01,
+                         V& s10, V& s11, V& s20, V& s21, V& s30, V& s31) {
+  const int64_t N = int64_t(hn::Lanes(d));
+  const float* a1 = a0 + lda;
+  const float* a2 = a1 + lda;
+  const float* a3 = a2 + lda;
+  const char* next = reinterpret_cast<const char*>(a0 + 4 * lda);
+  const int64_t row_bytes = lda * int64_t(sizeof(float));
+  for (; k + 2 * N <= K; k += 2 * N) {
+    if constexpr (kPrefetch) {
+      const char* p = next + k * int64_t(sizeof(float));
+      for (int64_t row = 0; row < 4; ++row) {
+        __builtin_prefetch(p + row * row_bytes);
+        __builtin_prefetch(p + row * row_bytes + 64);
+      }
+    }
+    const auto x0 = hn::LoadU(d, x + k), x1 = hn::LoadU(d, x + k + N);
+    s00 = hn::MulAdd(hn::LoadU(d, a0 + k), x0, s00);
+    s01 = hn::MulAdd(hn::LoadU(d, a0 + k + N), x1, s01);
+    s10 = hn::MulAdd(hn::LoadU(d, a1 + k), x0, s10);
+    s11 = hn::MulAdd(hn::LoadU(d, a1 + k + N), x1, s11);
+    s20 = hn::MulAdd(hn::LoadU(d, a2 + k), x0, s20);
+    s21 = hn::MulAdd(hn::LoadU(d, a2 + k + N), x1, s21);
+    s30 = hn::MulAdd(hn::LoadU(d, a3 + k), x0, s30);
+    s31 = hn::MulAdd(hn::LoadU(d, a3 + k + N), x1, s31);
+  }
+}
+
 // Rows [r0, r1) of y = alpha * A x + beta * y (+ bias).
 void GemvRowsF32(const float* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y,
                  float alpha, float beta, const float* bias) {
@@ -43,29 +76,8 @@ void GemvRowsF32(const float* A, int64_t lda, int64_t r0, int64_t r1, int64_t K,
     auto s00 = hn::Zero(d), s01 = hn::Zero(d), s10 = hn::Zero(d), s11 = hn::Zero(d);
     auto s20 = hn::Zero(d), s21 = hn::Zero(d), s30 = hn::Zero(d), s31 = hn::Zero(d);
     int64_t k = 0;
-    // The next block of four rows, fetched while this one is read: rows of a few KB end before the
-    // hardware prefetcher has ramped up on them.
-    const char* next = reinterpret_cast<const char*>(a0 + 4 * lda);
-    const int64_t row_bytes = lda * int64_t(sizeof(float));
-    const bool prefetch = r + 8 <= r1;
-    for (; k + 2 * N <= K; k += 2 * N) {
-      if (prefetch) {
-        const char* p = next + k * int64_t(sizeof(float));
-        for (int64_t row = 0; row < 4; ++row) {
-          __builtin_prefetch(p + row * row_bytes);
-          __builtin_prefetch(p + row * row_bytes + 64);
-        }
-      }
-      const auto x0 = hn::LoadU(d, x + k), x1 = hn::LoadU(d, x + k + N);
-      s00 = hn::MulAdd(hn::LoadU(d, a0 + k), x0, s00);
-      s01 = hn::MulAdd(hn::LoadU(d, a0 + k + N), x1, s01);
-      s10 = hn::MulAdd(hn::LoadU(d, a1 + k), x0, s10);
-      s11 = hn::MulAdd(hn::LoadU(d, a1 + k + N), x1, s11);
-      s20 = hn::MulAdd(hn::LoadU(d, a2 + k), x0, s20);
-      s21 = hn::MulAdd(hn::LoadU(d, a2 + k + N), x1, s21);
-      s30 = hn::MulAdd(hn::LoadU(d, a3 + k), x0, s30);
-      s31 = hn::MulAdd(hn::LoadU(d, a3 + k + N), x1, s31);
-    }
+    if (r + 8 <= r1) Dot4Rows<true>(d, a0, lda, K, x, k, s00, s01, s10, s11, s20, s21, s30, s31);
+    else Dot4Rows<false>(d, a0, lda, K, x, k, s00, s01, s10, s11, s20, s21, s30, s31);
     for (; k + N <= K; k += N) {
       const auto x0 = hn::LoadU(d, x + k);
       s00 = hn::MulAdd(hn::LoadU(d, a0 + k), x0, s00);
