@@ -254,8 +254,19 @@ def test_named_parameters_are_hf_names(tmp_path, name):
     assert ("lm_head.weight" in tied) == (name != "llama")
 
 
-def test_dropout_train_vs_eval(tmp_path):
-    cfg, w, forward, folder, ids, mask, _ = prepare(tmp_path, "gpt2", resid_pdrop=0.5, embd_pdrop=0.5, attn_pdrop=0.5)
+# One case per architecture, for the dropout settings.
+ONE_PER_ARCHITECTURE = ["gpt2", "llama", "mistral_window", "qwen2", "gemma", "mixtral", "qwen2_moe", "gpt_neox",
+                        "phi", "opt", "bloom", "falcon_new_arch"]
+NOT_DROPOUT = ("layerdrop", "router_jitter_noise")  # tested on their own below
+
+
+@pytest.mark.parametrize("name", ONE_PER_ARCHITECTURE)
+def test_dropout_train_vs_eval(tmp_path, name):
+    """Every dropout setting of the architecture at 0.5: eval mode is deterministic and equals the
+    reference without dropout; train mode draws a new mask per forward; eval again restores it."""
+    model_type = CASES[name][0]["model_type"]
+    drop = {k: 0.5 for k in DROPOUT_KEYS[model_type] if k not in NOT_DROPOUT}
+    cfg, w, forward, folder, ids, mask, _ = prepare(tmp_path, name, **drop)
     model = foundry.models.from_pretrained(folder)
     keep = mask.bool().detach().numpy()
 
@@ -269,10 +280,55 @@ def test_dropout_train_vs_eval(tmp_path):
     assert np.abs(a - ref).max() <= LOGITS_TOL
     model.train()
     c, d = logits(), logits()
-    assert np.abs(c - d).max() > 0.1, "train mode: two forwards should draw different dropout masks"
-    assert np.abs(c - a).max() > 0.1 and np.abs(d - a).max() > 0.1
+    # Float rounding alone moves logits by ~1e-6; a dropout mask moves them by far more.
+    assert np.abs(c - d).max() > 1e-3, "train mode: two forwards should draw different dropout masks"
+    assert np.abs(c - a).max() > 1e-3 and np.abs(d - a).max() > 1e-3
     model.eval()
     assert np.array_equal(logits(), a)
+
+
+def test_opt_layerdrop_skips_layers_in_training(tmp_path):
+    """OPTDecoder's LayerDrop: with layerdrop = 1 every layer is skipped in train mode, which is the
+    reference with no layers on the same weights; eval mode runs them all."""
+    cfg, w, forward, folder, ids, mask, _ = prepare(tmp_path, "opt", layerdrop=1.0)
+    model = foundry.models.from_pretrained(folder)
+    keep = mask.bool().detach().numpy()
+
+    def logits():
+        return logits_of(model(ft(ids), attention_mask=ft(mask))).detach().numpy()[keep]
+
+    with torch.no_grad():
+        ref_all = forward(cfg, w, ids, mask).detach().numpy()[keep]
+        ref_none = forward(dict(cfg, num_hidden_layers=0), w, ids, mask).detach().numpy()[keep]
+    assert np.abs(logits() - ref_all).max() <= LOGITS_TOL
+    model.train()
+    assert np.abs(logits() - ref_none).max() <= LOGITS_TOL
+    # layerdrop = 0.5: some forwards skip different layers (a fixed seed, so the draws repeat).
+    cfg, w, forward, folder, ids, mask, _ = prepare(tmp_path / "half", "opt", layerdrop=0.5)
+    model = foundry.models.from_pretrained(folder)
+    model.train()
+    foundry.manual_seed(0)
+    outs = [logits() for _ in range(8)]
+    assert any(np.abs(o - outs[0]).max() > 1e-3 for o in outs[1:])
+
+
+def test_moe_training_only_settings_are_refused_by_name(tmp_path):
+    """Mixtral's router jitter noise (training only) is refused when training and ignored by
+    inference; output_router_logits (the router's auxiliary loss) is refused at load."""
+    cfg, w, forward, folder, ids, mask, labels = prepare(tmp_path, "mixtral", router_jitter_noise=0.1)
+    model = foundry.models.from_pretrained(folder)
+    keep = mask.bool().detach().numpy()
+    with torch.no_grad():
+        ref = forward(cfg, w, ids, mask).detach().numpy()[keep]
+    got = logits_of(model(ft(ids), attention_mask=ft(mask))).detach().numpy()[keep]
+    assert np.abs(got - ref).max() <= LOGITS_TOL
+    model.train()
+    with pytest.raises(Exception, match="router_jitter_noise"):
+        model(ft(ids), attention_mask=ft(mask), labels=ft(labels))
+    for name in ("mixtral", "qwen2_moe"):
+        _, _, _, folder, *_ = prepare(tmp_path / (name + "_aux"), name, output_router_logits=True)
+        with pytest.raises(Exception, match="output_router_logits"):
+            foundry.models.from_pretrained(folder)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

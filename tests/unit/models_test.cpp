@@ -190,3 +190,51 @@ TEST(Models, RecurrentStateContinuesOrRestarts) {
   cache.truncate(0);
   EXPECT_FALSE(cache.has_state());
 }
+
+// HF's model(input_ids, attention_mask=..., labels=...) in C++: the loss is the mean over the
+// positions whose next label is not -100 of -log softmax(logits[t])[labels[t + 1]], computed here
+// from the returned logits by hand; the logits equal forward()'s; gradients reach the parameters.
+TEST(Models, LabelsGiveHFsShiftedCrossEntropy) {
+  auto model = models::load_pretrained(tiny_llama_folder());
+  const std::vector<int64_t> ids_v = {3, 14, 15, 9, 2, 6, 0, 0, 7, 1, 8, 2, 8, 1, 8, 2};
+  const std::vector<int64_t> mask_v = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1};
+  std::vector<int64_t> labels_v = ids_v;
+  labels_v[3] = -100;  // row 0: position 2 predicts nothing
+  labels_v[8] = labels_v[9] = labels_v[10] = -100;  // row 1: the pads and the first real token
+  Tensor ids = tensor<int64_t>(ids_v, {2, 8}), mask = tensor<int64_t>(mask_v, {2, 8});
+  Tensor labels = tensor<int64_t>(labels_v, {2, 8});
+
+  models::CausalLMOutput out = (*model)(ids, mask, labels);
+  ASSERT_TRUE(out.loss.defined());
+  EXPECT_EQ(out.loss.dim(), 0);
+  EXPECT_TRUE(allclose(out.logits, model->forward(ids, mask), 1e-6, 1e-6));
+  EXPECT_FALSE((*model)(ids, mask).loss.defined());
+
+  const int64_t V = out.logits.size(2);
+  const std::vector<float> logits = out.logits.contiguous().to_vector<float>();
+  double total = 0;
+  int counted = 0;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t + 1 < 8; ++t) {
+      const int64_t target = labels_v[size_t(b * 8 + t + 1)];
+      if (target == -100) continue;
+      const float* row = logits.data() + (b * 8 + t) * V;
+      double mx = row[0];
+      for (int64_t v = 1; v < V; ++v) mx = std::max(mx, double(row[v]));
+      double z = 0;
+      for (int64_t v = 0; v < V; ++v) z += std::exp(double(row[v]) - mx);
+      total += mx + std::log(z) - double(row[target]);
+      ++counted;
+    }
+  ASSERT_EQ(counted, (7 - 1) + (7 - 2));
+  EXPECT_NEAR(out.loss.item<float>(), total / counted, 1e-5);
+
+  // The loss trains: with grad on, backward fills every parameter's gradient.
+  model->train();
+  for (auto& p : model->parameters()) p.requires_grad_(true);
+  models::CausalLMOutput trained = (*model)(ids, mask, labels);
+  trained.loss.backward();
+  for (const auto& [name, p] : model->named_parameters()) EXPECT_TRUE(p.grad().defined()) << name;
+  // Labels of another shape are refused.
+  EXPECT_ANY_THROW((*model)(ids, mask, tensor<int64_t>({1, 2, 3}, {1, 3})));
+}

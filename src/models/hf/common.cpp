@@ -215,6 +215,10 @@ std::string get_string(const json& j, const std::string& key, const std::string&
   return it->get<std::string>();
 }
 
+void refuse_router_aux_loss(const json& j, const ModelConfig& c) {
+  if (get_bool(j, "output_router_logits", false)) unsupported(c, "output_router_logits (the router's auxiliary loss)");
+}
+
 void unsupported(const ModelConfig& c, const std::string& what) {
   raise<NotImplementedError>("{}: {} is not supported (it would change the computation)", c.architecture, what);
 }

@@ -57,6 +57,9 @@ bool get_bool(const json& j, const std::string& key, bool fallback);
 std::string get_string(const json& j, const std::string& key, const std::string& fallback);
 /// Throws for a config value that would change the math in a way this implementation lacks.
 [[noreturn]] void unsupported(const ModelConfig& c, const std::string& what);
+/// MoE configs: output_router_logits = true adds the router's load-balancing loss to the training
+/// loss (transformers' load_balancing_loss_func), which Foundry does not compute: refused by name.
+void refuse_router_aux_loss(const json& j, const ModelConfig& c);
 
 /// Hands the resident pages of a memory-mapped (copy-on-write, unwritten) weight back to the
 /// kernel; reading it again faults them in from the file. No-op for other tensors.

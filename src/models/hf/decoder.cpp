@@ -71,6 +71,10 @@ class Decoder : public CausalLM {
 
   Tensor run(const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache, int64_t last_positions) override {
     const ModelConfig& c = config_;
+    if (is_training() && !spec_.unsupported_in_training.empty())
+      raise<NotImplementedError>("{}: config.json sets {}, which only training uses and Foundry does not implement; "
+                                 "set it to its default to train (inference is unaffected)",
+                                 c.architecture, spec_.unsupported_in_training);
     const LayerContext ctx = layer_context(c, input_ids, attention_mask, cache, dtype_,
                                            {.rotary_dims = c.head_dim, .window = c.sliding_window});
     Tensor h = embed_tokens->forward(input_ids);

@@ -24,6 +24,9 @@ struct DecoderSpec {
   int64_t expert_intermediate = 0;
   int64_t shared_expert_intermediate = 0;  ///< Qwen2-MoE's always-on expert (0: none)
   std::vector<bool> sparse_layers;         ///< per layer: MoE (true) or dense MLP
+  /// A config setting that changes only training's math and is not implemented (Mixtral's router
+  /// jitter noise): named in the error a forward in train mode raises. Empty: none.
+  std::string unsupported_in_training;
 };
 
 // LlamaAttention: q/k/v/o projections, rotary q and k (when the context has rotary tables), grouped-query

@@ -114,7 +114,7 @@ Architecture jamba_architecture() {
     c.max_positions = get_int(j, "max_position_embeddings", 262144);
     c.norm_eps = get_double(j, "rms_norm_eps", 1e-6);
     c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", false);
-    if (get_bool(j, "output_router_logits", false)) unsupported(c, "output_router_logits (the router's auxiliary loss)");
+    refuse_router_aux_loss(j, c);
     const std::string act = get_string(j, "hidden_act", "silu");
     if (!known_activation(act)) unsupported(c, "hidden_act '" + act + "'");
     parse_mamba_options(j, c, "mamba_");

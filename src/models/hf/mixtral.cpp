@@ -9,6 +9,7 @@ Architecture mixtral_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
     parse_decoder_common(j, c);
     c.sliding_window = get_int(j, "sliding_window", 0);
+    refuse_router_aux_loss(j, c);
   };
   auto build = [](const ModelConfig& c, const WeightSource& ws) {
     json j = json::parse(c.json);
@@ -21,6 +22,8 @@ Architecture mixtral_architecture() {
                      s.experts_per_token, s.num_experts);
     s.expert_intermediate = c.intermediate_size;
     s.sparse_layers.assign(size_t(c.num_layers), true);
+    if (get_double(j, "router_jitter_noise", 0.0) != 0.0)
+      s.unsupported_in_training = "router_jitter_noise (multiplicative noise on the router's input)";
     return build_decoder(c, s, ws);
   };
   return {{"MixtralForCausalLM"}, "mixtral", parse, build};

@@ -1,7 +1,7 @@
 // OPTForCausalLM (HF v4.40): learned positions offset by 2 (padding positions read row 1), biased
 // attention and ReLU MLP, pre-LayerNorm (do_layer_norm_before) or post-LayerNorm blocks, optional
 // project_in/out when word_embed_proj_dim differs from hidden_size, dropout after the embeddings
-// and each residual branch, LM head tied to the embedding.
+// and each residual branch, LayerDrop in training (layerdrop), LM head tied to the embedding.
 #include "foundry/ops/ops.h"
 #include "models/hf/blocks.h"
 
@@ -14,6 +14,7 @@ struct OPTOptions {
   int64_t proj_dim = 0;
   std::string act;
   double dropout = 0, attention_dropout = 0;
+  double layerdrop = 0;  ///< in training, each layer is skipped with this probability
 };
 
 class OPTAttention : public nn::Module {
@@ -103,7 +104,7 @@ class OPT : public CausalLM {
     Tensor h = embed_tokens->forward(input_ids);
     if (project_in) h = project_in->forward(h);
     h = maybe_dropout(*this, h + embed_positions->forward(positions), o_.dropout);
-    h = run_layers(*this, layers, ctx, h, last_positions);
+    h = run_layers(*this, is_training() && o_.layerdrop > 0 ? layers_kept() : layers, ctx, h, last_positions);
     if (final_layer_norm) h = final_layer_norm->forward(h);
     if (project_out) h = project_out->forward(h);
     return head(*lm_head, h);
@@ -116,6 +117,16 @@ class OPT : public CausalLM {
   std::shared_ptr<Norm> final_layer_norm;
 
  private:
+  // OPTDecoder's LayerDrop: one uniform draw per layer (Foundry's generator, as dropout's masks);
+  // the layer is skipped when the draw is below layerdrop. Training has no cache, so the layers'
+  // indices (which address the cache) may shift.
+  std::vector<std::shared_ptr<OPTLayer>> layers_kept() const {
+    std::vector<std::shared_ptr<OPTLayer>> kept;
+    for (const auto& layer : layers)
+      if (rand({}).item<float>() >= o_.layerdrop) kept.push_back(layer);
+    return kept;
+  }
+
   OPTOptions o_;
 };
 
@@ -142,6 +153,7 @@ Architecture opt_architecture() {
     o.act = get_string(j, "activation_function", "relu");
     o.dropout = get_double(j, "dropout", 0.1);
     o.attention_dropout = get_double(j, "attention_dropout", 0.0);
+    o.layerdrop = get_double(j, "layerdrop", 0.0);
     return std::make_unique<OPT>(c, ws, o);
   };
   return {{"OPTForCausalLM"}, "opt", parse, build};

@@ -13,6 +13,7 @@ Architecture qwen2_moe_architecture() {
   auto parse = [](const json& j, ModelConfig& c) {
     parse_decoder_common(j, c);
     if (get_bool(j, "use_sliding_window", false)) unsupported(c, "use_sliding_window = true");
+    refuse_router_aux_loss(j, c);
   };
   auto build = [](const ModelConfig& c, const WeightSource& ws) {
     json j = json::parse(c.json);
