@@ -188,8 +188,13 @@ def gpt2_forward(cfg, w, ids, mask):
     return ln(h, "transformer.ln_f") @ w["transformer.wte.weight"].t()
 
 
-def rope_cos_sin(pos, rot, base):
-    inv = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.int64).float() / rot))
+def rope_cos_sin(pos, rot, base, cfg=None):
+    """cos / sin of rotary positions over the first `rot` dims; with cfg, its rope_scaling applies
+    over those dims (GPT-NeoX's and Phi's scaled rotaries are Llama's over rotary_ndims)."""
+    if cfg is not None and cfg.get("rope_scaling"):
+        inv = llama_inv_freq(dict(cfg, hidden_size=rot * cfg["num_attention_heads"], rope_theta=base), pos)
+    else:
+        inv = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.int64).float() / rot))
     freqs = pos.float()[..., None] * inv
     emb = torch.cat((freqs, freqs), -1)[:, None]
     return emb.cos(), emb.sin()
@@ -231,7 +236,8 @@ def lnorm(w, name, C, eps=1e-5):
 def neox_forward(cfg, w, ids, mask):
     C, H = cfg["hidden_size"], cfg["num_attention_heads"]
     D, B, T = C // H, *ids.shape
-    cos, sin = rope_cos_sin(positions_from_mask(mask), int(D * cfg["rotary_pct"]), cfg.get("rotary_emb_base", 10000))
+    cos, sin = rope_cos_sin(positions_from_mask(mask), int(D * cfg["rotary_pct"]), cfg.get("rotary_emb_base", 10000),
+                            cfg)
     bias = additive_mask(mask)
     L = lambda x, n: F.linear(x, w[n + ".weight"], w[n + ".bias"])
     h = w["gpt_neox.embed_in.weight"][ids]
@@ -254,7 +260,7 @@ def neox_forward(cfg, w, ids, mask):
 def phi_forward(cfg, w, ids, mask):
     C, H = cfg["hidden_size"], cfg["num_attention_heads"]
     D, B, T = C // H, *ids.shape
-    cos, sin = rope_cos_sin(positions_from_mask(mask), int(D * cfg["partial_rotary_factor"]), cfg["rope_theta"])
+    cos, sin = rope_cos_sin(positions_from_mask(mask), int(D * cfg["partial_rotary_factor"]), cfg["rope_theta"], cfg)
     bias = additive_mask(mask)
     L = lambda x, n: F.linear(x, w[n + ".weight"], w[n + ".bias"])
     h = w["model.embed_tokens.weight"][ids]
@@ -336,8 +342,11 @@ def falcon_forward(cfg, w, ids, mask):
     bias = additive_mask(mask)
     if use_alibi:
         bias = bias + alibi(mask, H) / math.sqrt(D)
-    else:
-        cos, sin = rope_cos_sin(positions_from_mask(mask), D, cfg.get("rope_theta", 10000.0))
+    else:  # FalconRotaryEmbedding and its linear / dynamic NTK scaling: Llama's (HF v4.40 copies them)
+        pos = positions_from_mask(mask)
+        freqs = pos.float()[..., None] * llama_inv_freq(dict(cfg, hidden_size=D * H), pos)
+        emb = torch.cat((freqs, freqs), -1)[:, None]
+        cos, sin = emb.cos(), emb.sin()
     h = w["transformer.word_embeddings.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
         p = f"transformer.h.{i}."
@@ -591,7 +600,9 @@ CASES = {
     "gpt2": (GPT2, gpt2_weights, gpt2_forward),
     "gpt_neox": (NEOX, neox_weights, neox_forward),
     "gpt_neox_sequential": (dict(NEOX, use_parallel_residual=False, rotary_pct=1.0), neox_weights, neox_forward),
+    "gpt_neox_rope_linear": (dict(NEOX, rope_scaling={"type": "linear", "factor": 2.0}), neox_weights, neox_forward),
     "phi": (PHI, phi_weights, phi_forward),
+    "phi_rope_linear": (dict(PHI, rope_scaling={"type": "linear", "factor": 3.0}), phi_weights, phi_forward),
     "opt": (OPT, opt_weights, opt_forward),
     "opt_post_norm_projected": (dict(OPT, do_layer_norm_before=False, word_embed_proj_dim=24), opt_weights,
                                 opt_forward),
@@ -600,6 +611,8 @@ CASES = {
                                        bloom_weights, bloom_forward),
     "falcon_multi_query": (FALCON, falcon_weights, falcon_forward),
     "falcon_new_arch": (dict(FALCON, new_decoder_architecture=True, num_kv_heads=2), falcon_weights, falcon_forward),
+    "falcon_rope_linear": (dict(FALCON, rope_scaling={"type": "linear", "factor": 2.0}), falcon_weights,
+                           falcon_forward),
     "falcon_rw_alibi": (dict(FALCON, multi_query=False, parallel_attn=False, bias=True, alibi=True), falcon_weights,
                         falcon_forward),
 }
@@ -1118,3 +1131,26 @@ def test_q4_0_decoding_runs_and_is_coarser_than_q8_0(tmp_path):
     p = run("generate", "--model", folder, "--input-ids", "5,6,7", "--max-new-tokens", "10", "--temperature", "0",
             "--ignore-eos", "--print-ids", "--quantize", "q4_0")
     assert json.loads(p.stdout.strip().splitlines()[-1]) == g
+
+
+@pytest.mark.parametrize("name", ["falcon_new_arch", "gpt_neox", "phi"])
+def test_dynamic_rope_scaling_beyond_the_trained_length(tmp_path, name):
+    """Dynamic NTK scaling on the architectures besides Llama's family (which the CASES cover with
+    greedy decoding too): a 9-token forward past max_position_embeddings = 4 grows the base."""
+    cfg, make_weights, forward = CASES[name]
+    cfg = dict(cfg, max_position_embeddings=4, rope_scaling={"type": "dynamic", "factor": 2.0})
+    g = torch.Generator().manual_seed(5)
+    w = make_weights(cfg, g)
+    folder = str(tmp_path / name)
+    write_folder(folder, cfg, w)
+    ids = torch.randint(3, cfg["vocab_size"] - 1, (2, 9), generator=g)
+    mask = torch.ones(2, 9, dtype=torch.long)
+    with torch.no_grad():
+        ref = forward(cfg, w, ids, mask)
+        plain = forward(dict(cfg, rope_scaling=None), w, ids, mask)
+    assert np.abs(ref.numpy() - plain.numpy()).max() > 1e-3  # the scaling changes the numbers
+    inputs = tmp_path / "inputs.json"
+    inputs.write_text(json.dumps({"input_ids": ids.tolist(), "attention_mask": mask.tolist()}))
+    out = str(tmp_path / "logits.npy")
+    run("forward", "--model", folder, "--inputs", str(inputs), "--out", out)
+    assert np.abs(np.load(out) - ref.numpy()).max() <= 1e-4

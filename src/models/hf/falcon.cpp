@@ -154,7 +154,7 @@ Architecture falcon_architecture() {
     c.rope_theta = get_double(j, "rope_theta", 10000.0);
     c.tie_word_embeddings = true;
     if (get_string(j, "activation", "gelu") != "gelu") unsupported(c, "activation '" + get_string(j, "activation", "") + "'");
-    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) unsupported(c, "rope_scaling");
+    if (!get_bool(j, "alibi", false)) parse_rope_scaling(j, c, false);  // linear | dynamic; ALiBi has no rotary
   };
   auto build = [](const ModelConfig& c, const WeightSource& ws) -> std::unique_ptr<CausalLM> {
     return std::make_unique<Falcon>(c, ws, falcon_options(json::parse(c.json)));
