@@ -71,6 +71,22 @@ FRESH = {
              'num_hidden_layers = 1\nnum_attention_heads = 2\ntie_word_embeddings = true',
     "gpt_neox": 'architecture = "gpt_neox"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 64\n'
                 'num_hidden_layers = 2\nnum_attention_heads = 4\nrotary_pct = 0.5',
+    "gpt2": 'architecture = "gpt2"\nblock_size = 16\nn_embd = 32\nn_layer = 2\nn_head = 4',
+    "gemma": 'architecture = "gemma"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 64\n'
+             'num_hidden_layers = 2\nnum_attention_heads = 4\nnum_key_value_heads = 1\nhead_dim = 8',
+    "mixtral": 'architecture = "mixtral"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 48\n'
+               'num_hidden_layers = 2\nnum_attention_heads = 4\nnum_key_value_heads = 2\nnum_local_experts = 4\n'
+               'num_experts_per_tok = 2',
+    "qwen2_moe": 'architecture = "qwen2_moe"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 48\n'
+                 'num_hidden_layers = 2\nnum_attention_heads = 4\nnum_experts = 4\nnum_experts_per_tok = 2\n'
+                 'moe_intermediate_size = 24\nshared_expert_intermediate_size = 32',
+    "phi": 'architecture = "phi"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 64\n'
+           'num_hidden_layers = 2\nnum_attention_heads = 4\npartial_rotary_factor = 0.5',
+    "falcon": 'architecture = "falcon"\nblock_size = 16\nhidden_size = 32\nnum_hidden_layers = 2\n'
+              'num_attention_heads = 4\nnew_decoder_architecture = true\nnum_kv_heads = 2',
+    "bloom": 'architecture = "bloom"\nblock_size = 16\nhidden_size = 32\nn_layer = 2\nn_head = 4',
+    "opt": 'architecture = "opt"\nblock_size = 16\nhidden_size = 32\nffn_dim = 64\nnum_hidden_layers = 2\n'
+           'num_attention_heads = 4\nmax_position_embeddings = 64\ndropout = 0.0',
     "rwkv": 'architecture = "rwkv"\nblock_size = 16\nhidden_size = 32\nnum_hidden_layers = 2\nintermediate_size = 64',
     "mamba": 'architecture = "mamba"\nblock_size = 16\nhidden_size = 32\nnum_hidden_layers = 2\nstate_size = 8',
     "jamba": 'architecture = "jamba"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 48\n'
