@@ -1,4 +1,4 @@
-"""`foundry train` for any architecture: a fresh Llama / Mistral / Qwen2 / GPT-NeoX from HF config
+"""`foundry train` for any architecture: a fresh model of each of the twelve decoder architectures from HF config
 keys in the TOML [model] table, continued training of a pretrained folder (init_from), the --export
 folder (config.json, model.safetensors with transformers' names, tokenizer files) loading back in
 Foundry with the trained weights, and clear refusals (GGUF or quantized init_from, GPT-2-only keys
@@ -235,3 +235,23 @@ def test_enumerated_options_from_the_command_line_are_checked(tmp_path, flag, va
     p = tp.run("train", "--config", write_run(tmp_path, FRESH["llama"], steps=2), flag, value, check=False)
     assert p.returncode != 0 and allowed in p.stderr and value in p.stderr
     assert not os.path.exists(tmp_path / "run" / "metrics.jsonl")
+
+
+PHI2_TOKENIZER = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "tokenizers", "phi-2",
+                              "tokenizer.json")
+
+
+@pytest.mark.skipif(not os.path.exists(PHI2_TOKENIZER), reason="../shared/data (Phi-2's tokenizer.json) is absent")
+def test_export_carries_the_tokenizer_the_data_used(tmp_path):
+    """[data] tokenizer = a tokenizer.json: the exported folder holds that file, and generates from text."""
+    out = tmp_path / "export"
+    model_toml = ('architecture = "llama"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 64\n'
+                  'num_hidden_layers = 1\nnum_attention_heads = 4')
+    tp.run("train", "--config", write_run(tmp_path, model_toml, steps=5, tokenizer=PHI2_TOKENIZER, sample_tokens=0),
+           "--export", str(out))
+    assert (out / "tokenizer.json").read_bytes() == open(PHI2_TOKENIZER, "rb").read()
+    assert json.load(open(out / "config.json"))["vocab_size"] >= 50257
+    g = tp.run("generate", "--model", str(out), "--prompt", "To be, or not", "--max-new-tokens", "3",
+               "--temperature", "0", "--ignore-eos")
+    # The prompt went through the exported BPE ("To", " be", ",", " or", " not"), not bytes (13).
+    assert "prefill: 5 tokens" in g.stderr and g.stdout.strip()
