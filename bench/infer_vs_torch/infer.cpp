@@ -52,6 +52,9 @@ static int run(int argc, char** argv) {
     std::printf("{\"read_gb_s\": %.2f}\n", double(big.nbytes()) / best / 1e9);
     return 0;
   }
+  // Inference, as the PyTorch side's torch.no_grad(): a loaded float32 model's parameters require
+  // grad (it can be fine-tuned), so without this every forward would keep its autograd graph.
+  autograd::NoGradGuard no_grad;
   auto t0 = clock::now();
   if (models::is_encoder_folder(dir)) {  // BERT / RoBERTa: `batch` sequences of `seq` tokens per forward
     auto encoder = models::load_encoder(dir);
@@ -80,7 +83,6 @@ static int run(int argc, char** argv) {
   manual_seed(0);
   std::vector<int64_t> ids = randint(0, V, {std::max(prefill, prompt)}).to_vector<int64_t>();
   std::vector<double> times;
-  autograd::NoGradGuard no_grad;  // inference, as the PyTorch side's torch.no_grad()
   // One untimed warm-up (it quantizes the weights on first use and fills the allocator's cache),
   // then the median of 5: the steady state, not the first forwards after load.
   for (int rep = 0; rep < 6; ++rep) {
