@@ -1,14 +1,16 @@
 // Matrix-vector products of q8_0 and q4_0 weights (ggml's layouts, used in place) with a q8_0
 // activation row on CPUs with AVX-512 VNNI (vpdpbusd: 64 u8 x s8 products summed into 16 int32
-// lanes per instruction), two 32-value blocks per 512-bit step. Chosen at run time
-// (vnni_available(), from CPUID); the Highway kernels in q8_simd.cpp serve every other CPU.
+// lanes per instruction). Chosen at run time (vnni_available(), from CPUID); the Highway kernels in
+// q8_simd.cpp serve every other CPU.
 //
-// The activation row is prepared once per product: its int8 levels contiguous (64 bytes per two
-// blocks), each block's float scale spread over the 8 int32 lanes its products land in, and for
-// q4_0 the lanes' 8 * sum(y) (q4_0 stores level + 8 as an unsigned nibble, so
-// sum((u - 8) y) = sum(u y) - 8 sum(y)). q8_0 weights are signed: |w| x (y with w's sign).
+// The activation row is prepared once per product in the order each format's step reads weights
+// (q8_0: two blocks per 512-bit vector; q4_0: four blocks' nibbles per vector), and rows go four
+// at a time so each step's activation vectors and scales are loaded once for four rows. On a Zen 5
+// EPYC at 1 thread (768 columns, 53 MB of weights): q8_0 29.9 -> 40-44 GB/s, q4_0 12.7 -> 31 GB/s
+// against one row at a time with two blocks per step.
 #include "quant/vnni_gemv.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -38,131 +40,200 @@ bool vnni_available() {
 namespace {
 
 constexpr int64_t kQ8Bytes = 34, kQ4Bytes = 18;
-// Software prefetch distance: the weights stream once, so fetch this far ahead of the loads.
-constexpr int64_t kPrefetchBytes = 1024;
 
+// The activation row laid out for one format's steps (see each format's prepare): its levels in
+// the order the weight vectors' bytes come in, each lane's float scale, and for q4_0 each lane's
+// 8 * (sum of the levels its products cover).
 struct PreparedActivation {
-  std::vector<int8_t> levels;    // k, contiguous
-  std::vector<float> scales;     // k / 64 x 16: block 2c's scale in lanes 0-7, block 2c + 1's in 8-15
-  std::vector<int32_t> eight_y;  // k / 64 x 16: 8 * (sum of the 4 levels each lane's products cover)
+  std::vector<int8_t> levels;
+  std::vector<float> scales;     // 16 per step
+  std::vector<int32_t> eight_y;  // 16 per step (q4_0)
 };
 
-FOUNDRY_VNNI_TARGET PreparedActivation prepare(const uint8_t* xq, int64_t k, bool with_sums) {
-  PreparedActivation a;
-  const int64_t blocks = k / 32;
-  a.levels.resize(size_t(k));
-  a.scales.resize(size_t(blocks / 2 * 16));
-  if (with_sums) a.eight_y.resize(size_t(blocks / 2 * 16));
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = xq + b * kQ8Bytes;
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
-    std::memcpy(a.levels.data() + b * 32, blk + 2, 32);
-    if (b / 2 * 2 + 1 >= blocks) continue;  // an odd last block is handled separately
-    const float s = _cvtsh_ss(h);
-    for (int l = 0; l < 8; ++l) {
-      a.scales[size_t(b / 2 * 16 + (b % 2) * 8 + l)] = s;
-      if (with_sums) {
-        const auto* q = reinterpret_cast<const int8_t*>(blk + 2 + 4 * l);
-        a.eight_y[size_t(b / 2 * 16 + (b % 2) * 8 + l)] = 8 * (q[0] + q[1] + q[2] + q[3]);
-      }
+FOUNDRY_VNNI_TARGET inline float activation_scale(const uint8_t* xq, int64_t block) {
+  uint16_t h;
+  std::memcpy(&h, xq + block * kQ8Bytes, 2);
+  return _cvtsh_ss(h);
+}
+
+FOUNDRY_VNNI_TARGET inline int32_t sum_lanes(__m256i v) {
+  const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i q = _mm_add_epi32(h, _mm_srli_si128(h, 8));
+  return _mm_cvtsi128_si32(_mm_add_epi32(q, _mm_srli_si128(q, 4)));
+}
+
+// q8_0 weights, two blocks (64 levels, one vector) per step: lanes 0-7 hold block a's products,
+// 8-15 block b's. The weights are signed: |w| x (y with w's sign).
+struct Q8_0Step {
+  static constexpr int64_t kBytes = kQ8Bytes, kBlocks = 2;
+  using Y = __m512i;
+
+  FOUNDRY_VNNI_TARGET static PreparedActivation prepare(const uint8_t* xq, int64_t k) {
+    const int64_t steps = k / 32 / kBlocks;
+    PreparedActivation a;
+    a.levels.resize(size_t(steps * 64));
+    a.scales.resize(size_t(steps * 16));
+    for (int64_t b = 0; b < steps * kBlocks; ++b) {
+      std::memcpy(a.levels.data() + b * 32, xq + b * kQ8Bytes + 2, 32);
+      for (int l = 0; l < 8; ++l) a.scales[size_t(b * 8 + l)] = activation_scale(xq, b);
     }
+    return a;
   }
-  return a;
-}
-
-FOUNDRY_VNNI_TARGET inline __m512 pair_scales(const uint8_t* w, int64_t block_bytes) {
-  uint16_t ha, hb;
-  std::memcpy(&ha, w, 2);
-  std::memcpy(&hb, w + block_bytes, 2);
-  return _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(ha)), _mm256_set1_ps(_cvtsh_ss(hb)), 1);
-}
-
-FOUNDRY_VNNI_TARGET float dot_q8_0_row(const uint8_t* w, const PreparedActivation& a, const uint8_t* xq, int64_t k) {
-  const int64_t pairs = k / 64;
-  __m512 acc = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps();  // two chains: FMA latency
-  for (int64_t c = 0; c < pairs; ++c, w += 2 * kQ8Bytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + 64, _MM_HINT_T0);
+  FOUNDRY_VNNI_TARGET static Y load(const PreparedActivation& a, int64_t c) {
+    return _mm512_loadu_si512(a.levels.data() + c * 64);
+  }
+  FOUNDRY_VNNI_TARGET static __m512i dot(const uint8_t* w, Y y, const PreparedActivation&, int64_t) {
     const __m512i wv = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2))),
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kQ8Bytes + 2)), 1);
-    const __m512i yv = _mm512_loadu_si512(a.levels.data() + c * 64);
-    const __m512i signed_y = _mm512_mask_sub_epi8(yv, _mm512_movepi8_mask(wv), _mm512_setzero_si512(), yv);
-    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(wv), signed_y);
-    const __m512 s = _mm512_mul_ps(pair_scales(w, kQ8Bytes), _mm512_loadu_ps(a.scales.data() + c * 16));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc);
-    std::swap(acc, acc2);
+    const __m512i signed_y = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(wv), _mm512_setzero_si512(), y);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(wv), signed_y);
   }
-  float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc, acc2));
-  if ((k / 32) % 2) {  // the odd last block, in scalar
-    const uint8_t* yb = xq + (k / 32 - 1) * kQ8Bytes;
-    uint16_t hw, hy;
-    std::memcpy(&hw, w, 2);
-    std::memcpy(&hy, yb, 2);
-    int32_t s = 0;
-    for (int j = 0; j < 32; ++j) s += int32_t(int8_t(w[2 + j])) * int32_t(int8_t(yb[2 + j]));
-    sum += float(s) * _cvtsh_ss(hw) * _cvtsh_ss(hy);
+  FOUNDRY_VNNI_TARGET static __m512 weight_scales(const uint8_t* w) {
+    uint16_t ha, hb;
+    std::memcpy(&ha, w, 2);
+    std::memcpy(&hb, w + kQ8Bytes, 2);
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(ha))),
+                                                   _mm_set1_epi16(short(hb)), 1));
   }
-  return sum;
-}
+  // One block left over. In 256-bit SIMD rather than a scalar loop: GCC 12 -O2 vectorizes the
+  // int8 x int8 loop here into a wrong sum (seen as a wrong product for k = 224).
+  FOUNDRY_VNNI_TARGET static int32_t tail(const uint8_t* w, const int8_t* y) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+    const __m256i yv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y));
+    const __m256i signed_y = _mm256_mask_sub_epi8(yv, _mm256_movepi8_mask(wv), _mm256_setzero_si256(), yv);
+    return sum_lanes(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), signed_y));
+  }
+};
 
-FOUNDRY_VNNI_TARGET float dot_q4_0_row(const uint8_t* w, const PreparedActivation& a, const uint8_t* xq, int64_t k) {
-  const int64_t pairs = k / 64;
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  __m512 acc = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps();
-  for (int64_t c = 0; c < pairs; ++c, w += 2 * kQ4Bytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
-    // [a(16 bytes) b(16 bytes)] -> low nibbles [a_lo b_lo], high [a_hi b_hi] -> [a_lo a_hi b_lo b_hi].
-    const __m256i ab = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQ4Bytes + 2)), 1);
-    const __m256i lo = _mm256_and_si256(ab, low_mask);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(ab, 4), low_mask);
-    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // [a_lo b_lo a_hi b_hi]
-    const __m512i u = _mm512_shuffle_i64x2(both, both, _MM_SHUFFLE(3, 1, 2, 0));
-    const __m512i yv = _mm512_loadu_si512(a.levels.data() + c * 64);
-    const __m512i dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yv),
-                                         _mm512_loadu_si512(a.eight_y.data() + c * 16));
-    const __m512 s = _mm512_mul_ps(pair_scales(w, kQ4Bytes), _mm512_loadu_ps(a.scales.data() + c * 16));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc);
-    std::swap(acc, acc2);
-  }
-  float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc, acc2));
-  if ((k / 32) % 2) {
-    const uint8_t* yb = xq + (k / 32 - 1) * kQ8Bytes;
-    uint16_t hw, hy;
-    std::memcpy(&hw, w, 2);
-    std::memcpy(&hy, yb, 2);
-    int32_t s = 0;
-    for (int j = 0; j < 16; ++j) {
-      s += (int32_t(w[2 + j] & 0x0F) - 8) * int32_t(int8_t(yb[2 + j]));
-      s += (int32_t(w[2 + j] >> 4) - 8) * int32_t(int8_t(yb[2 + 16 + j]));
+// q4_0 weights, four blocks (128 levels) per step. Each block stores level + 8 as 16 bytes of
+// nibbles, levels 0-15 low and 16-31 high: the four blocks' bytes make one vector, its low nibbles
+// dot the levels [a0-15 b0-15 c0-15 d0-15] and its high nibbles [a16-31 b16-31 ...] into the same
+// lanes (4 per block), and sum((u - 8) y) = sum(u y) - 8 sum(y).
+struct Q4_0Step {
+  static constexpr int64_t kBytes = kQ4Bytes, kBlocks = 4;
+  struct Y {
+    __m512i low, high;
+  };
+
+  FOUNDRY_VNNI_TARGET static PreparedActivation prepare(const uint8_t* xq, int64_t k) {
+    const int64_t steps = k / 32 / kBlocks;
+    PreparedActivation a;
+    a.levels.resize(size_t(steps * 128));
+    a.scales.resize(size_t(steps * 16));
+    a.eight_y.resize(size_t(steps * 16));
+    for (int64_t b = 0; b < steps * kBlocks; ++b) {
+      const auto* y = reinterpret_cast<const int8_t*>(xq + b * kQ8Bytes + 2);
+      int8_t* out = a.levels.data() + b / kBlocks * 128 + b % kBlocks * 16;
+      std::memcpy(out, y, 16);
+      std::memcpy(out + 64, y + 16, 16);
+      for (int l = 0; l < 4; ++l) {
+        int32_t sum = 0;
+        for (int t = 4 * l; t < 4 * l + 4; ++t) sum += y[t] + y[16 + t];
+        a.scales[size_t(b * 4 + l)] = activation_scale(xq, b);
+        a.eight_y[size_t(b * 4 + l)] = 8 * sum;
+      }
     }
-    sum += float(s) * _cvtsh_ss(hw) * _cvtsh_ss(hy);
+    return a;
   }
-  return sum;
+  FOUNDRY_VNNI_TARGET static Y load(const PreparedActivation& a, int64_t c) {
+    return {_mm512_loadu_si512(a.levels.data() + c * 128), _mm512_loadu_si512(a.levels.data() + c * 128 + 64)};
+  }
+  FOUNDRY_VNNI_TARGET static __m512i dot(const uint8_t* w, const Y& y, const PreparedActivation& a, int64_t c) {
+    __m512i q = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2)));
+    q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kQ4Bytes + 2)), 1);
+    q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2 * kQ4Bytes + 2)), 2);
+    q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 3 * kQ4Bytes + 2)), 3);
+    const __m512i low_mask = _mm512_set1_epi8(0x0F);
+    const __m512i lo = _mm512_and_si512(q, low_mask);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low_mask);
+    const __m512i uy = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, y.low), hi, y.high);
+    return _mm512_sub_epi32(uy, _mm512_loadu_si512(a.eight_y.data() + c * 16));
+  }
+  FOUNDRY_VNNI_TARGET static __m512 weight_scales(const uint8_t* w) {
+    uint16_t h[4];
+    for (int j = 0; j < 4; ++j) std::memcpy(&h[j], w + j * kQ4Bytes, 2);
+    const __m128 four = _mm_cvtph_ps(_mm_setr_epi16(short(h[0]), short(h[1]), short(h[2]), short(h[3]), 0, 0, 0, 0));
+    const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(four));
+  }
+  FOUNDRY_VNNI_TARGET static int32_t tail(const uint8_t* w, const int8_t* y) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    const __m128i low_mask = _mm_set1_epi8(0x0F);
+    const __m256i u = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(packed, low_mask)),
+                                              _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask), 1);
+    const __m256i yv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y));
+    const __m256i uy = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, yv);
+    const __m256i eight_y = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), yv);
+    return sum_lanes(_mm256_sub_epi32(uy, eight_y));
+  }
+};
+
+// Rows [r, r + R) of the product: the activation's levels and scales are loaded once per step for
+// all R rows. The prefetches fetch the same columns `ahead` bytes on (a whole number of rows past
+// this group), so each of the R streams is fetched ahead instead of prefetching into the group's
+// own next row (rows of a few hundred bytes end before a 1 KB lead matters).
+template <class Step, int R>
+FOUNDRY_VNNI_TARGET void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t ahead, const PreparedActivation& a,
+                                  const uint8_t* xq, int64_t k, float* y) {
+  const int64_t blocks = k / 32, steps = blocks / Step::kBlocks;
+  constexpr int64_t kStepBytes = Step::kBlocks * Step::kBytes;
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < steps; ++c) {
+    const typename Step::Y yv = Step::load(a, c);
+    const __m512 ys = _mm512_loadu_ps(a.scales.data() + c * 16);
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* p = w + i * row_bytes + c * kStepBytes;
+      for (int64_t o = 0; o < kStepBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + o, _MM_HINT_T0);
+      const __m512i dot = Step::dot(p, yv, a, c);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(Step::weight_scales(p), ys), acc[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    float sum = _mm512_reduce_add_ps(acc[i]);
+    for (int64_t b = steps * Step::kBlocks; b < blocks; ++b) {  // blocks left over
+      const uint8_t* wb = w + i * row_bytes + b * Step::kBytes;
+      uint16_t hw;
+      std::memcpy(&hw, wb, 2);
+      sum += float(Step::tail(wb, reinterpret_cast<const int8_t*>(xq + b * kQ8Bytes + 2))) * _cvtsh_ss(hw) *
+             activation_scale(xq, b);
+    }
+    y[i] = sum;
+  }
 }
 
-template <class Dot>
-void gemv_vnni(const uint8_t* w, int64_t rows, int64_t k, int64_t block_bytes, const uint8_t* xq, float* y,
-               bool with_sums, Dot dot) {
-  const PreparedActivation a = prepare(xq, k, with_sums);
-  const int64_t row_bytes = k / 32 * block_bytes;
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1));
-  parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) y[r] = dot(w + r * row_bytes, a, xq, k);
+// Rows go in groups of 4; the prefetch lead is about 12 KB (measured on a Zen 5 EPYC, 1 thread,
+// q8_0 768-column rows: 32 GB/s with a 1 KB lead inside one row at a time, 26.6 / 36-44 / 40-42
+// GB/s with 4 / 12 / 32 rows of lead in groups of 4), rounded up to whole rows, at least 4 rows.
+template <class Step>
+void gemv_vnni(const uint8_t* w, int64_t rows, int64_t k, const uint8_t* xq, float* y) {
+  constexpr int64_t kGroup = 4;
+  const PreparedActivation a = Step::prepare(xq, k);
+  const int64_t row_bytes = k / 32 * Step::kBytes;
+  const int64_t ahead = std::max<int64_t>(kGroup, (12288 + row_bytes - 1) / std::max<int64_t>(row_bytes, 1)) * row_bytes;
+  const int64_t groups = (rows + kGroup - 1) / kGroup;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(kGroup * row_bytes, 1));
+  parallel_for(0, groups, grain, [&](int64_t b, int64_t e) {
+    for (int64_t g = b; g < e; ++g) {
+      const int64_t r = g * kGroup;
+      if (r + kGroup <= rows) {
+        dot_rows<Step, kGroup>(w + r * row_bytes, row_bytes, ahead, a, xq, k, y + r);
+      } else {
+        for (int64_t i = r; i < rows; ++i) dot_rows<Step, 1>(w + i * row_bytes, row_bytes, ahead, a, xq, k, y + i);
+      }
+    }
   });
 }
 
 }  // namespace
 
 void gemv_q8_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  gemv_vnni(static_cast<const uint8_t*>(w), rows, k, kQ8Bytes, static_cast<const uint8_t*>(xq), y, false, dot_q8_0_row);
+  gemv_vnni<Q8_0Step>(static_cast<const uint8_t*>(w), rows, k, static_cast<const uint8_t*>(xq), y);
 }
 
 void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  gemv_vnni(static_cast<const uint8_t*>(w), rows, k, kQ4Bytes, static_cast<const uint8_t*>(xq), y, true, dot_q4_0_row);
+  gemv_vnni<Q4_0Step>(static_cast<const uint8_t*>(w), rows, k, static_cast<const uint8_t*>(xq), y);
 }
 
 #else

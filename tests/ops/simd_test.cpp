@@ -234,7 +234,9 @@ TEST(QuantKernels, VnniGemvMatchesScalarReference) {
   if (!foundry::quant::vnni_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(13);
   std::normal_distribution<float> nd(0.f, 1.f);
-  for (int64_t k : {int64_t(32 * 24), int64_t(32 * 7)}) {
+  // Block counts that leave 0-3 blocks after q4_0's 4-block steps and q8_0's pairs; 23 rows: groups
+  // of 4 and 3 rows left over.
+  for (int64_t k : {int64_t(32 * 24), int64_t(32 * 7), int64_t(32 * 6), int64_t(32 * 3), int64_t(32)}) {
     const int64_t rows = 23;
     std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
     for (float& v : w) v = nd(rng);
@@ -253,7 +255,7 @@ TEST(QuantKernels, VnniGemvMatchesScalarReference) {
       for (int64_t r = 0; r < rows; ++r) {
         float scale = 0.f;
         for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
-        ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * row_bytes, xq.data(), k), 1e-5f * scale) << name << " k " << k;
+        ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * row_bytes, xq.data(), k), 1e-5f * scale) << name << " k " << k << " row " << r;
       }
     }
   }
