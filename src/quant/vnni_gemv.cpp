@@ -204,8 +204,9 @@ FOUNDRY_VNNI_TARGET void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t a
 }
 
 // Rows go in groups of 4; the prefetch lead is about 12 KB (measured on a Zen 5 EPYC, 1 thread,
-// q8_0 768-column rows: 32 GB/s with a 1 KB lead inside one row at a time, 26.6 / 36-44 / 40-42
-// GB/s with 4 / 12 / 32 rows of lead in groups of 4), rounded up to whole rows, at least 4 rows.
+// q8_0 768-column rows: 29-32 GB/s with a 1 KB lead inside one row at a time; in groups of 4,
+// leads of 4 / 8 / 12 / 16-32 rows: 26.6 / 36.4 / 43.6 / 40-42.5 GB/s, single runs), rounded up to
+// whole rows, at least 4 rows.
 template <class Step>
 void gemv_vnni(const uint8_t* w, int64_t rows, int64_t k, const uint8_t* xq, float* y) {
   constexpr int64_t kGroup = 4;

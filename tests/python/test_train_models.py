@@ -265,6 +265,13 @@ ONE_PER_ARCHITECTURE = ["gpt2", "llama", "mistral_window", "qwen2", "gemma", "mi
 NOT_DROPOUT = ("layerdrop", "router_jitter_noise")  # tested on their own below
 
 
+def unpadded_logits(model, ids, mask):
+    """A function running the model's forward on (ids, mask) and returning the logits at the
+    unpadded positions, and the mask of those positions (to index references the same way)."""
+    keep = mask.bool().detach().numpy()
+    return (lambda: logits_of(model(ft(ids), attention_mask=ft(mask))).detach().numpy()[keep]), keep
+
+
 @pytest.mark.parametrize("name", ONE_PER_ARCHITECTURE)
 def test_dropout_train_vs_eval(tmp_path, name):
     """Every dropout setting of the architecture at 0.5: eval mode is deterministic and equals the
@@ -273,10 +280,7 @@ def test_dropout_train_vs_eval(tmp_path, name):
     drop = {k: 0.5 for k in DROPOUT_KEYS[model_type] if k not in NOT_DROPOUT}
     cfg, w, forward, folder, ids, mask, _ = prepare(tmp_path, name, **drop)
     model = foundry.models.from_pretrained(folder)
-    keep = mask.bool().detach().numpy()
-
-    def logits():
-        return logits_of(model(ft(ids), attention_mask=ft(mask))).detach().numpy()[keep]
+    logits, keep = unpadded_logits(model, ids, mask)
 
     with torch.no_grad():
         ref = forward(cfg, w, ids, mask).detach().numpy()[keep]
@@ -297,10 +301,7 @@ def test_opt_layerdrop_skips_layers_in_training(tmp_path):
     reference with no layers on the same weights; eval mode runs them all."""
     cfg, w, forward, folder, ids, mask, _ = prepare(tmp_path, "opt", layerdrop=1.0)
     model = foundry.models.from_pretrained(folder)
-    keep = mask.bool().detach().numpy()
-
-    def logits():
-        return logits_of(model(ft(ids), attention_mask=ft(mask))).detach().numpy()[keep]
+    logits, keep = unpadded_logits(model, ids, mask)
 
     with torch.no_grad():
         ref_all = forward(cfg, w, ids, mask).detach().numpy()[keep]
@@ -311,6 +312,7 @@ def test_opt_layerdrop_skips_layers_in_training(tmp_path):
     # layerdrop = 0.5: some forwards skip different layers (a fixed seed, so the draws repeat).
     cfg, w, forward, folder, ids, mask, _ = prepare(tmp_path / "half", "opt", layerdrop=0.5)
     model = foundry.models.from_pretrained(folder)
+    logits, _ = unpadded_logits(model, ids, mask)
     model.train()
     foundry.manual_seed(0)
     outs = [logits() for _ in range(8)]
