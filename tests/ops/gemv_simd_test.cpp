@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "foundry/core/parallel.h"
 #include "kernels/cpu/gemm.h"
 
 using namespace foundry;
@@ -54,6 +55,23 @@ TEST_P(GemvEachTarget, MatchesScalarTwins) {
       }
     }
   }
+  // Products large enough to be cut into chunks across threads (chunk edges off the four-row
+  // step, the prefetch running into the next chunk and stopping at the matrix's last rows).
+  const int threads = get_num_threads();
+  for (int t : {2, 3}) {
+    set_num_threads(t);
+    for (int64_t R : {1001, 4099}) {
+      const int64_t K = 300, lda = K + 3;
+      auto A = values(size_t(R * lda), uint32_t(R));
+      auto x = values(size_t(K), 17);
+      auto bias = values(size_t(R), 19);
+      std::vector<float> y1(size_t(R), 0.5f), y2 = y1;
+      kernels::gemv_rows_f32(A.data(), lda, R, K, x.data(), y1.data(), 0.5f, 2.f, bias.data());
+      kernels::gemv_rows_f32_ref(A.data(), lda, R, K, x.data(), y2.data(), 0.5f, 2.f, bias.data());
+      for (size_t i = 0; i < y1.size(); ++i) ASSERT_NEAR(y1[i], y2[i], 2e-6 * double(K) + 1e-6) << "threads " << t << " R=" << R;
+    }
+  }
+  set_num_threads(threads);
   // NaN and infinity propagate (no skipped zero terms).
   std::vector<float> A = {0.f, 1.f, 2.f, 3.f}, x = {INFINITY, 1.f}, y(2);
   kernels::gemv_rows_f32(A.data(), 2, 2, 2, x.data(), y.data(), 1.f, 0.f, nullptr);
