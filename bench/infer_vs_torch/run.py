@@ -3,7 +3,8 @@
 SwiGLU 2048, vocab 32000), and the recurrent models in the shapes of RWKV-4 169M and Mamba 130M, with random weights, written once as HF folders under /tmp, run by
 Foundry (`bench_infer`, memory-mapped safetensors) and by an eager PyTorch 1.13 implementation with
 the same threads (1 and 2): weight load time, prefill of 128 tokens, greedy decode of 128 tokens
-after a 32-token prompt, peak RSS. Each run is its own process. The "q8_0" rows run Foundry's
+after a 32-token prompt, peak RSS. Each run is its own process; each row is the median of
+BENCH_REPEATS (default 3) runs of each side, alternating. The "q8_0" rows run Foundry's
 products on q8_0 weights (decode: q8_0 x q8_0 kernels; prefill: float GEMM on the dequantized
 weights) against PyTorch float32; bench/quant_decode compares every format. RWKV and Mamba run against
 the transcriptions of transformers' slow (CPU) paths the parity tests use (torch_recurrent.py);
@@ -146,10 +147,25 @@ def write_folder(path, cfg):
         json.dump(cfg, f)
 
 
+# Each row is the median of this many runs of each side, the two sides alternating: the machines
+# these run on are shared, and one run of a memory-bound decode moves by +-20% with the neighbours'
+# load (which a same-moment alternation meets on both sides alike).
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
+
+
 def run(cmd, threads):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def median_runs(cmds, threads):
+    """Runs each command REPEATS times, alternating; returns per command the median of every figure."""
+    results = [[] for _ in cmds]
+    for _ in range(REPEATS):
+        for i, cmd in enumerate(cmds):
+            results[i].append(run(cmd, threads))
+    return [{key: float(np.median([r[key] for r in rs])) for key in rs[0]} for rs in results]
 
 
 def main():
@@ -158,24 +174,27 @@ def main():
         folder = f"/tmp/foundry_bench_{cfg['model_type']}"
         write_folder(folder, cfg)
         for threads in (1, 2):
-            t = run(["/usr/bin/python3", os.path.join(HERE, "torch_infer.py"), folder, str(threads)], threads)
-            f = run([binary, "--model", folder, "--threads", str(threads)], threads)
+            t, f, q = median_runs([["/usr/bin/python3", os.path.join(HERE, "torch_infer.py"), folder, str(threads)],
+                                   [binary, "--model", folder, "--threads", str(threads)],
+                                   [binary, "--model", folder, "--threads", str(threads), "--quantize", "q8_0"]],
+                                  threads)
             rows.append((name, threads, f, t))
-            q = run([binary, "--model", folder, "--threads", str(threads), "--quantize", "q8_0"], threads)
             rows.append((name + ", Foundry q8_0", threads, q, t))
 
     for name, cfg in (("RWKV-4 169M shape", RWKV), ("Mamba 130M shape", MAMBA)):
         folder = f"/tmp/foundry_bench_{cfg['model_type']}"
         write_folder(folder, cfg)
         for threads in (1, 2):
-            t = run(["/usr/bin/python3", os.path.join(HERE, "torch_recurrent.py"), folder, str(threads)], threads)
-            rows.append((name, threads, run([binary, "--model", folder, "--threads", str(threads)], threads), t))
+            t, f = median_runs([["/usr/bin/python3", os.path.join(HERE, "torch_recurrent.py"), folder, str(threads)],
+                                [binary, "--model", folder, "--threads", str(threads)]], threads)
+            rows.append((name, threads, f, t))
     encoder_rows = []
     folder = "/tmp/foundry_bench_bert"
     write_folder(folder, BERT)
     for threads in (1, 2):
-        t = run(["/usr/bin/python3", os.path.join(HERE, "torch_encoder.py"), folder, str(threads), "8", "128"], threads)
-        f = run([binary, "--model", folder, "--threads", str(threads), "--batch", "8", "--seq", "128"], threads)
+        t, f = median_runs([["/usr/bin/python3", os.path.join(HERE, "torch_encoder.py"), folder, str(threads), "8", "128"],
+                            [binary, "--model", folder, "--threads", str(threads), "--batch", "8", "--seq", "128"]],
+                           threads)
         encoder_rows.append((threads, f, t))
 
     print("| model | threads | prefill tok/s (Foundry / PyTorch) | decode tok/s (Foundry / PyTorch) | peak RSS MB "
