@@ -55,6 +55,13 @@ inline void prefetch_superblock(const uint8_t* w) {
   for (int64_t o = 0; o < kQ4KBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + o, _MM_HINT_T0);
 }
 
+// Decode's four-row pass reads four streams a row apart; each fetches ~12 KB ahead (the 1 KB lead
+// ran inside the group's rows, which the pass is already reading).
+constexpr int64_t kDecodePrefetchBytes = 12288;
+inline void prefetch_ahead(const uint8_t* w) {
+  for (int64_t o = 0; o < kQ4KBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(w) + kDecodePrefetchBytes + o, _MM_HINT_T0);
+}
+
 // The 8 mins as int16 pairs m0 m0 m1 m1 ...: vpmaddwd with the activation's 16 sums then gives
 // min_j (bsums[2j] + bsums[2j + 1]) in int32 lane j.
 FOUNDRY_AVX2_TARGET inline __m256i paired_mins(uint64_t mins) {
@@ -120,6 +127,49 @@ FOUNDRY_AVX512_VNNI_TARGET void dot_q4_K_vnni(const uint8_t* w, const uint8_t* c
   for (int t = 0; t < T; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
+// Decode: four weight rows (row_bytes apart) against one activation row, so each super-block's
+// activation vectors, block sums and scale are loaded once for four rows, and four rows'
+// independent chains overlap. Each row's arithmetic is dot_q4_K_vnni<1>'s, in the same order.
+FOUNDRY_AVX512_VNNI_TARGET void dot4_q4_K_vnni(const uint8_t* w, int64_t row_bytes, const uint8_t* y,
+                                               int64_t superblocks, float* out) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m512i pick[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                           _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+                           _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+                           _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+  __m512 acc[4];
+  for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < superblocks; ++b) {
+    const uint8_t* yb = y + b * kQ8KBytes;
+    float dy;
+    std::memcpy(&dy, yb, 4);
+    __m512i ys[4];
+    for (int c = 0; c < 4; ++c) ys[c] = _mm512_loadu_si512(yb + 4 + 64 * c);
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + kSuperBlock));
+    for (int r = 0; r < 4; ++r) {
+      const uint8_t* wb = w + r * row_bytes + b * kQ4KBytes;
+      prefetch_ahead(wb);
+      uint64_t scales, mins;
+      unpack_scales_mins(wb + 4, scales, mins);
+      const __m512i sc = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(scales)));
+      __m512i isum = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 16 + 32 * c));
+        const __m256i lo = _mm256_and_si256(q, low_mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask);
+        const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, ys[c]);
+        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, _mm512_permutexvar_epi32(pick[c], sc)));
+      }
+      const __m256i min_dot = _mm256_madd_epi16(bsums, paired_mins(mins));
+      const float d = fp16_at(wb), dmin = fp16_at(wb + 2);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dy), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_setzero_si512(), min_dot, 0)),
+                               _mm512_set1_ps(-dmin * dy), acc[r]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
 template <int T>
 FOUNDRY_AVX2_TARGET void dot_q4_K_avx2(const uint8_t* w, const uint8_t* const* y, int64_t superblocks, float* out) {
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
@@ -161,15 +211,55 @@ FOUNDRY_AVX2_TARGET void dot_q4_K_avx2(const uint8_t* w, const uint8_t* const* y
   for (int t = 0; t < T; ++t) out[t] = sum_lanes(acc[t]);
 }
 
+// dot4_q4_K_vnni's pass for AVX2: four weight rows against one activation row, each row's
+// arithmetic dot_q4_K_avx2<1>'s.
+FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, const uint8_t* y, int64_t superblocks,
+                                        float* out) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  __m256 acc[4];
+  for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < superblocks; ++b) {
+    const uint8_t* yb = y + b * kQ8KBytes;
+    float dy;
+    std::memcpy(&dy, yb, 4);
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + kSuperBlock));
+    for (int r = 0; r < 4; ++r) {
+      const uint8_t* wb = w + r * row_bytes + b * kQ4KBytes;
+      prefetch_ahead(wb);
+      uint64_t scales, mins;
+      unpack_scales_mins(wb + 4, scales, mins);
+      const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales))));
+      __m256i isum = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 16 + 32 * c));
+        for (int half = 0; half < 2; ++half) {
+          const int j = 2 * c + half;
+          const __m256i levels = half ? _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask) : _mm256_and_si256(q, low_mask);
+          const __m256i sub_scale = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(int16_t((2 * j) | ((2 * j + 1) << 8))));
+          const __m256i pairs =
+              _mm256_maddubs_epi16(levels, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + 32 * j)));
+          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, sub_scale));
+        }
+      }
+      const __m256i min_dot = _mm256_madd_epi16(bsums, paired_mins(mins));
+      const float d = fp16_at(wb), dmin = fp16_at(wb + 2);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * dy), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_dot), _mm256_set1_ps(-dmin * dy), acc[r]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) out[r] = sum_lanes(acc[r]);
+}
+
 // Activation rows per kernel call: their accumulators and the unpacked super-block stay in
 // registers.
 constexpr int kRowsPerCall = 4;
 using RowsKernel = void (*)(const uint8_t*, const uint8_t* const*, int64_t, float*);
+using FourWeightRowsKernel = void (*)(const uint8_t*, int64_t, const uint8_t*, int64_t, float*);
 
 // y[i * rows + r] = dot(weight row r, activation row i): threads split the weight rows; each runs
 // its rows against the activation rows kRowsPerCall at a time (its rows stay in cache between).
 void gemm_q4_K_rows(const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y, RowsKernel four,
-                    RowsKernel one) {
+                    RowsKernel one, FourWeightRowsKernel four_weight_rows) {
   const auto* base = static_cast<const uint8_t*>(w);
   const auto* act = static_cast<const uint8_t*>(xq);
   const int64_t superblocks = k / kSuperBlock, row_bytes = superblocks * kQ4KBytes, act_bytes = superblocks * kQ8KBytes;
@@ -181,7 +271,15 @@ void gemm_q4_K_rows(const void* w, int64_t rows, int64_t k, const void* xq, int6
       const uint8_t* ys[kRowsPerCall];
       for (int64_t t = 0; t < n; ++t) ys[t] = act + (i + t) * act_bytes;
       float out[kRowsPerCall];
-      for (int64_t r = b; r < e; ++r) {
+      int64_t r = b;
+      if (n < kRowsPerCall) {  // decode: each activation row against four weight rows at a time
+        for (; r + 4 <= e; r += 4)
+          for (int64_t t = 0; t < n; ++t) {
+            four_weight_rows(base + r * row_bytes, row_bytes, ys[t], superblocks, out);
+            for (int64_t j = 0; j < 4; ++j) y[(i + t) * rows + r + j] = out[j];
+          }
+      }
+      for (; r < e; ++r) {
         if (n == kRowsPerCall) {
           four(base + r * row_bytes, ys, superblocks, out);
         } else {
@@ -201,11 +299,11 @@ bool avx2_available() {
 }
 
 void gemm_q4_K_vnni(const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y) {
-  gemm_q4_K_rows(w, rows, k, xq, m, y, dot_q4_K_vnni<kRowsPerCall>, dot_q4_K_vnni<1>);
+  gemm_q4_K_rows(w, rows, k, xq, m, y, dot_q4_K_vnni<kRowsPerCall>, dot_q4_K_vnni<1>, dot4_q4_K_vnni);
 }
 
 void gemm_q4_K_avx2(const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y) {
-  gemm_q4_K_rows(w, rows, k, xq, m, y, dot_q4_K_avx2<kRowsPerCall>, dot_q4_K_avx2<1>);
+  gemm_q4_K_rows(w, rows, k, xq, m, y, dot_q4_K_avx2<kRowsPerCall>, dot_q4_K_avx2<1>, dot4_q4_K_avx2);
 }
 
 #else
