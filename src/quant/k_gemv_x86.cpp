@@ -81,16 +81,34 @@ FOUNDRY_AVX2_TARGET inline float sum_lanes(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
+// Chunk c of a super-block (w: its first byte) as one vector of 64 levels, sub-block 2c's low
+// nibbles then 2c + 1's high ones: a vpdpbusd over it puts sub-block 2c's products in lanes 0-7
+// and 2c + 1's in lanes 8-15.
+FOUNDRY_AVX512_VNNI_TARGET inline __m512i chunk_levels(const uint8_t* w, int c) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * c));
+  const __m256i lo = _mm256_and_si256(q, low_mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// The scales (sc: sub-block j's in int32 lane j) of chunk c's lanes: 2c in lanes 0-7, 2c + 1 in 8-15.
+FOUNDRY_AVX512_VNNI_TARGET inline __m512i chunk_scales(__m512i sc, int c) {
+  const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_permutexvar_epi32(_mm512_add_epi32(halves, _mm512_set1_epi32(2 * c)), sc);
+}
+
+// acc += d dy isum - dmin dy (the mins' dot with the block sums, in int32 lanes 0-7).
+FOUNDRY_AVX512_VNNI_TARGET inline __m512 accumulate_vnni(__m512 acc, __m512i isum, __m256i min_dot, float d, float dmin,
+                                                         float dy) {
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dy), acc);
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_setzero_si512(), min_dot, 0)),
+                         _mm512_set1_ps(-dmin * dy), acc);
+}
+
 // One weight row against T activation rows: out[t] = dot(w, y[t]). Each activation row's
 // arithmetic runs in the same order for every T.
 template <int T>
 FOUNDRY_AVX512_VNNI_TARGET void dot_q4_K_vnni(const uint8_t* w, const uint8_t* const* y, int64_t superblocks, float* out) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  // Chunk c's products: lanes 0-7 belong to sub-block 2c, lanes 8-15 to 2c + 1.
-  const __m512i pick[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                           _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-                           _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-                           _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < superblocks; ++b, w += kQ4KBytes) {
@@ -99,12 +117,10 @@ FOUNDRY_AVX512_VNNI_TARGET void dot_q4_K_vnni(const uint8_t* w, const uint8_t* c
     unpack_scales_mins(w + 4, scales, mins);
     const __m512i sc = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(scales)));
     const __m256i mins16 = paired_mins(mins);
-    __m512i u[4], chunk_scales[4];
+    __m512i u[4], scale[4];
     for (int c = 0; c < 4; ++c) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * c));
-      const __m256i lo = _mm256_and_si256(q, low_mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask);
-      u[c] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-      chunk_scales[c] = _mm512_permutexvar_epi32(pick[c], sc);
+      u[c] = chunk_levels(w, c);
+      scale[c] = chunk_scales(sc, c);
     }
     const float d = fp16_at(w), dmin = fp16_at(w + 2);
     for (int t = 0; t < T; ++t) {
@@ -114,14 +130,12 @@ FOUNDRY_AVX512_VNNI_TARGET void dot_q4_K_vnni(const uint8_t* w, const uint8_t* c
       __m512i isum = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
         const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[c], _mm512_loadu_si512(yb + 4 + 64 * c));
-        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, chunk_scales[c]));
+        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, scale[c]));
       }
       // min_j (bsums[2j] + bsums[2j + 1]) in int32 lane j.
       const __m256i min_dot =
           _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + kSuperBlock)), mins16);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dy), acc[t]);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_setzero_si512(), min_dot, 0)),
-                               _mm512_set1_ps(-dmin * dy), acc[t]);
+      acc[t] = accumulate_vnni(acc[t], isum, min_dot, d, dmin, dy);
     }
   }
   for (int t = 0; t < T; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
@@ -132,11 +146,6 @@ FOUNDRY_AVX512_VNNI_TARGET void dot_q4_K_vnni(const uint8_t* w, const uint8_t* c
 // independent chains overlap. Each row's arithmetic is dot_q4_K_vnni<1>'s, in the same order.
 FOUNDRY_AVX512_VNNI_TARGET void dot4_q4_K_vnni(const uint8_t* w, int64_t row_bytes, const uint8_t* y,
                                                int64_t superblocks, float* out) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  const __m512i pick[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                           _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-                           _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-                           _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
   __m512 acc[4];
   for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < superblocks; ++b) {
@@ -154,25 +163,37 @@ FOUNDRY_AVX512_VNNI_TARGET void dot4_q4_K_vnni(const uint8_t* w, int64_t row_byt
       const __m512i sc = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(scales)));
       __m512i isum = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 16 + 32 * c));
-        const __m256i lo = _mm256_and_si256(q, low_mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask);
-        const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, ys[c]);
-        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, _mm512_permutexvar_epi32(pick[c], sc)));
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), chunk_levels(wb, c), ys[c]);
+        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, chunk_scales(sc, c)));
       }
       const __m256i min_dot = _mm256_madd_epi16(bsums, paired_mins(mins));
       const float d = fp16_at(wb), dmin = fp16_at(wb + 2);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dy), acc[r]);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_setzero_si512(), min_dot, 0)),
-                               _mm512_set1_ps(-dmin * dy), acc[r]);
+      acc[r] = accumulate_vnni(acc[r], isum, min_dot, d, dmin, dy);
     }
   }
   for (int r = 0; r < 4; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
+// Sub-block j's 32 levels (chunk j / 2's low or high nibbles) of the super-block at w.
+FOUNDRY_AVX2_TARGET inline __m256i sub_block_levels(const uint8_t* w, int j) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * (j / 2)));
+  return j % 2 ? _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask) : _mm256_and_si256(q, low_mask);
+}
+
+// Sub-block j's scale in all 16 int16 lanes (vpshufb of bytes 2j, 2j + 1 of the 8 int16 scales).
+FOUNDRY_AVX2_TARGET inline __m256i sub_block_scale(__m256i sc16, int j) {
+  return _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(int16_t((2 * j) | ((2 * j + 1) << 8))));
+}
+
+// acc += d dy isum - dmin dy min_dot.
+FOUNDRY_AVX2_TARGET inline __m256 accumulate_avx2(__m256 acc, __m256i isum, __m256i min_dot, float d, float dmin, float dy) {
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * dy), acc);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_dot), _mm256_set1_ps(-dmin * dy), acc);
+}
+
 template <int T>
 FOUNDRY_AVX2_TARGET void dot_q4_K_avx2(const uint8_t* w, const uint8_t* const* y, int64_t superblocks, float* out) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < superblocks; ++b, w += kQ4KBytes) {
@@ -181,15 +202,11 @@ FOUNDRY_AVX2_TARGET void dot_q4_K_avx2(const uint8_t* w, const uint8_t* const* y
     unpack_scales_mins(w + 4, scales, mins);
     const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales))));
     const __m256i mins16 = paired_mins(mins);
-    // Sub-block j's 32 levels, and its scale in all 16 int16 lanes (vpshufb of bytes 2j, 2j + 1).
     __m256i levels[8], sub_scales[8];
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16 + 32 * c));
-      levels[2 * c] = _mm256_and_si256(q, low_mask);
-      levels[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask);
+    for (int j = 0; j < 8; ++j) {
+      levels[j] = sub_block_levels(w, j);
+      sub_scales[j] = sub_block_scale(sc16, j);
     }
-    for (int j = 0; j < 8; ++j)
-      sub_scales[j] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(int16_t((2 * j) | ((2 * j + 1) << 8))));
     const float d = fp16_at(w), dmin = fp16_at(w + 2);
     for (int t = 0; t < T; ++t) {
       const uint8_t* yb = y[t] + b * kQ8KBytes;
@@ -204,8 +221,7 @@ FOUNDRY_AVX2_TARGET void dot_q4_K_avx2(const uint8_t* w, const uint8_t* const* y
       }
       const __m256i min_dot =
           _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + kSuperBlock)), mins16);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * dy), acc[t]);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_dot), _mm256_set1_ps(-dmin * dy), acc[t]);
+      acc[t] = accumulate_avx2(acc[t], isum, min_dot, d, dmin, dy);
     }
   }
   for (int t = 0; t < T; ++t) out[t] = sum_lanes(acc[t]);
@@ -215,7 +231,6 @@ FOUNDRY_AVX2_TARGET void dot_q4_K_avx2(const uint8_t* w, const uint8_t* const* y
 // arithmetic dot_q4_K_avx2<1>'s.
 FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, const uint8_t* y, int64_t superblocks,
                                         float* out) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
   __m256 acc[4];
   for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < superblocks; ++b) {
@@ -230,21 +245,14 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
       unpack_scales_mins(wb + 4, scales, mins);
       const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales))));
       __m256i isum = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 16 + 32 * c));
-        for (int half = 0; half < 2; ++half) {
-          const int j = 2 * c + half;
-          const __m256i levels = half ? _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask) : _mm256_and_si256(q, low_mask);
-          const __m256i sub_scale = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(int16_t((2 * j) | ((2 * j + 1) << 8))));
-          const __m256i pairs =
-              _mm256_maddubs_epi16(levels, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + 32 * j)));
-          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, sub_scale));
-        }
+      for (int j = 0; j < 8; ++j) {
+        const __m256i pairs = _mm256_maddubs_epi16(sub_block_levels(wb, j),
+                                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + 32 * j)));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, sub_block_scale(sc16, j)));
       }
       const __m256i min_dot = _mm256_madd_epi16(bsums, paired_mins(mins));
       const float d = fp16_at(wb), dmin = fp16_at(wb + 2);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * dy), acc[r]);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_dot), _mm256_set1_ps(-dmin * dy), acc[r]);
+      acc[r] = accumulate_avx2(acc[r], isum, min_dot, d, dmin, dy);
     }
   }
   for (int r = 0; r < 4; ++r) out[r] = sum_lanes(acc[r]);
