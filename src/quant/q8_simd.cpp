@@ -9,6 +9,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -378,6 +379,49 @@ float DotF16(const uint8_t* x, const uint8_t* y, int64_t k) {
   return sum;
 }
 
+// Rows [r0, r1) of y = W x for f16 weight rows of k values against an activation row already
+// widened to float32 (xf): each row one sequential stream, four accumulators, one widening per
+// weight vector (DotF16 widens the activation again for every row).
+void GemvF16Rows(const uint8_t* w, int64_t r0, int64_t r1, const float* xf, int64_t k, float* y) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int64_t N = int64_t(hn::Lanes(df));
+  for (int64_t r = r0; r < r1; ++r) {
+    const auto* a = reinterpret_cast<const hwy::float16_t*>(w) + r * k;
+    auto acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
+    int64_t i = 0;
+    for (; i + 4 * N <= k; i += 4 * N) {
+      acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i)), hn::LoadU(df, xf + i), acc0);
+      acc1 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + N)), hn::LoadU(df, xf + i + N), acc1);
+      acc2 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + 2 * N)), hn::LoadU(df, xf + i + 2 * N), acc2);
+      acc3 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + 3 * N)), hn::LoadU(df, xf + i + 3 * N), acc3);
+    }
+    for (; i + N <= k; i += N) acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i)), hn::LoadU(df, xf + i), acc0);
+    float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
+    for (; i < k; ++i) {
+      uint16_t h;
+      std::memcpy(&h, a + i, 2);
+      sum += Half::to_float(h) * xf[i];
+    }
+    y[r] = sum;
+  }
+}
+
+// k f16 values to float32.
+void WidenF16(const uint8_t* x, int64_t k, float* out) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const auto* xh = reinterpret_cast<const hwy::float16_t*>(x);
+  int64_t i = 0;
+  for (; i + N <= k; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, xh + i)), df, out + i);
+  for (; i < k; ++i) {
+    uint16_t h;
+    std::memcpy(&h, x + 2 * i, 2);
+    out[i] = Half::to_float(h);
+  }
+}
+
 // An activation row to q8_0 as llama.cpp's SIMD quantize_row_q8_0 does: d = amax / 127 per block,
 // levels rounded to nearest even (the reference rounds ties away from zero; activations are not
 // compared byte for byte, and this runs for every product of every decode step).
@@ -419,6 +463,8 @@ HWY_EXPORT(DotQ5KQ8K);
 HWY_EXPORT(DotQ6KQ8K);
 HWY_EXPORT(DotBF16);
 HWY_EXPORT(DotF16);
+HWY_EXPORT(GemvF16Rows);
+HWY_EXPORT(WidenF16);
 HWY_EXPORT(DotNF4Q8);
 HWY_EXPORT(QuantizeRowQ8_0);
 
@@ -522,6 +568,16 @@ RowDot simd_row_dot(BlockFormat f) {
   }
 }
 
+// f16 weights: the activation row widened to float32 once per product, then one stream per row
+// (GemvF16Rows), ~64K weight bytes per chunk as gemv_rows.
+void gemv_f16(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  std::vector<float> xf(static_cast<size_t>(k));
+  HWY_DYNAMIC_DISPATCH(WidenF16)(static_cast<const uint8_t*>(xq), k, xf.data());
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(2 * k, 1));
+  parallel_for(0, rows, grain, [&](int64_t b, int64_t e) { HWY_DYNAMIC_DISPATCH(GemvF16Rows)(wb, b, e, xf.data(), k, y); });
+}
+
 void gemv_simd(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
   gemv_rows(w, rows, k, quantized_bytes(t, 1, k), xq, y, simd_row_dot(t.format), t.dot_format == BlockFormat::Q8_0);
 }
@@ -574,6 +630,7 @@ void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, co
   if (use_vnni() && t.format == BlockFormat::Q8_0) return gemv_q8_0_vnni(w, rows, k, xq, y);
   if (use_vnni() && t.format == BlockFormat::Q4_0) return gemv_q4_0_vnni(w, rows, k, xq, y);
   if (gemm_integer(t, w, rows, k, xq, 1, y)) return;
+  if (t.format == BlockFormat::F16) return gemv_f16(w, rows, k, xq, y);
   if (simd_row_dot(t.format)) return gemv_simd(t, w, rows, k, xq, y);
   gemv_rows(
       w, rows, k, quantized_bytes(t, 1, k), xq, y,
