@@ -55,6 +55,13 @@ inline void prefetch_superblock(const uint8_t* w) {
   for (int64_t o = 0; o < kQ4KBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + o, _MM_HINT_T0);
 }
 
+// A q8_K activation super-block's float32 scale (its first 4 bytes).
+inline float q8_K_scale(const uint8_t* yb) {
+  float dy;
+  std::memcpy(&dy, yb, 4);
+  return dy;
+}
+
 // Decode's four-row pass reads four streams a row apart; each fetches ~12 KB ahead (the 1 KB lead
 // ran inside the group's rows, which the pass is already reading).
 constexpr int64_t kDecodePrefetchBytes = 12288;
@@ -125,8 +132,7 @@ FOUNDRY_AVX512_VNNI_TARGET void dot_q4_K_vnni(const uint8_t* w, const uint8_t* c
     const float d = fp16_at(w), dmin = fp16_at(w + 2);
     for (int t = 0; t < T; ++t) {
       const uint8_t* yb = y[t] + b * kQ8KBytes;
-      float dy;
-      std::memcpy(&dy, yb, 4);
+      const float dy = q8_K_scale(yb);
       __m512i isum = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
         const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[c], _mm512_loadu_si512(yb + 4 + 64 * c));
@@ -150,8 +156,7 @@ FOUNDRY_AVX512_VNNI_TARGET void dot4_q4_K_vnni(const uint8_t* w, int64_t row_byt
   for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < superblocks; ++b) {
     const uint8_t* yb = y + b * kQ8KBytes;
-    float dy;
-    std::memcpy(&dy, yb, 4);
+    const float dy = q8_K_scale(yb);
     __m512i ys[4];
     for (int c = 0; c < 4; ++c) ys[c] = _mm512_loadu_si512(yb + 4 + 64 * c);
     const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + kSuperBlock));
@@ -210,8 +215,7 @@ FOUNDRY_AVX2_TARGET void dot_q4_K_avx2(const uint8_t* w, const uint8_t* const* y
     const float d = fp16_at(w), dmin = fp16_at(w + 2);
     for (int t = 0; t < T; ++t) {
       const uint8_t* yb = y[t] + b * kQ8KBytes;
-      float dy;
-      std::memcpy(&dy, yb, 4);
+      const float dy = q8_K_scale(yb);
       __m256i isum = _mm256_setzero_si256();
       for (int j = 0; j < 8; ++j) {
         // |pair sums| <= 2 * 15 * 128: vpmaddubsw does not saturate here.
@@ -235,8 +239,7 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
   for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < superblocks; ++b) {
     const uint8_t* yb = y + b * kQ8KBytes;
-    float dy;
-    std::memcpy(&dy, yb, 4);
+    const float dy = q8_K_scale(yb);
     const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + kSuperBlock));
     for (int r = 0; r < 4; ++r) {
       const uint8_t* wb = w + r * row_bytes + b * kQ4KBytes;
