@@ -456,12 +456,6 @@ float dot_q8_K(const void* x, const void* y, int64_t k) { return dot_k<KLevels<1
 // ---- F16 / BF16: one value per "block", rounded to nearest even; dots accumulate in double -------------
 
 template <class Half16>
-void quantize_16(const float* x, void* vy, int64_t k) {
-  auto* y = static_cast<uint16_t*>(vy);
-  for (int64_t i = 0; i < k; ++i) y[i] = Half16::from_float(x[i]);
-}
-
-template <class Half16>
 float dot_16(const void* vx, const void* vy, int64_t k) {
   const auto* x = static_cast<const uint16_t*>(vx);
   const auto* y = static_cast<const uint16_t*>(vy);
@@ -470,12 +464,15 @@ float dot_16(const void* vx, const void* vy, int64_t k) {
   return float(sum);
 }
 
-void quantize_f16(const float* x, void* y, int64_t k) { quantize_16<Half>(x, y, k); }
+// The SIMD conversions round to nearest even as Half / BFloat16::from_float do, giving the same
+// bits for every non-NaN value (HalfConversionsMatchScalar in simd_test.cpp); they run for every
+// product of an f16 / bf16 decode step (the activation row) and for weights quantized at load.
+void quantize_f16(const float* x, void* y, int64_t k) { kernels::convert_f32_to_f16(x, static_cast<uint16_t*>(y), k); }
 // 16-bit to float32 is exact, so the SIMD conversions give the reference's values (tested in
 // simd_test.cpp); decode reads f16 / bf16 KV caches through these a tile at a time.
 void dequantize_f16(const void* x, float* y, int64_t k) { kernels::convert_f16_to_f32(static_cast<const uint16_t*>(x), y, k); }
 float dot_f16(const void* x, const void* y, int64_t k) { return dot_16<Half>(x, y, k); }
-void quantize_bf16(const float* x, void* y, int64_t k) { quantize_16<BFloat16>(x, y, k); }
+void quantize_bf16(const float* x, void* y, int64_t k) { kernels::convert_f32_to_bf16(x, static_cast<uint16_t*>(y), k); }
 void dequantize_bf16(const void* x, float* y, int64_t k) { kernels::convert_bf16_to_f32(static_cast<const uint16_t*>(x), y, k); }
 float dot_bf16(const void* x, const void* y, int64_t k) { return dot_16<BFloat16>(x, y, k); }
 
