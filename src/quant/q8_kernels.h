@@ -11,6 +11,9 @@ namespace foundry::quant {
 /// A float row to q8_0 as llama.cpp quantizes activations (SIMD; levels rounded to nearest even,
 /// so ties may differ from the reference quantizer's half-away-from-zero).
 void quantize_row_q8_0_fast(const float* x, void* y, int64_t k);
+/// The table's q8_0 quantizer (ties away from zero), SIMD: the same bytes for every finite row
+/// (a NaN in a block may give other levels than the reference's), for weights quantized at load.
+void quantize_row_q8_0_exact(const float* x, void* y, int64_t k);
 /// sum_i x_i y_i of two q8_0 rows of k values (k a multiple of 32).
 float dot_q8_0_q8_0(const void* x, const void* y, int64_t k);
 /// sum_i x_i y_i of a q4_0 row and a q8_0 row.

@@ -422,14 +422,18 @@ void WidenF16(const uint8_t* x, int64_t k, float* out) {
   }
 }
 
-// An activation row to q8_0 as llama.cpp's SIMD quantize_row_q8_0 does: d = amax / 127 per block,
-// levels rounded to nearest even (the reference rounds ties away from zero; activations are not
-// compared byte for byte, and this runs for every product of every decode step).
-void QuantizeRowQ8_0(const float* x, uint8_t* y, int64_t k) {
+// A float row to q8_0: d = amax / 127 per block, levels x / d rounded. kTiesToEven: to nearest
+// even, as llama.cpp's SIMD quantize_row_q8_0 (activations are not compared byte for byte, and
+// this runs for every product of every decode step); otherwise half away from zero, the
+// reference's std::round (weights quantized at load: the same bytes as the table's quantizer).
+template <bool kTiesToEven>
+void QuantizeRowQ8_0Rounding(const float* x, uint8_t* y, int64_t k) {
   const hn::CappedTag<float, 16> df;
+  const hn::Rebind<int32_t, decltype(df)> d32;
   const hn::Rebind<int16_t, decltype(df)> d16;
   const hn::Rebind<int8_t, decltype(df)> d8;
   const int64_t N = int64_t(hn::Lanes(df));
+  const auto half = hn::Set(df, 0.5f), one = hn::Set(df, 1.0f);
   for (int64_t b = 0; b < k / kBlock; ++b, x += kBlock, y += kBlockBytes) {
     auto amax = hn::Zero(df);
     for (int64_t o = 0; o < kBlock; o += N) amax = hn::Max(amax, hn::Abs(hn::LoadU(df, x + o)));
@@ -440,11 +444,23 @@ void QuantizeRowQ8_0(const float* x, uint8_t* y, int64_t k) {
     const auto id = hn::Set(df, d != 0.f ? 1.0f / d : 0.0f);
     auto* q = reinterpret_cast<int8_t*>(y + 2);
     for (int64_t o = 0; o < kBlock; o += N) {
-      const auto v = hn::NearestInt(hn::Mul(hn::LoadU(df, x + o), id));
-      hn::StoreU(hn::DemoteTo(d8, hn::DemoteTo(d16, v)), d8, q + o);
+      const auto v = hn::Mul(hn::LoadU(df, x + o), id);
+      hn::Vec<decltype(d32)> level;
+      if constexpr (kTiesToEven) {
+        level = hn::NearestInt(v);
+      } else {
+        // v - trunc(v) is exact, so this is std::round's half-away-from-zero for every |v| <= 127.
+        const auto t = hn::Trunc(v);
+        const auto away = hn::Ge(hn::Abs(hn::Sub(v, t)), half);
+        level = hn::ConvertTo(d32, hn::IfThenElse(away, hn::Add(t, hn::CopySign(one, v)), t));
+      }
+      hn::StoreU(hn::DemoteTo(d8, hn::DemoteTo(d16, level)), d8, q + o);
     }
   }
 }
+
+void QuantizeRowQ8_0(const float* x, uint8_t* y, int64_t k) { QuantizeRowQ8_0Rounding<true>(x, y, k); }
+void QuantizeRowQ8_0Exact(const float* x, uint8_t* y, int64_t k) { QuantizeRowQ8_0Rounding<false>(x, y, k); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace foundry::quant
@@ -467,6 +483,11 @@ HWY_EXPORT(GemvF16Rows);
 HWY_EXPORT(WidenF16);
 HWY_EXPORT(DotNF4Q8);
 HWY_EXPORT(QuantizeRowQ8_0);
+HWY_EXPORT(QuantizeRowQ8_0Exact);
+
+void quantize_row_q8_0_exact(const float* x, void* y, int64_t k) {
+  HWY_DYNAMIC_DISPATCH(QuantizeRowQ8_0Exact)(x, static_cast<uint8_t*>(y), k);
+}
 
 void quantize_row_q8_0_fast(const float* x, void* y, int64_t k) {
   HWY_DYNAMIC_DISPATCH(QuantizeRowQ8_0)(x, static_cast<uint8_t*>(y), k);

@@ -361,6 +361,30 @@ TEST_P(EachTarget, FastQ8ActivationQuantizer) {
   }
 }
 
+// The SIMD weight quantizer writes the table's bytes: ties (x / d = n + 0.5) away from zero, both
+// signs, a zero block, values at the block maximum, tiny and large magnitudes.
+TEST_P(EachTarget, ExactQ8QuantizerGivesTheReferenceBytes) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t k = 32 * 64;
+  std::vector<float> x(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) x[size_t(i)] = nd(rng) * std::ldexp(1.f, int(i / 32 % 40) - 20);
+  for (int64_t i = 0; i < 32; ++i) x[size_t(32 + i)] = float(i - 16) + 0.5f;  // every level a tie: d = 1
+  x[32 + 31] = 127.f;
+  for (int64_t i = 0; i < 32; ++i) x[size_t(64 + i)] = -(float(i) + 0.5f);  // negative ties
+  x[64 + 31] = -127.f;
+  for (int64_t i = 0; i < 32; ++i) x[size_t(96 + i)] = 0.f;  // a zero block
+  const auto& q8 = foundry::quant::traits("q8_0");
+  std::vector<uint8_t> want(static_cast<size_t>(k / 32 * 34)), got(want.size());
+  q8.quantize(x.data(), want.data(), k);
+  foundry::quant::quantize_row_q8_0_exact(x.data(), got.data(), k);
+  for (int64_t b = 0; b < k / 32; ++b)
+    ASSERT_EQ(0, std::memcmp(want.data() + b * 34, got.data() + b * 34, 34)) << "block " << b;
+  EXPECT_EQ(int8_t(got[34 + 2]), -16);  // -15.5 away from zero
+  EXPECT_EQ(int8_t(got[34 + 2 + 16]), 1);  // 0.5 away from zero
+  EXPECT_EQ(int8_t(got[2 * 34 + 2]), -1);  // -0.5 away from zero
+}
+
 // q4_K / q5_K / q6_K x q8_K, nf4 x q8_0 and the 16-bit float kernels against the table's scalar dots (integer sums exact for q4_K;
 // nf4 sums float products, in another order).
 TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
