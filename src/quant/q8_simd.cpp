@@ -449,9 +449,11 @@ void QuantizeRowQ8_0Rounding(const float* x, uint8_t* y, int64_t k) {
       if constexpr (kTiesToEven) {
         level = hn::NearestInt(v);
       } else {
-        // v - trunc(v) is exact, so this is std::round's half-away-from-zero for every |v| <= 127.
+        // std::round: away from zero where |v| >= |trunc(v)| + 0.5 (exact for |v| <= 127). Written
+        // as a comparison, not v - trunc(v): GCC would fuse that subtraction with the product
+        // into one FMA (-ffp-contract=fast), rounding differently from the reference's v.
         const auto t = hn::Trunc(v);
-        const auto away = hn::Ge(hn::Abs(hn::Sub(v, t)), half);
+        const auto away = hn::Ge(hn::Abs(v), hn::Add(hn::Abs(t), half));
         level = hn::ConvertTo(d32, hn::IfThenElse(away, hn::Add(t, hn::CopySign(one, v)), t));
       }
       hn::StoreU(hn::DemoteTo(d8, hn::DemoteTo(d16, level)), d8, q + o);

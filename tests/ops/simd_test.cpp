@@ -362,11 +362,12 @@ TEST_P(EachTarget, FastQ8ActivationQuantizer) {
 }
 
 // The SIMD weight quantizer writes the table's bytes: ties (x / d = n + 0.5) away from zero, both
-// signs, a zero block, values at the block maximum, tiny and large magnitudes.
+// signs, a zero block, values at the block maximum, tiny and large magnitudes, and 4096 random
+// blocks (products x / d that round to a tie only after the float multiply).
 TEST_P(EachTarget, ExactQ8QuantizerGivesTheReferenceBytes) {
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.f, 1.f);
-  const int64_t k = 32 * 64;
+  const int64_t k = 32 * 4096;
   std::vector<float> x(static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i) x[size_t(i)] = nd(rng) * std::ldexp(1.f, int(i / 32 % 40) - 20);
   for (int64_t i = 0; i < 32; ++i) x[size_t(32 + i)] = float(i - 16) + 0.5f;  // every level a tie: d = 1
