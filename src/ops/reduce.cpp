@@ -149,6 +149,13 @@ Tensor sum_impl(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim)
       }
       return;
     }
+    if constexpr (std::is_same_v<T, float>) {
+      const float* base = static_cast<const float*>(r.data.data_ptr());
+      const int64_t K = r.K;
+      parallel_for(0, r.M, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(K, 1)),
+                   [&](int64_t b, int64_t e) { kernels::sum_rows_f32(base + b * K, e - b, K, o + b); });
+      return;
+    }
     each_row<T>(r, [&](int64_t m, const T* row) {
       if constexpr (std::is_integral_v<T>) {
         int64_t s = 0;

@@ -163,6 +163,15 @@ TEST_P(EachTarget, BinaryAndReductions) {
     exact += v[i];
   }
   EXPECT_NEAR(sum_f32(v.data(), int64_t(v.size())), exact, 1e-4);
+  // Row sums two rows at a time give each row exactly sum_f32's value (odd row counts, tails, and
+  // rows longer than one 2048-value block).
+  for (int64_t K : {1, 17, 1000, 2500}) {
+    const int64_t rows = 1000 / K + 3;
+    std::vector<float> m(static_cast<size_t>(rows * K)), got(static_cast<size_t>(rows));
+    for (size_t i = 0; i < m.size(); ++i) m[i] = float(std::cos(double(i) * 0.37)) * float(1 + i % 5);
+    sum_rows_f32(m.data(), rows, K, got.data());
+    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(got[size_t(r)], float(sum_f32(m.data() + r * K, K))) << "K " << K << " row " << r;
+  }
   EXPECT_EQ(max_f32(v.data(), 1000), *std::max_element(v.begin(), v.end()));
   EXPECT_EQ(min_f32(v.data(), 1000), *std::min_element(v.begin(), v.end()));
   v[500] = NAN;

@@ -21,6 +21,8 @@ Rows to_rows(const Tensor& x, const std::vector<int64_t>& dims);
 /// Sum of n contiguous values (SIMD, several accumulators; block sums combined in double).
 double sum_f32(const float* p, int64_t n);
 double sum_f64(const double* p, int64_t n);
+/// out[r] = float(sum_f32(row r)) for `rows` contiguous rows of K floats (the same values).
+void sum_rows_f32(const float* p, int64_t rows, int64_t K, float* out);
 /// Sum of (p[i] - mean)^2.
 float sum_sq_dev_f32(const float* p, int64_t n, float mean);
 double sum_sq_dev_f64(const double* p, int64_t n, double mean);
