@@ -12,6 +12,7 @@
 #include "foundry/quant/weight_only.h"
 #include "models/hf/blocks.h"
 #include "quant/formats_internal.h"
+#include "quant/q8_kernels.h"
 
 namespace foundry::peft {
 
@@ -50,7 +51,8 @@ Tensor quantize_rows(const Tensor& rows, const std::string& format) {
   Tensor out = empty({quant::quantized_bytes(t, n, k)}, DType::UInt8);
   const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
-  for (int64_t r = 0; r < n; ++r) t.quantize(src + r * k, dst + r * row_bytes, k);
+  const quant::RowQuantizer quantize = quant::exact_quantizer(t);
+  for (int64_t r = 0; r < n; ++r) quantize(src + r * k, dst + r * row_bytes, k);
   return out;
 }
 

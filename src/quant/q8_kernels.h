@@ -14,6 +14,11 @@ void quantize_row_q8_0_fast(const float* x, void* y, int64_t k);
 /// The table's q8_0 quantizer (ties away from zero), SIMD: the same bytes for every finite row
 /// (a NaN in a block may give other levels than the reference's), for weights quantized at load.
 void quantize_row_q8_0_exact(const float* x, void* y, int64_t k);
+/// The fastest quantizer that writes t's reference bytes: quantize_row_q8_0_exact for q8_0, the
+/// table's own otherwise (its f16 / bf16 ones are SIMD conversions already). For weights quantized
+/// at load and rows stored into quantized KV caches.
+using RowQuantizer = void (*)(const float* x, void* y, int64_t k);
+RowQuantizer exact_quantizer(const BlockFormatTraits& t);
 /// sum_i x_i y_i of two q8_0 rows of k values (k a multiple of 32).
 float dot_q8_0_q8_0(const void* x, const void* y, int64_t k);
 /// sum_i x_i y_i of a q4_0 row and a q8_0 row.

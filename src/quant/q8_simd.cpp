@@ -18,6 +18,7 @@
 #include "foundry/core/parallel.h"
 #include "foundry/quant/weight_only.h"
 #include "kernels/cpu/bf16_gemv.h"
+#include "kernels/cpu/unary.h"
 #include "quant/formats_internal.h"
 #include "quant/q8_kernels.h"
 #include "quant/vnni_gemv.h"
@@ -353,35 +354,9 @@ float DotBF16(const uint8_t* x, const uint8_t* y, int64_t k) {
 #endif
 }
 
-float DotF16(const uint8_t* x, const uint8_t* y, int64_t k) {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-  const int64_t N = int64_t(hn::Lanes(df));
-  const auto* xh = reinterpret_cast<const hwy::float16_t*>(x);
-  const auto* yh = reinterpret_cast<const hwy::float16_t*>(y);
-  // Four independent accumulators: one chain of multiply-adds waits on its latency.
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + 4 * N <= k; i += 4 * N) {
-    acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i)), hn::PromoteTo(df, hn::LoadU(dh, yh + i)), acc0);
-    acc1 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i + N)), hn::PromoteTo(df, hn::LoadU(dh, yh + i + N)), acc1);
-    acc2 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i + 2 * N)), hn::PromoteTo(df, hn::LoadU(dh, yh + i + 2 * N)), acc2);
-    acc3 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i + 3 * N)), hn::PromoteTo(df, hn::LoadU(dh, yh + i + 3 * N)), acc3);
-  }
-  for (; i + N <= k; i += N) acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, xh + i)), hn::PromoteTo(df, hn::LoadU(dh, yh + i)), acc0);
-  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
-  for (; i < k; ++i) {
-    uint16_t a, b;
-    std::memcpy(&a, x + 2 * i, 2);
-    std::memcpy(&b, y + 2 * i, 2);
-    sum += Half::to_float(a) * Half::to_float(b);
-  }
-  return sum;
-}
-
-// Rows [r0, r1) of y = W x for f16 weight rows of k values against an activation row already
-// widened to float32 (xf): each row one sequential stream, four accumulators, one widening per
-// weight vector (DotF16 widens the activation again for every row).
+// Rows [r0, r1) of y = W x for f16 weight rows of k values against the f16 activation row widened
+// to float32 once per product (xf): each row one sequential stream, four accumulators (a dot of
+// two f16 rows widened the activation again for every row, 12-18% slower at 1 thread).
 void GemvF16Rows(const uint8_t* w, int64_t r0, int64_t r1, const float* xf, int64_t k, float* y) {
   const hn::ScalableTag<float> df;
   const hn::Rebind<hwy::float16_t, decltype(df)> dh;
@@ -404,21 +379,6 @@ void GemvF16Rows(const uint8_t* w, int64_t r0, int64_t r1, const float* xf, int6
       sum += Half::to_float(h) * xf[i];
     }
     y[r] = sum;
-  }
-}
-
-// k f16 values to float32.
-void WidenF16(const uint8_t* x, int64_t k, float* out) {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-  const int64_t N = int64_t(hn::Lanes(df));
-  const auto* xh = reinterpret_cast<const hwy::float16_t*>(x);
-  int64_t i = 0;
-  for (; i + N <= k; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, xh + i)), df, out + i);
-  for (; i < k; ++i) {
-    uint16_t h;
-    std::memcpy(&h, x + 2 * i, 2);
-    out[i] = Half::to_float(h);
   }
 }
 
@@ -480,15 +440,17 @@ HWY_EXPORT(DotQ51Q8);
 HWY_EXPORT(DotQ5KQ8K);
 HWY_EXPORT(DotQ6KQ8K);
 HWY_EXPORT(DotBF16);
-HWY_EXPORT(DotF16);
 HWY_EXPORT(GemvF16Rows);
-HWY_EXPORT(WidenF16);
 HWY_EXPORT(DotNF4Q8);
 HWY_EXPORT(QuantizeRowQ8_0);
 HWY_EXPORT(QuantizeRowQ8_0Exact);
 
 void quantize_row_q8_0_exact(const float* x, void* y, int64_t k) {
   HWY_DYNAMIC_DISPATCH(QuantizeRowQ8_0Exact)(x, static_cast<uint8_t*>(y), k);
+}
+
+RowQuantizer exact_quantizer(const BlockFormatTraits& t) {
+  return t.format == BlockFormat::Q8_0 ? quantize_row_q8_0_exact : t.quantize;
 }
 
 void quantize_row_q8_0_fast(const float* x, void* y, int64_t k) {
@@ -581,9 +543,6 @@ RowDot simd_row_dot(BlockFormat f) {
     case BlockFormat::NF4: return [](const uint8_t* a, const uint8_t* b, const float* s, const float*, int64_t n) {
       return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(a, b, s, nf4_codebook(), n);
     };
-    case BlockFormat::F16: return [](const uint8_t* a, const uint8_t* b, const float*, const float*, int64_t n) {
-      return HWY_DYNAMIC_DISPATCH(DotF16)(a, b, n);
-    };
     case BlockFormat::BF16: return [](const uint8_t* a, const uint8_t* b, const float*, const float*, int64_t n) {
       return HWY_DYNAMIC_DISPATCH(DotBF16)(a, b, n);
     };
@@ -591,14 +550,17 @@ RowDot simd_row_dot(BlockFormat f) {
   }
 }
 
-// f16 weights: the activation row widened to float32 once per product, then one stream per row
+// f16 weights: the activation row widened to float32 once per product (into a buffer kept per
+// thread: this runs for every product of every decode step), then one stream per row
 // (GemvF16Rows), ~64K weight bytes per chunk as gemv_rows.
 void gemv_f16(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
   const auto* wb = static_cast<const uint8_t*>(w);
-  std::vector<float> xf(static_cast<size_t>(k));
-  HWY_DYNAMIC_DISPATCH(WidenF16)(static_cast<const uint8_t*>(xq), k, xf.data());
+  thread_local std::vector<float> widened;
+  widened.resize(static_cast<size_t>(k));
+  const float* xf = widened.data();
+  kernels::convert_f16_to_f32(static_cast<const uint16_t*>(xq), widened.data(), k);
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(2 * k, 1));
-  parallel_for(0, rows, grain, [&](int64_t b, int64_t e) { HWY_DYNAMIC_DISPATCH(GemvF16Rows)(wb, b, e, xf.data(), k, y); });
+  parallel_for(0, rows, grain, [&](int64_t b, int64_t e) { HWY_DYNAMIC_DISPATCH(GemvF16Rows)(wb, b, e, xf, k, y); });
 }
 
 void gemv_simd(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {

@@ -20,73 +20,49 @@ namespace hn = hwy::HWY_NAMESPACE;
 // accumulation of 16M values loses up to several digits), at one horizontal add per block.
 constexpr int64_t kSumBlock = 2048;
 
-template <typename T>
-double SumImpl(const T* p, int64_t n) {
+// R rows of n values (rows `stride` apart) summed side by side: R independent add chains overlap,
+// and each row's arithmetic is the same whatever R.
+template <typename T, int R>
+void SumRowsImpl(const T* p, int64_t stride, int64_t n, double* totals) {
   const hn::ScalableTag<T> d;
   const int64_t N = int64_t(hn::Lanes(d));
-  double total = 0;
+  for (int r = 0; r < R; ++r) totals[r] = 0;
   for (int64_t b0 = 0; b0 < n; b0 += kSumBlock) {
     const int64_t bn = std::min(kSumBlock, n - b0);
-    const T* q = p + b0;
-    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    hn::Vec<decltype(d)> a[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) a[r][j] = hn::Zero(d);
     int64_t i = 0;
-    for (; i + 4 * N <= bn; i += 4 * N) {
-      a0 = hn::Add(a0, hn::LoadU(d, q + i));
-      a1 = hn::Add(a1, hn::LoadU(d, q + i + N));
-      a2 = hn::Add(a2, hn::LoadU(d, q + i + 2 * N));
-      a3 = hn::Add(a3, hn::LoadU(d, q + i + 3 * N));
+    for (; i + 4 * N <= bn; i += 4 * N)
+      for (int j = 0; j < 4; ++j)
+        for (int r = 0; r < R; ++r) a[r][j] = hn::Add(a[r][j], hn::LoadU(d, p + r * stride + b0 + i + j * N));
+    for (; i + N <= bn; i += N)
+      for (int r = 0; r < R; ++r) a[r][0] = hn::Add(a[r][0], hn::LoadU(d, p + r * stride + b0 + i));
+    for (int r = 0; r < R; ++r) {
+      T s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a[r][0], a[r][1]), hn::Add(a[r][2], a[r][3]))));
+      for (int64_t t = i; t < bn; ++t) s += p[r * stride + b0 + t];
+      totals[r] += double(s);
     }
-    for (; i + N <= bn; i += N) a0 = hn::Add(a0, hn::LoadU(d, q + i));
-    T s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-    for (; i < bn; ++i) s += q[i];
-    total += double(s);
   }
+}
+
+template <typename T>
+double SumImpl(const T* p, int64_t n) {
+  double total;
+  SumRowsImpl<T, 1>(p, 0, n, &total);
   return total;
 }
 
-// Row sums of `rows` rows of K floats, each exactly SumImpl's (same blocks, accumulators and
-// order), two rows at a time so their independent add chains overlap, with no dispatch per row:
-// a 4096 x 1024 last-dim sum spent more in the per-row call and the add latency than in reading.
+// Row sums of `rows` rows of K floats, each exactly SumImpl's, two rows at a time and with no
+// dispatch per row: a 4096 x 1024 last-dim sum spent more in the per-row call and the add latency
+// than in reading.
 void SumRowsF32(const float* p, int64_t rows, int64_t K, float* out) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = int64_t(hn::Lanes(d));
   int64_t r = 0;
   for (; r + 2 <= rows; r += 2) {
-    const float* x = p + r * K;
-    const float* z = x + K;
-    double tx = 0, tz = 0;
-    for (int64_t b0 = 0; b0 < K; b0 += kSumBlock) {
-      const int64_t bn = std::min(kSumBlock, K - b0);
-      const float* qx = x + b0;
-      const float* qz = z + b0;
-      auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-      auto c0 = hn::Zero(d), c1 = hn::Zero(d), c2 = hn::Zero(d), c3 = hn::Zero(d);
-      int64_t i = 0;
-      for (; i + 4 * N <= bn; i += 4 * N) {
-        a0 = hn::Add(a0, hn::LoadU(d, qx + i));
-        c0 = hn::Add(c0, hn::LoadU(d, qz + i));
-        a1 = hn::Add(a1, hn::LoadU(d, qx + i + N));
-        c1 = hn::Add(c1, hn::LoadU(d, qz + i + N));
-        a2 = hn::Add(a2, hn::LoadU(d, qx + i + 2 * N));
-        c2 = hn::Add(c2, hn::LoadU(d, qz + i + 2 * N));
-        a3 = hn::Add(a3, hn::LoadU(d, qx + i + 3 * N));
-        c3 = hn::Add(c3, hn::LoadU(d, qz + i + 3 * N));
-      }
-      for (; i + N <= bn; i += N) {
-        a0 = hn::Add(a0, hn::LoadU(d, qx + i));
-        c0 = hn::Add(c0, hn::LoadU(d, qz + i));
-      }
-      float sx = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-      float sz = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(c0, c1), hn::Add(c2, c3))));
-      for (; i < bn; ++i) {
-        sx += qx[i];
-        sz += qz[i];
-      }
-      tx += double(sx);
-      tz += double(sz);
-    }
-    out[r] = float(tx);
-    out[r + 1] = float(tz);
+    double totals[2];
+    SumRowsImpl<float, 2>(p + r * K, K, K, totals);
+    out[r] = float(totals[0]);
+    out[r + 1] = float(totals[1]);
   }
   for (; r < rows; ++r) out[r] = float(SumImpl(p + r * K, K));
 }

@@ -17,6 +17,7 @@
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
 #include "models/hf/quantized_checkpoint.h"
+#include "quant/q8_kernels.h"
 
 namespace foundry::models {
 
@@ -55,8 +56,9 @@ void store_rows(const quant::BlockFormatTraits& t, const Tensor& x, Tensor& dst,
   const float* src = xc.data<float>();
   auto* out = static_cast<uint8_t*>(dst.data_ptr());
   const int64_t cap = dst.size(2);
+  const quant::RowQuantizer quantize = quant::exact_quantizer(t);
   for (int64_t bh = 0; bh < B * H; ++bh)
-    for (int64_t i = 0; i < T; ++i) t.quantize(src + (bh * T + i) * D, out + (bh * cap + from + i) * row, D);
+    for (int64_t i = 0; i < T; ++i) quantize(src + (bh * T + i) * D, out + (bh * cap + from + i) * row, D);
 }
 
 }  // namespace

@@ -108,8 +108,7 @@ const std::shared_ptr<WeightProducts::Quantized>& WeightProducts::quantized(cons
   const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
   const float* src = rows.data<float>();
   uint8_t* dst = q->owned.data();
-  // q8_0 (the most used format) through the SIMD quantizer that writes the reference's bytes.
-  const auto quantize = t.format == quant::BlockFormat::Q8_0 ? quant::quantize_row_q8_0_exact : t.quantize;
+  const quant::RowQuantizer quantize = quant::exact_quantizer(t);
   parallel_for(0, q->rows, 16, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) quantize(src + r * k, dst + r * row_bytes, k);
   });
