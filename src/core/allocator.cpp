@@ -1,11 +1,13 @@
 #include "foundry/core/allocator.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -121,6 +123,20 @@ std::vector<Block> take_cached(Cache& c, size_t want) {
 }
 
 }  // namespace
+
+void populate(void* p, size_t nbytes) {
+  if (nbytes == 0) return;
+#ifdef MADV_POPULATE_WRITE
+  constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+#else
+  constexpr int kPopulateWrite = 23;  // Linux 5.14+; older kernels answer EINVAL and we write zeros
+#endif
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = begin / page * page, last = (begin + nbytes + page - 1) / page * page;
+  if (madvise(reinterpret_cast<void*>(first), last - first, kPopulateWrite) == 0) return;
+  std::memset(p, 0, nbytes);
+}
 
 size_t size_class(size_t n) {
   if (n <= 1024) return n == 0 ? kAlign : (n + kAlign - 1) / kAlign * kAlign;

@@ -130,6 +130,7 @@ FOUNDRY_AVX512_VNNI_TARGET void dot_q4_K_vnni(const uint8_t* w, const uint8_t* c
       scale[c] = chunk_scales(sc, c);
     }
     const float d = fp16_at(w), dmin = fp16_at(w + 2);
+    #pragma GCC unroll 4  // the accumulators stay in registers (a rolled loop kept them on the stack)
     for (int t = 0; t < T; ++t) {
       const uint8_t* yb = y[t] + b * kQ8KBytes;
       const float dy = q8_K_scale(yb);
@@ -160,6 +161,7 @@ FOUNDRY_AVX512_VNNI_TARGET void dot4_q4_K_vnni(const uint8_t* w, int64_t row_byt
     __m512i ys[4];
     for (int c = 0; c < 4; ++c) ys[c] = _mm512_loadu_si512(yb + 4 + 64 * c);
     const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + kSuperBlock));
+    #pragma GCC unroll 4  // the accumulators stay in registers (a rolled loop kept them on the stack)
     for (int r = 0; r < 4; ++r) {
       const uint8_t* wb = w + r * row_bytes + b * kQ4KBytes;
       prefetch_ahead(wb);
@@ -213,6 +215,7 @@ FOUNDRY_AVX2_TARGET void dot_q4_K_avx2(const uint8_t* w, const uint8_t* const* y
       sub_scales[j] = sub_block_scale(sc16, j);
     }
     const float d = fp16_at(w), dmin = fp16_at(w + 2);
+    #pragma GCC unroll 4  // the accumulators stay in registers (a rolled loop kept them on the stack)
     for (int t = 0; t < T; ++t) {
       const uint8_t* yb = y[t] + b * kQ8KBytes;
       const float dy = q8_K_scale(yb);
@@ -241,6 +244,7 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
     const uint8_t* yb = y + b * kQ8KBytes;
     const float dy = q8_K_scale(yb);
     const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + kSuperBlock));
+    #pragma GCC unroll 4  // the accumulators stay in registers (a rolled loop kept them on the stack)
     for (int r = 0; r < 4; ++r) {
       const uint8_t* wb = w + r * row_bytes + b * kQ4KBytes;
       prefetch_ahead(wb);

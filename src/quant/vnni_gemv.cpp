@@ -184,6 +184,7 @@ FOUNDRY_VNNI_TARGET void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t a
   for (int64_t c = 0; c < steps; ++c) {
     const typename Step::Y yv = Step::load(a, c);
     const __m512 ys = _mm512_loadu_ps(a.scales.data() + c * 16);
+    #pragma GCC unroll 4  // the accumulators stay in registers (a rolled loop kept them on the stack)
     for (int i = 0; i < R; ++i) {
       const uint8_t* p = w + i * row_bytes + c * kStepBytes;
       for (int64_t o = 0; o < kStepBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + o, _MM_HINT_T0);

@@ -105,11 +105,13 @@ TEST(Models, DecodingWithQuantizedCachesStaysClose) {
 }
 
 // The streaming kernel against the dequantize-everything path on the same cache contents: the same
-// attention up to float rounding, for float32 and q8_0 caches, grouped queries, a masked position
-// and more positions than one tile.
+// attention up to float rounding, for float32, f16, bf16 (read in place) and q8_0 caches, grouped
+// queries, a masked position, more positions than one tile, and a head dim that is not whole
+// vectors (40).
 TEST(Models, StreamingDecodeAttentionEqualsFullAttention) {
-  for (const char* format : {"", "q8_0"}) {
-    const int64_t B = 2, H = 4, Hkv = 2, D = 64, past = 70;
+  for (auto [format, D] : {std::pair{"", 64}, std::pair{"f16", 64}, std::pair{"bf16", 64}, std::pair{"q8_0", 64},
+                           std::pair{"", 40}, std::pair{"f16", 40}}) {
+    const int64_t B = 2, H = 4, Hkv = 2, past = 70;
     models::KVCache a(1, B, Hkv, 80, D, DType::Float32, format), b(1, B, Hkv, 80, D, DType::Float32, format);
     manual_seed(9);
     Tensor kp = randn({B, Hkv, past, D}), vp = randn({B, Hkv, past, D});
@@ -124,7 +126,7 @@ TEST(Models, StreamingDecodeAttentionEqualsFullAttention) {
     Tensor got = a.append_and_attend(0, q, k, v, bias);
     auto [kk, vv] = b.append(0, k, v);
     Tensor want = models::hf::attend(q, kk, vv, bias);
-    EXPECT_TRUE(allclose(got, want, 1e-5, 1e-5)) << format << " max diff " << amax(abs(got - want)).item<float>();
+    EXPECT_TRUE(allclose(got, want, 1e-5, 1e-5)) << format << " D " << D << " max diff " << amax(abs(got - want)).item<float>();
   }
 }
 

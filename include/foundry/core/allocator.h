@@ -49,6 +49,11 @@ void empty_cache();
 void set_cache_limit(int64_t bytes);
 /// The size class a request of `nbytes` is rounded to.
 size_t size_class(size_t nbytes);
+/// Makes the pages of [p, p + nbytes) resident and writable now (one madvise(MADV_POPULATE_WRITE)
+/// where the kernel has it, else writing zeros over the range), for buffers that are written a
+/// little at a time later, such as a KV cache: otherwise every first touch of a page during decoding
+/// is a page fault inside the timed step. The contents become unspecified (zeros where written).
+void populate(void* p, size_t nbytes);
 }  // namespace allocator
 
 /// allocator::memory_stats(): torch.cuda.memory_stats()'s names for Foundry's CPU allocator.

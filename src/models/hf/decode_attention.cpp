@@ -1,8 +1,9 @@
 // KVCache::append_and_attend: single-query attention over the cache for decoding, flash-decoding
 // style. For each (batch row, kv head) the group of query heads that share it is scored against
 // tiles of cached keys; a running maximum and sum rescale the partial softmax and the weighted sum
-// of the value rows, so nothing of length S is materialised but one tile of scores. Quantized
-// caches are read a tile at a time through the format's dequantize (no full dequantized copy).
+// of the value rows, so nothing of length S is materialised but one tile of scores
+// (kernels/cpu/decode_attention.h). float32 / f16 / bf16 caches are read in place; other formats a
+// tile at a time through the format's dequantize (no full dequantized copy).
 // Contiguous and paged caches differ only in where a row's positions live.
 #include <cmath>
 #include <functional>
@@ -13,7 +14,7 @@
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/decode_attention.h"
 #include "models/hf/common.h"
 
 namespace foundry::models {
@@ -29,7 +30,7 @@ struct RowLayout {
   std::function<std::tuple<const uint8_t*, const uint8_t*, int64_t>(int64_t, int64_t, int64_t)> locate;
 };
 
-Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int64_t head_dim, int64_t row_bytes,
+Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int64_t row_bytes,
                            const quant::BlockFormatTraits* fmt, const RowLayout& layout) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3), rep = H / Hkv;
   Tensor qc = q.to(DType::Float32).contiguous();
@@ -38,64 +39,47 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
   const int64_t S = bc.size(-1);
   Tensor out = empty({B, 1, H * D}, DType::Float32);
   const float scale = float(1.0 / std::sqrt(double(D)));
+  // float32 and 16-bit float caches are read in place; other formats a tile at a time through
+  // their dequantize.
+  const bool in_place = !fmt || fmt->format == quant::BlockFormat::F16 || fmt->format == quant::BlockFormat::BF16;
+  const kernels::KVRowType type = !fmt ? kernels::KVRowType::F32
+                                  : fmt->format == quant::BlockFormat::F16 ? kernels::KVRowType::F16
+                                                                           : kernels::KVRowType::BF16;
   parallel_for(0, B * Hkv, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> ktile(static_cast<size_t>(kTile * D)), vtile(static_cast<size_t>(kTile * D));
-    std::vector<float> s(static_cast<size_t>(kTile)), acc(static_cast<size_t>(rep * D));
-    std::vector<float> m(static_cast<size_t>(rep)), l(static_cast<size_t>(rep));
+    std::vector<float> ktile, vtile;
+    if (!in_place) ktile.resize(size_t(kTile * D)), vtile.resize(size_t(kTile * D));
+    std::vector<float> acc(static_cast<size_t>(rep * D)), m(static_cast<size_t>(rep)), l(static_cast<size_t>(rep));
     for (int64_t bg = lo; bg < hi; ++bg) {
       const int64_t b = bg / Hkv, g = bg % Hkv, L = layout.visible(b), off = layout.offset(b);
       std::fill(acc.begin(), acc.end(), 0.f);
       std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
       std::fill(l.begin(), l.end(), 0.f);
+      const float* qg = qc.data<float>() + (b * H + g * rep) * D;
+      const float* bg_bias = bc.data<float>() + (b * (per_head ? H : 1) + (per_head ? g * rep : 0)) * S + off;
       for (int64_t t0 = 0; t0 < L;) {
         auto [kb, vb, run] = layout.locate(b, g, t0);
-        const int64_t n = std::min({kTile, L - t0, run});
-        const float *kt, *vt;
-        if (fmt) {
-          for (int64_t j = 0; j < n; ++j) {
+        kernels::DecodeAttnTile tile;
+        tile.n = std::min({kTile, L - t0, run});
+        if (in_place) {
+          tile.k = kb, tile.v = vb, tile.stride = row_bytes, tile.type = type;
+        } else {
+          for (int64_t j = 0; j < tile.n; ++j) {
             fmt->dequantize(kb + j * row_bytes, ktile.data() + j * D, D);
             fmt->dequantize(vb + j * row_bytes, vtile.data() + j * D, D);
           }
-          kt = ktile.data();
-          vt = vtile.data();
-        } else {
-          kt = reinterpret_cast<const float*>(kb);
-          vt = reinterpret_cast<const float*>(vb);
+          tile.k = ktile.data(), tile.v = vtile.data(), tile.stride = D * int64_t(sizeof(float));
         }
-        for (int64_t r = 0; r < rep; ++r) {
-          const int64_t h = g * rep + r;
-          const float* qr = qc.data<float>() + (b * H + h) * D;
-          const float* br = bc.data<float>() + (b * (per_head ? H : 1) + (per_head ? h : 0)) * S + off + t0;
-          kernels::gemv_rows_f32(kt, D, n, D, qr, s.data(), scale, 0.f, nullptr);
-          float tile_max = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < n; ++j) {
-            s[size_t(j)] += br[j];
-            tile_max = std::max(tile_max, s[size_t(j)]);
-          }
-          const float m_new = std::max(m[size_t(r)], tile_max);
-          if (m_new == -std::numeric_limits<float>::infinity()) continue;  // nothing visible yet
-          const float correction = std::exp(m[size_t(r)] - m_new);
-          float sum = 0.f;
-          for (int64_t j = 0; j < n; ++j) {
-            s[size_t(j)] = std::exp(s[size_t(j)] - m_new);
-            sum += s[size_t(j)];
-          }
-          l[size_t(r)] = l[size_t(r)] * correction + sum;
-          m[size_t(r)] = m_new;
-          float* a = acc.data() + r * D;
-          kernels::gemv_cols_f32(vt, D, n, D, s.data(), a, 1.f, correction, nullptr);
-        }
-        t0 += n;
+        kernels::decode_attention_tile(qg, rep, D, tile, scale, bg_bias + t0, per_head ? S : 0, m.data(), l.data(),
+                                       acc.data());
+        t0 += tile.n;
       }
       for (int64_t r = 0; r < rep; ++r) {
-        const int64_t h = g * rep + r;
-        float* o = out.data<float>() + b * H * D + h * D;
+        float* o = out.data<float>() + b * H * D + (g * rep + r) * D;
         const float inv = l[size_t(r)] > 0.f ? 1.f / l[size_t(r)] : 0.f;
         for (int64_t d = 0; d < D; ++d) o[d] = acc[size_t(r * D + d)] * inv;
       }
     }
   });
-  (void)head_dim;
   return out.dtype() == q.dtype() ? out : out.to(q.dtype());
 }
 
@@ -143,7 +127,7 @@ Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& 
       return std::make_tuple(kbase + at, vbase + at, bs - j % bs);
     };
   }
-  return streaming_attention(q, bias, Hkv, D, row, fmt, layout);
+  return streaming_attention(q, bias, Hkv, row, fmt, layout);
 }
 
 }  // namespace foundry::models
