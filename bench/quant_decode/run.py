@@ -10,8 +10,11 @@ token reads (every projection and the output matrix once, in the row's format; e
 norms are negligible) next to this machine's read bandwidth, measured in the same run
 (`bench_infer --stream-mb`, summing a 1 GiB float array), as a fraction of it.
 
+Foundry keeps its KV cache in f16 here (`--kv-cache f16`), as llama-bench does by default. Every
+figure is the median of BENCH_REPEATS (default 3) runs, Foundry's and llama.cpp's alternating.
+
 llama.cpp: `../shared/tools/llama.cpp/build.sh` (a native build, cached) and `llama-bench -p 128
--n 128 -r 3` on GGUF files written by `foundry convert` from the same folder (f32, f16, bf16, q8_0,
+-n 128 -r 1` (once per repetition) on GGUF files written by `foundry convert` from the same folder (f32, f16, bf16, q8_0,
 q4_0, q4_K; the same weights Foundry quantizes at load), Llama rows only (convert writes Llama-family
 GGUFs), with llama-bench's own peak RSS. Foundry also runs each of those GGUF files (the loader
 `foundry generate --model file.gguf` uses): its decode next to the folder's `--quantize` figure.
@@ -23,6 +26,7 @@ _sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), 
 __import__("program").start(__doc__, __name__)
 import json
 import os
+from statistics import median
 import platform
 import subprocess
 import sys
@@ -32,6 +36,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "infer_vs_torch"))
 import run as infer  # noqa: E402  (its folder writer and model shapes; importing runs nothing heavy)
 
 binary = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "build", "bin", "bench_infer")
+# Each figure is the median of this many runs per side, the sides alternating (env BENCH_REPEATS).
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
+# Foundry keeps the KV cache in f16, as llama-bench does by default (-ctk f16 -ctv f16): both sides
+# read the same bytes per cached position. (Foundry's own default is the model's float32.)
+KV_CACHE = ["--kv-cache", "f16"]
 
 LLAMA_TIED = dict(infer.LLAMA, tie_word_embeddings=True)
 # Bytes per weight of each format (block bytes / block values).
@@ -83,7 +92,7 @@ def llama_bench(llama_dir, gguf, threads):
     """(pp128 tokens/s, tg128 tokens/s, peak RSS MB) from llama-bench; the RSS is that one process's
     (os.wait4's rusage, not RUSAGE_CHILDREN's running maximum over every child)."""
     p = subprocess.Popen([os.path.join(llama_dir, "llama-bench"), "-m", gguf, "-t", str(threads), "-p", "128",
-                          "-n", "128", "-r", "3", "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          "-n", "128", "-r", "1", "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          text=True)
     out = p.stdout.read()
     _, status, usage = os.wait4(p.pid, 0)
@@ -171,19 +180,28 @@ def main():
                     args = ["--model", folder + "_bf16", "--dtype", "native"]
                 else:
                     args = ["--model", folder, "--quantize", fmt]
-                r = infer.run([binary, *args, "--threads", str(threads)], threads)
+                # The same GGUF file run by Foundry (`foundry generate --model file.gguf`'s loader):
+                # its decode should match the folder quantized at load.
+                gguf_run = gtype and fmt != "bf16 native"
+                runs, refs, on_gguf_runs = [], [], []
+                for _ in range(REPEATS):  # alternating, so a change in the shared host's state hits every side
+                    runs.append(infer.run([binary, *args, *KV_CACHE, "--threads", str(threads)], threads))
+                    if gtype:
+                        refs.append(llama_bench(llama_dir, ggufs[gtype], threads))
+                    if gguf_run:
+                        on_gguf_runs.append(infer.run([binary, "--model", ggufs[gtype], *KV_CACHE, "--threads",
+                                                       str(threads)], threads))
+                r = {key: median(x[key] for x in runs) for key in runs[0]}
+                ref = tuple(median(x[i] for x in refs) for i in range(3)) if refs else None
                 gbs = r["decode_tps"] * weights * BYTES_PER_WEIGHT[fmt] / 1e9
-                ref = llama_bench(llama_dir, ggufs[gtype], threads) if gtype else None
                 ref_text = f"{ref[0]:.0f} / {ref[1]:.1f}" if ref else "-"
                 ref_rss = f"{ref[2]:.0f}" if ref else "-"
                 pp = f"{r['prefill_tps'] / ref[0]:.2f}x" if ref else "-"
                 tg = f"{r['decode_tps'] / ref[1]:.2f}x" if ref else "-"
-                # The same GGUF file run by Foundry (`foundry generate --model file.gguf`'s loader):
-                # its decode should match the folder quantized at load.
                 on_gguf = "-"
-                if gtype and fmt != "bf16 native":
-                    g = infer.run([binary, "--model", ggufs[gtype], "--threads", str(threads)], threads)
-                    on_gguf = f"{g['decode_tps']:.1f} ({g['decode_tps'] / r['decode_tps']:.2f}x)"
+                if gguf_run:
+                    g = median(x["decode_tps"] for x in on_gguf_runs)
+                    on_gguf = f"{g:.1f} ({g / r['decode_tps']:.2f}x)"
                 print(f"| {name} | {fmt} | {threads} | {r['prefill_tps']:.0f} | {r['decode_tps']:.1f} | "
                       f"{gbs:.1f} ({gbs / stream[threads]:.0%}) | {r['peak_rss_mb']:.0f} | {ref_text} | {ref_rss} | "
                       f"{pp} | {tg} | {on_gguf} |", flush=True)

@@ -19,6 +19,11 @@ void quantize_row_q8_0_exact(const float* x, void* y, int64_t k);
 /// at load and rows stored into quantized KV caches.
 using RowQuantizer = void (*)(const float* x, void* y, int64_t k);
 RowQuantizer exact_quantizer(const BlockFormatTraits& t);
+/// The fastest dequantizer that gives t's reference floats bit for bit: SIMD for q8_0, q4_0 and
+/// q4_K (dequant_simd.cpp), the table's own otherwise. For prefill weight tiles, QLoRA bases and
+/// quantized KV caches.
+using RowDequantizer = void (*)(const void* x, float* y, int64_t k);
+RowDequantizer fast_dequantizer(const BlockFormatTraits& t);
 /// sum_i x_i y_i of two q8_0 rows of k values (k a multiple of 32).
 float dot_q8_0_q8_0(const void* x, const void* y, int64_t k);
 /// sum_i x_i y_i of a q4_0 row and a q8_0 row.

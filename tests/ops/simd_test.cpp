@@ -395,6 +395,39 @@ TEST_P(EachTarget, ExactQ8QuantizerGivesTheReferenceBytes) {
   EXPECT_EQ(int8_t(got[2 * 34 + 2]), -1);  // -0.5 away from zero
 }
 
+// The SIMD dequantizers give the table's floats bit for bit: quantized blocks of every magnitude,
+// and random bytes (any scale, negative or subnormal ones included; NaN scales left out, whose
+// payloads may differ), so every level and 6-bit scale / min pattern occurs.
+TEST_P(EachTarget, FastDequantizersGiveTheReferenceFloats) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t k = 256 * 64;
+  std::vector<float> x(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) x[size_t(i)] = nd(rng) * std::ldexp(1.f, int(i / 256 % 30) - 15) + (i % 7 == 0 ? 0.5f : 0.f);
+  for (const char* name : {"q8_0", "q4_0", "q4_K"}) {
+    const auto& t = foundry::quant::traits(name);
+    const int64_t bytes = foundry::quant::quantized_bytes(t, 1, k);
+    std::vector<uint8_t> q(static_cast<size_t>(bytes));
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 0) {
+        t.quantize(x.data(), q.data(), k);
+      } else {
+        for (auto& b : q) b = uint8_t(rng());
+        // fp16 scales with an all-ones exponent (inf / NaN) become ordinary values.
+        const int64_t block_bytes = t.format == foundry::quant::BlockFormat::Q4_K ? 144 : bytes / (k / 32);
+        for (int64_t o = 0; o < bytes; o += block_bytes)
+          for (int h = 0; h < (t.format == foundry::quant::BlockFormat::Q4_K ? 2 : 1); ++h) q[size_t(o + 2 * h + 1)] &= 0xBF;
+      }
+      std::vector<float> want(static_cast<size_t>(k)), got(static_cast<size_t>(k));
+      t.dequantize(q.data(), want.data(), k);
+      foundry::quant::fast_dequantizer(t)(q.data(), got.data(), k);
+      for (int64_t i = 0; i < k; ++i)
+        ASSERT_EQ(0, std::memcmp(&want[size_t(i)], &got[size_t(i)], 4))
+            << name << " pass " << pass << " value " << i << ": " << want[size_t(i)] << " vs " << got[size_t(i)];
+    }
+  }
+}
+
 // q4_K / q5_K / q6_K x q8_K, nf4 x q8_0 and the 16-bit float kernels against the table's scalar dots (integer sums exact for q4_K;
 // nf4 sums float products, in another order).
 TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {

@@ -390,6 +390,24 @@ std::vector<std::pair<int64_t, int64_t>> split_range(int64_t n, int64_t parts, i
 // thread that loses its time slice from stalling the other at every internal barrier; on an idle
 // one it matches oneDNN's own split (measured, docs/decisions.md). A product too small to split
 // runs on the calling thread alone.
+// Runs one primitive on the calling thread's stream (operands at the given addresses).
+void dnnl_execute(const DnnlEntry& e, const char* a, const char* b, char* c, const char* bias) {
+  thread_local dnnl::stream stream(dnnl_engine());
+  thread_local ScratchBuffer scratch;
+  auto& eng = dnnl_engine();
+  dnnl::memory am(e.a, eng, const_cast<char*>(a));
+  dnnl::memory bm(e.b, eng, const_cast<char*>(b));
+  dnnl::memory cm(e.c, eng, c);
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e.bias, eng, const_cast<char*>(bias)));
+  if (e.scratch) {
+    dnnl::memory::desc sd({int64_t(e.scratch)}, dnnl::memory::data_type::u8, dnnl::memory::format_tag::a);
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(sd, eng, scratch.get(e.scratch)));
+  }
+  e.prim.execute(stream, args);
+  stream.wait();
+}
+
 bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
                double beta, const void* bias, DType dtype, DType out_dtype) {
   const int64_t esize = itemsize(dtype), out_size = itemsize(out_dtype);
@@ -430,25 +448,10 @@ bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, in
       last = t.e;
     }
   auto run = [&](const std::vector<Tile>& tiles) {
-    thread_local dnnl::stream stream(dnnl_engine());
-    thread_local ScratchBuffer scratch;
-    auto& eng = dnnl_engine();
-    for (const Tile& t : tiles) {
-      const DnnlEntry& e = *t.e;
-      dnnl::memory am(e.a, eng, const_cast<char*>(A.ptr) + t.m0 * A.rs * esize);
-      dnnl::memory bm(e.b, eng, const_cast<char*>(B.ptr) + t.n0 * B.cs * esize);
-      dnnl::memory cm(e.c, eng, static_cast<char*>(C) + (t.m0 * N + t.n0) * out_size);
-      std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-      if (bias)
-        args.emplace(DNNL_ARG_BIAS,
-                     dnnl::memory(e.bias, eng, const_cast<char*>(static_cast<const char*>(bias)) + t.n0 * out_size));
-      if (e.scratch) {
-        dnnl::memory::desc sd({int64_t(e.scratch)}, dnnl::memory::data_type::u8, dnnl::memory::format_tag::a);
-        args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(sd, eng, scratch.get(e.scratch)));
-      }
-      e.prim.execute(stream, args);
-    }
-    stream.wait();
+    for (const Tile& t : tiles)
+      dnnl_execute(*t.e, A.ptr + t.m0 * A.rs * esize, B.ptr + t.n0 * B.cs * esize,
+                   static_cast<char*>(C) + (t.m0 * N + t.n0) * out_size,
+                   bias ? static_cast<const char*>(bias) + t.n0 * out_size : nullptr);
   };
   if (per_thread && work.size() > 1) {
     parallel_for(0, int64_t(work.size()), 1, [&](int64_t w0, int64_t w1) {
@@ -590,6 +593,21 @@ bool gemm_bf16_f32out(const Tensor& a, const Tensor& b, Tensor& c) {
   Tensor ha, hb;
   Mat A = describe(a.unsqueeze(0), ha), B = describe(b.unsqueeze(0), hb);
   return gemm_dnnl(A, B, c.data_ptr(), 1, M, N, K, 1.0, 0.0, nullptr, DType::BFloat16, DType::Float32);
+}
+
+bool gemm_bf16_nt_block(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, float* c, int64_t ldc,
+                        int64_t M, int64_t N, int64_t K) {
+  if (M == 0 || N == 0 || K == 0) return false;
+  Mat A, B;
+  A.ptr = reinterpret_cast<const char*>(a);
+  A.rows = M, A.cols = K, A.rs = lda, A.cs = 1, A.row_major = true, A.ld = lda;
+  B.ptr = reinterpret_cast<const char*>(w);  // W^T [K, N]: column-major with leading dimension ldw
+  B.rows = K, B.cols = N, B.rs = 1, B.cs = ldw, B.row_major = false, B.ld = ldw;
+  const std::shared_ptr<DnnlEntry> e =
+      dnnl_primitive(A, B, 1, M, N, K, ldc, M * ldc, 1.0, 0.0, false, DType::BFloat16, DType::Float32);
+  if (!e->ok) return false;
+  dnnl_execute(*e, A.ptr, B.ptr, reinterpret_cast<char*>(c), nullptr);
+  return true;
 }
 
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta, const Tensor& bias) {

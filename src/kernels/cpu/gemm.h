@@ -28,6 +28,12 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha = 1.0, doubl
 /// [M, N] (contiguous): oneDNN's bf16 kernels with float32 accumulation and output. False (c
 /// untouched) when oneDNN has no fast kernel for it on this CPU.
 bool gemm_bf16_f32out(const Tensor& a, const Tensor& b, Tensor& c);
+/// One block of such a product on the calling thread (callers split the work over the pool):
+/// c[i * ldc + j] = sum_k a[i * lda + k] w[j * ldw + k] for i < M, j < N, with bfloat16 a and w
+/// (w's rows are the product's columns, as a weight matrix's) and float32 c. False (c untouched)
+/// when oneDNN has no fast kernel for it on this CPU.
+bool gemm_bf16_nt_block(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw, float* c, int64_t ldc,
+                        int64_t M, int64_t N, int64_t K);
 
 /// The backend gemm() would use: "onednn", "openblas", "gemv", "small" or "loop" (tests, docs).
 std::string gemm_backend(const Tensor& a, const Tensor& b);

@@ -76,8 +76,9 @@ Tensor KVCache::read(const Tensor& stored, int64_t length) const {
   Tensor out = empty({B, H, length, head_dim_}, DType::Float32);
   const auto* src = static_cast<const uint8_t*>(stored.data_ptr());
   float* dst = out.data<float>();
+  const quant::RowDequantizer dequantize = quant::fast_dequantizer(t);
   for (int64_t bh = 0; bh < B * H; ++bh)
-    for (int64_t i = 0; i < length; ++i) t.dequantize(src + (bh * cap + i) * row, dst + (bh * length + i) * head_dim_, head_dim_);
+    for (int64_t i = 0; i < length; ++i) dequantize(src + (bh * cap + i) * row, dst + (bh * length + i) * head_dim_, head_dim_);
   return dtype_ == DType::Float32 ? out : out.to(dtype_);
 }
 

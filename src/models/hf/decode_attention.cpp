@@ -16,6 +16,7 @@
 #include "foundry/quant/block_formats.h"
 #include "kernels/cpu/decode_attention.h"
 #include "models/hf/common.h"
+#include "quant/q8_kernels.h"
 
 namespace foundry::models {
 
@@ -45,6 +46,7 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
   const kernels::KVRowType type = !fmt ? kernels::KVRowType::F32
                                   : fmt->format == quant::BlockFormat::F16 ? kernels::KVRowType::F16
                                                                            : kernels::KVRowType::BF16;
+  const quant::RowDequantizer dequantize = fmt ? quant::fast_dequantizer(*fmt) : nullptr;
   parallel_for(0, B * Hkv, 1, [&](int64_t lo, int64_t hi) {
     std::vector<float> ktile, vtile;
     if (!in_place) ktile.resize(size_t(kTile * D)), vtile.resize(size_t(kTile * D));
@@ -64,8 +66,8 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
           tile.k = kb, tile.v = vb, tile.stride = row_bytes, tile.type = type;
         } else {
           for (int64_t j = 0; j < tile.n; ++j) {
-            fmt->dequantize(kb + j * row_bytes, ktile.data() + j * D, D);
-            fmt->dequantize(vb + j * row_bytes, vtile.data() + j * D, D);
+            dequantize(kb + j * row_bytes, ktile.data() + j * D, D);
+            dequantize(vb + j * row_bytes, vtile.data() + j * D, D);
           }
           tile.k = ktile.data(), tile.v = vtile.data(), tile.stride = D * int64_t(sizeof(float));
         }

@@ -1,0 +1,136 @@
+// SIMD dequantization of the most used block formats (q8_0, q4_0, q4_K) to float32, for the
+// prefill's weight tiles, QLoRA's frozen bases and quantized KV caches. Each value is computed
+// exactly as the table's scalar dequantize computes it (same operations in the same order, on the
+// same floats: this file is compiled with -ffp-contract=off so no multiply and add are fused), so
+// the two are interchangeable bit for bit; tests compare them on every target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "quant/dequant_simd.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cstring>
+
+#include "foundry/core/numeric.h"
+#include "quant/q8_kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace foundry::quant {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+
+inline float fp16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return Half::to_float(h);
+}
+
+// y[j] = float(level_j - offset) * d + m for 32 unsigned levels (the block formats' q d + m).
+HWY_INLINE void ScaleLevels(const uint8_t* levels, int32_t offset, float d, float m, float* y) {
+  const DF df;
+  const hn::Rebind<int32_t, DF> d32;
+  const hn::Rebind<uint8_t, DF> d8;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const auto vd = hn::Set(df, d), vm = hn::Set(df, m);
+  const auto off = hn::Set(d32, offset);
+  for (int64_t j = 0; j < 32; j += N) {
+    const auto q = hn::Sub(hn::PromoteTo(d32, hn::LoadU(d8, levels + j)), off);
+    hn::StoreU(hn::Add(hn::Mul(hn::ConvertTo(df, q), vd), vm), df, y + j);
+  }
+}
+
+// The nibbles of n packed bytes: the low ones into `low`, the high ones into `high`.
+HWY_INLINE void Nibbles(const uint8_t* packed, int64_t n, uint8_t* low, uint8_t* high) {
+  const hn::CappedTag<uint8_t, 32> d8;
+  const int64_t N = int64_t(hn::Lanes(d8));
+  const auto mask = hn::Set(d8, uint8_t(0x0F));
+  for (int64_t j = 0; j < n; j += N) {
+    const auto b = hn::LoadU(d8, packed + j);
+    hn::StoreU(hn::And(b, mask), d8, low + j);
+    hn::StoreU(hn::ShiftRight<4>(b), d8, high + j);
+  }
+}
+
+void DequantizeQ8_0(const uint8_t* x, float* y, int64_t k) {
+  const DF df;
+  const hn::Rebind<int32_t, DF> d32;
+  const hn::Rebind<int8_t, DF> d8;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const auto zero = hn::Zero(df);
+  for (int64_t b = 0; b < k / 32; ++b, x += 34, y += 32) {
+    const auto vd = hn::Set(df, fp16_at(x));
+    const auto* q = reinterpret_cast<const int8_t*>(x + 2);
+    for (int64_t j = 0; j < 32; j += N)
+      hn::StoreU(hn::Add(hn::Mul(hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, q + j))), vd), zero), df, y + j);
+  }
+}
+
+void DequantizeQ4_0(const uint8_t* x, float* y, int64_t k) {
+  HWY_ALIGN uint8_t levels[32];
+  for (int64_t b = 0; b < k / 32; ++b, x += 18, y += 32) {
+    Nibbles(x + 2, 16, levels, levels + 16);
+    ScaleLevels(levels, 8, fp16_at(x), 0.f, y);
+  }
+}
+
+// q4_K: 144-byte super-blocks of 256 (d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of
+// nibbles: chunk c's 32 bytes hold sub-block 2c low and 2c + 1 high). Value = d sc q - dmin m.
+void DequantizeQ4K(const uint8_t* x, float* y, int64_t k) {
+  const DF df;
+  const hn::Rebind<int32_t, DF> d32;
+  const hn::Rebind<uint8_t, DF> d8;
+  const int64_t N = int64_t(hn::Lanes(df));
+  HWY_ALIGN uint8_t low[32], high[32];
+  for (int64_t b = 0; b < k / 256; ++b, x += 144) {
+    const float d = fp16_at(x), dmin = fp16_at(x + 2);
+    const uint8_t* s = x + 4;
+    for (int c = 0; c < 4; ++c, y += 64) {
+      Nibbles(x + 16 + 32 * c, 32, low, high);
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * c + half;  // ggml's get_scale_min_k4
+        const uint8_t sc = j < 4 ? s[j] & 63 : uint8_t((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+        const uint8_t mn = j < 4 ? s[j + 4] & 63 : uint8_t((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+        const auto vd = hn::Set(df, d * float(sc)), vm = hn::Set(df, dmin * float(mn));
+        const uint8_t* levels = half ? high : low;
+        for (int64_t i = 0; i < 32; i += N) {
+          const auto q = hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, levels + i)));
+          hn::StoreU(hn::Sub(hn::Mul(vd, q), vm), df, y + 32 * half + i);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace foundry::quant
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace foundry::quant {
+HWY_EXPORT(DequantizeQ8_0);
+HWY_EXPORT(DequantizeQ4_0);
+HWY_EXPORT(DequantizeQ4K);
+
+namespace {
+void dequantize_q8_0_simd(const void* x, float* y, int64_t k) {
+  HWY_DYNAMIC_DISPATCH(DequantizeQ8_0)(static_cast<const uint8_t*>(x), y, k);
+}
+void dequantize_q4_0_simd(const void* x, float* y, int64_t k) {
+  HWY_DYNAMIC_DISPATCH(DequantizeQ4_0)(static_cast<const uint8_t*>(x), y, k);
+}
+void dequantize_q4_K_simd(const void* x, float* y, int64_t k) {
+  HWY_DYNAMIC_DISPATCH(DequantizeQ4K)(static_cast<const uint8_t*>(x), y, k);
+}
+}  // namespace
+
+RowDequantizer fast_dequantizer(const BlockFormatTraits& t) {
+  switch (t.format) {
+    case BlockFormat::Q8_0: return dequantize_q8_0_simd;
+    case BlockFormat::Q4_0: return dequantize_q4_0_simd;
+    case BlockFormat::Q4_K: return dequantize_q4_K_simd;
+    default: return t.dequantize;
+  }
+}
+}  // namespace foundry::quant
+#endif
