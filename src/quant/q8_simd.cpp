@@ -10,6 +10,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -424,6 +425,48 @@ void QuantizeRowQ8_0Rounding(const float* x, uint8_t* y, int64_t k) {
 void QuantizeRowQ8_0(const float* x, uint8_t* y, int64_t k) { QuantizeRowQ8_0Rounding<true>(x, y, k); }
 void QuantizeRowQ8_0Exact(const float* x, uint8_t* y, int64_t k) { QuantizeRowQ8_0Rounding<false>(x, y, k); }
 
+// A float row to q8_K (the K-quants' activation format: float d, 256 int8 levels, int16 sums of
+// each 16), with the reference's bytes: its scale comes from the first value of largest magnitude
+// (sign included), levels are iscale x rounded to nearest even (nearest_int's magic-number
+// rounding, the same for |v| <= 127) and capped at 127, d = 1 / iscale. An all-zero block is all
+// zeros. The same bytes as the table's quantizer for every block without NaNs.
+void QuantizeRowQ8K(const float* x, uint8_t* y, int64_t k) {
+  constexpr int64_t kQK = 256, kBytes = 4 + kQK + 2 * kQK / 16;
+  const hn::CappedTag<float, 16> df;
+  const hn::Rebind<int32_t, decltype(df)> d32;
+  const hn::Rebind<int16_t, decltype(df)> d16;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const int64_t N = int64_t(hn::Lanes(df));
+  for (int64_t b = 0; b < k / kQK; ++b, x += kQK, y += kBytes) {
+    auto vmax = hn::Zero(df);
+    for (int64_t j = 0; j < kQK; j += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, x + j)));
+    const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    if (!(amax > 0.f)) {  // zero block (or NaNs, which the reference's > comparisons also skip)
+      std::memset(y, 0, size_t(kBytes));
+      continue;
+    }
+    int64_t first = 0;
+    while (first < kQK - 1 && std::fabs(x[first]) != amax) ++first;
+    const float iscale = -127.f / x[first];
+    const auto vs = hn::Set(df, iscale);
+    const auto cap = hn::Set(d32, 127);
+    auto* q = reinterpret_cast<int8_t*>(y + 4);
+    for (int64_t j = 0; j < kQK; j += N) {
+      const auto level = hn::Min(hn::NearestInt(hn::Mul(hn::LoadU(df, x + j), vs)), cap);
+      hn::StoreU(hn::DemoteTo(d8, hn::DemoteTo(d16, level)), d8, q + j);
+    }
+    int16_t sums[kQK / 16];
+    for (int64_t j = 0; j < kQK / 16; ++j) {
+      int sum = 0;
+      for (int64_t i = 0; i < 16; ++i) sum += q[j * 16 + i];
+      sums[j] = int16_t(sum);
+    }
+    std::memcpy(y + 4 + kQK, sums, sizeof(sums));
+    const float d = 1 / iscale;
+    std::memcpy(y, &d, 4);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace foundry::quant
 HWY_AFTER_NAMESPACE();
@@ -444,13 +487,20 @@ HWY_EXPORT(GemvF16Rows);
 HWY_EXPORT(DotNF4Q8);
 HWY_EXPORT(QuantizeRowQ8_0);
 HWY_EXPORT(QuantizeRowQ8_0Exact);
+HWY_EXPORT(QuantizeRowQ8K);
 
 void quantize_row_q8_0_exact(const float* x, void* y, int64_t k) {
   HWY_DYNAMIC_DISPATCH(QuantizeRowQ8_0Exact)(x, static_cast<uint8_t*>(y), k);
 }
 
+void quantize_row_q8_K_simd(const float* x, void* y, int64_t k) {
+  HWY_DYNAMIC_DISPATCH(QuantizeRowQ8K)(x, static_cast<uint8_t*>(y), k);
+}
+
 RowQuantizer exact_quantizer(const BlockFormatTraits& t) {
-  return t.format == BlockFormat::Q8_0 ? quantize_row_q8_0_exact : t.quantize;
+  if (t.format == BlockFormat::Q8_0) return quantize_row_q8_0_exact;
+  if (t.format == BlockFormat::Q8_K) return quantize_row_q8_K_simd;
+  return t.quantize;
 }
 
 void quantize_row_q8_0_fast(const float* x, void* y, int64_t k) {

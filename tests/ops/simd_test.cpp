@@ -395,6 +395,27 @@ TEST_P(EachTarget, ExactQ8QuantizerGivesTheReferenceBytes) {
   EXPECT_EQ(int8_t(got[2 * 34 + 2]), -1);  // -0.5 away from zero
 }
 
+// The SIMD q8_K quantizer (decode's activation rows for the K-quants) writes the table's bytes:
+// rows over 40 binades, a block whose largest magnitude occurs with both signs (the first wins),
+// a block of exact .5 ties after scaling, and a zero block.
+TEST_P(EachTarget, Q8KQuantizerGivesTheReferenceBytes) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t k = 256 * 48;
+  std::vector<float> x(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) x[size_t(i)] = nd(rng) * std::ldexp(1.f, int(i / 256 % 40) - 20);
+  x[256 + 10] = -9.f, x[256 + 200] = 9.f;  // block 1: |max| twice, negative first
+  for (int64_t i = 0; i < 256; ++i) x[size_t(512 + i)] = -127.f + float(i % 255) + (i % 2 ? 0.5f : 0.f);
+  x[512] = -127.f;
+  for (int64_t i = 0; i < 256; ++i) x[size_t(768 + i)] = 0.f;
+  const auto& q8k = foundry::quant::traits("q8_K");
+  std::vector<uint8_t> want(static_cast<size_t>(foundry::quant::quantized_bytes(q8k, 1, k))), got(want.size());
+  q8k.quantize(x.data(), want.data(), k);
+  foundry::quant::exact_quantizer(q8k)(x.data(), got.data(), k);
+  for (int64_t b = 0; b < k / 256; ++b)
+    ASSERT_EQ(0, std::memcmp(want.data() + b * 292, got.data() + b * 292, 292)) << "block " << b;
+}
+
 // The SIMD dequantizers give the table's floats bit for bit: quantized blocks of every magnitude,
 // and random bytes (any scale, negative or subnormal ones included; NaN scales left out, whose
 // payloads may differ), so every level and 6-bit scale / min pattern occurs.

@@ -152,18 +152,21 @@ PrefillMath prefill_math(const std::string& mode, const quant::BlockFormatTraits
   return PrefillMath::Float32;
 }
 
+// The activation rows' quantizer: q8_0 as llama.cpp's SIMD one (ties to even), other dot formats
+// (q8_K) through the SIMD quantizer that writes the reference's bytes.
+quant::RowQuantizer activation_quantizer(const quant::BlockFormatTraits& act) {
+  return act.format == quant::BlockFormat::Q8_0 ? quant::quantize_row_q8_0_fast : quant::exact_quantizer(act);
+}
+
 // Rows of x quantized to t's dot format, as decode quantizes its one row.
 std::vector<uint8_t> quantized_activations(const Tensor& xc, const quant::BlockFormatTraits& t, int64_t m, int64_t k) {
   const auto& act = quant::traits(t.dot_format);
   const int64_t act_bytes = quant::quantized_bytes(act, 1, k);
   std::vector<uint8_t> xq(static_cast<size_t>(m * act_bytes));
   const float* x = xc.data<float>();
-  const bool q8_0 = act.format == quant::BlockFormat::Q8_0;
+  const quant::RowQuantizer quantize = activation_quantizer(act);
   parallel_for(0, m, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      if (q8_0) quant::quantize_row_q8_0_fast(x + r * k, xq.data() + r * act_bytes, k);
-      else act.quantize(x + r * k, xq.data() + r * act_bytes, k);
-    }
+    for (int64_t r = lo; r < hi; ++r) quantize(x + r * k, xq.data() + r * act_bytes, k);
   });
   return xq;
 }
@@ -226,10 +229,9 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
     out = empty(out_shape, DType::Float32);
     const auto& act = quant::traits(t.dot_format);
     std::vector<uint8_t> xq(static_cast<size_t>(quant::quantized_bytes(act, 1, k)));
-    const bool q8_0 = act.format == quant::BlockFormat::Q8_0;
+    const quant::RowQuantizer quantize = activation_quantizer(act);
     for (int64_t r = 0; r < m; ++r) {
-      if (q8_0) quant::quantize_row_q8_0_fast(xc.data<float>() + r * k, xq.data(), k);
-      else act.quantize(xc.data<float>() + r * k, xq.data(), k);
+      quantize(xc.data<float>() + r * k, xq.data(), k);
       quant::gemv(t, w, rows_out, k, xq.data(), out.data<float>() + r * rows_out);
     }
   } else {
