@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "foundry/core/numeric.h"
@@ -326,20 +327,23 @@ TEST(QuantKernels, Bf16GemvMatchesScalarReference) {
   std::mt19937 rng(16);
   std::normal_distribution<float> nd(0.f, 1.f);
   const auto& t = foundry::quant::traits("bf16");
-  for (int64_t k : {int64_t(768), int64_t(200), int64_t(7)}) {
-    const int64_t rows = 13;
+  // Rows in groups of four plus leftovers, k with and without a 32-step and a masked tail, rows
+  // further apart than k (a strided weight).
+  for (auto [rows, k, pad] : {std::tuple<int64_t, int64_t, int64_t>{13, 768, 0}, {13, 200, 0}, {13, 7, 0}, {67, 96, 0},
+                              {67, 33, 5}, {130, 768, 64}}) {
+    const int64_t ld = k + pad;
     std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
     for (float& v : w) v = nd(rng);
     for (float& v : x) v = nd(rng) * 3.f;
-    std::vector<uint8_t> wq(static_cast<size_t>(rows * k * 2)), xq(static_cast<size_t>(k * 2));
-    for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * k * 2, k);
+    std::vector<uint8_t> wq(static_cast<size_t>(rows * ld * 2), 0xFF), xq(static_cast<size_t>(k * 2));
+    for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * ld * 2, k);
     t.quantize(x.data(), xq.data(), k);
     std::vector<float> y(static_cast<size_t>(rows));
-    foundry::kernels::gemv_bf16_avx512(wq.data(), rows, k, k, xq.data(), y.data());
+    foundry::kernels::gemv_bf16_avx512(wq.data(), rows, k, ld, xq.data(), y.data());
     for (int64_t r = 0; r < rows; ++r) {
       float scale = 0.f;
       for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
-      ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * k * 2, xq.data(), k), 1e-5f * scale) << "k " << k << " row " << r;
+      ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * ld * 2, xq.data(), k), 1e-5f * scale) << "k " << k << " row " << r;
     }
   }
 }

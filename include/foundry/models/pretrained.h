@@ -102,14 +102,18 @@ class KVCache {
   /// Bytes the cache holds.
   int64_t nbytes() const;
   /// Stores k, v [B, Hkv, 1, D] after the filled part of `layer` (as append, without returning
-  /// the cached keys and values) and returns the attention of q [B, H, 1, D] (float32, H a
-  /// multiple of Hkv) over the cached positions including them: [B, 1, H * D]. bias [B, 1 or H,
-  /// 1, length + 1] is added to the scaled scores. Streams over the cache in tiles with a running
-  /// softmax, reading quantized rows in place (no dequantized copy of the cache), each kv head's
-  /// query group together (no K/V duplication). Float32 caches and block formats only.
+  /// the cached keys and values) and returns the attention of q [B, H, 1, D] (float32, bfloat16
+  /// or float16, H a multiple of Hkv) over the cached positions including them: [B, 1, H * D], in
+  /// q's dtype. bias [B, 1 or H, 1, length + 1] is added to the scaled scores. Streams over the
+  /// cache in tiles with a running softmax computed in float32, reading float32 / f16 / bf16 rows
+  /// in place and other block formats a tile at a time (no dequantized copy of the cache), each kv
+  /// head's query group together (no K/V duplication).
   Tensor append_and_attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias);
-  /// Whether append_and_attend() serves this cache (its values are float32 or a block format).
-  bool streams_attention() const { return !format_.empty() || dtype_ == DType::Float32; }
+  /// Whether append_and_attend() serves this cache (its values are float32, bfloat16, float16 or
+  /// a block format).
+  bool streams_attention() const {
+    return !format_.empty() || dtype_ == DType::Float32 || dtype_ == DType::BFloat16 || dtype_ == DType::Float16;
+  }
   /// A cache of recurrent state only (RWKV, Mamba): `batch` rows, no key/value buffers, no capacity
   /// limit. Models with attention and recurrent layers (Jamba) use an ordinary cache for their
   /// attention layers and state() beside it.

@@ -231,7 +231,8 @@ Tensor attend_layer(const LayerContext& ctx, int64_t layer, const Tensor& q, con
                     double dropout) {
   if (ctx.causal) return attend(q, k, v, Tensor(), dropout, /*causal=*/true);
   const bool graph = records(q, k, v);
-  if (ctx.cache && !graph && q.size(2) == 1 && ctx.cache->streams_attention() && q.dtype() == DType::Float32)
+  const bool streamable_q = q.dtype() == DType::Float32 || q.dtype() == DType::BFloat16 || q.dtype() == DType::Float16;
+  if (ctx.cache && !graph && q.size(2) == 1 && ctx.cache->streams_attention() && streamable_q)
     return ctx.cache->append_and_attend(layer, q, k, v, ctx.bias);  // decode: streaming over the cache
   Tensor kk = k, vv = v;
   if (ctx.cache) std::tie(kk, vv) = ctx.cache->append(layer, k, v);

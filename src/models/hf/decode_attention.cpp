@@ -31,8 +31,9 @@ struct RowLayout {
   std::function<std::tuple<const uint8_t*, const uint8_t*, int64_t>(int64_t, int64_t, int64_t)> locate;
 };
 
+// fmt: the cache's block format, null for a cache of plain `stored` values (float32, bf16, f16).
 Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int64_t row_bytes,
-                           const quant::BlockFormatTraits* fmt, const RowLayout& layout) {
+                           const quant::BlockFormatTraits* fmt, DType stored, const RowLayout& layout) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3), rep = H / Hkv;
   Tensor qc = q.to(DType::Float32).contiguous();
   Tensor bc = bias.to(DType::Float32).contiguous();
@@ -43,9 +44,9 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
   // float32 and 16-bit float caches are read in place; other formats a tile at a time through
   // their dequantize.
   const bool in_place = !fmt || fmt->format == quant::BlockFormat::F16 || fmt->format == quant::BlockFormat::BF16;
-  const kernels::KVRowType type = !fmt ? kernels::KVRowType::F32
-                                  : fmt->format == quant::BlockFormat::F16 ? kernels::KVRowType::F16
-                                                                           : kernels::KVRowType::BF16;
+  const bool f16 = fmt ? fmt->format == quant::BlockFormat::F16 : stored == DType::Float16;
+  const bool bf16 = fmt ? fmt->format == quant::BlockFormat::BF16 : stored == DType::BFloat16;
+  const kernels::KVRowType type = f16 ? kernels::KVRowType::F16 : bf16 ? kernels::KVRowType::BF16 : kernels::KVRowType::F32;
   const quant::RowDequantizer dequantize = fmt ? quant::fast_dequantizer(*fmt) : nullptr;
   parallel_for(0, B * Hkv, 1, [&](int64_t lo, int64_t hi) {
     std::vector<float> ktile, vtile;
@@ -90,7 +91,7 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
 Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& bias) {
   autograd::NoGradGuard no_grad;
-  FOUNDRY_CHECK_AS(ValueError, streams_attention(), "KVCache: streaming attention needs a float32 or block-format cache");
+  FOUNDRY_CHECK_AS(ValueError, streams_attention(), "KVCache: streaming attention needs a float32, bfloat16, float16 or block-format cache");
   FOUNDRY_CHECK_AS(ValueError, q.dim() == 4 && q.size(2) == 1 && k.size(2) == 1,
                    "KVCache::append_and_attend: one query position, got q {} and k {}", shape_str(q.sizes()),
                    shape_str(k.sizes()));
@@ -104,7 +105,7 @@ Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& 
   const quant::BlockFormatTraits* fmt = format_.empty() ? nullptr : &quant::traits(format_);
   const Tensor& ks = k_[size_t(layer)];
   const Tensor& vs = v_[size_t(layer)];
-  const int64_t row = fmt ? ks.size(3) : D * int64_t(sizeof(float));
+  const int64_t row = fmt ? ks.size(3) : D * int64_t(itemsize(ks.dtype()));
   const auto* kbase = static_cast<const uint8_t*>(ks.data_ptr());
   const auto* vbase = static_cast<const uint8_t*>(vs.data_ptr());
   RowLayout layout;
@@ -129,7 +130,7 @@ Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& 
       return std::make_tuple(kbase + at, vbase + at, bs - j % bs);
     };
   }
-  return streaming_attention(q, bias, Hkv, row, fmt, layout);
+  return streaming_attention(q, bias, Hkv, row, fmt, ks.dtype(), layout);
 }
 
 }  // namespace foundry::models
