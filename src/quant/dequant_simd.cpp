@@ -40,12 +40,14 @@ HWY_INLINE void ScaleLevels(const uint8_t* levels, int32_t offset, float d, floa
   }
 }
 
-// The nibbles of n packed bytes: the low ones into `low`, the high ones into `high`.
-HWY_INLINE void Nibbles(const uint8_t* packed, int64_t n, uint8_t* low, uint8_t* high) {
-  const hn::CappedTag<uint8_t, 32> d8;
+// The nibbles of kN packed bytes: the low ones into `low`, the high ones into `high` (vectors of
+// at most kN bytes, so nothing past either is read or written).
+template <size_t kN>
+HWY_INLINE void Nibbles(const uint8_t* packed, uint8_t* low, uint8_t* high) {
+  const hn::CappedTag<uint8_t, kN> d8;
   const int64_t N = int64_t(hn::Lanes(d8));
   const auto mask = hn::Set(d8, uint8_t(0x0F));
-  for (int64_t j = 0; j < n; j += N) {
+  for (int64_t j = 0; j < int64_t(kN); j += N) {
     const auto b = hn::LoadU(d8, packed + j);
     hn::StoreU(hn::And(b, mask), d8, low + j);
     hn::StoreU(hn::ShiftRight<4>(b), d8, high + j);
@@ -69,7 +71,7 @@ void DequantizeQ8_0(const uint8_t* x, float* y, int64_t k) {
 void DequantizeQ4_0(const uint8_t* x, float* y, int64_t k) {
   HWY_ALIGN uint8_t levels[32];
   for (int64_t b = 0; b < k / 32; ++b, x += 18, y += 32) {
-    Nibbles(x + 2, 16, levels, levels + 16);
+    Nibbles<16>(x + 2, levels, levels + 16);
     ScaleLevels(levels, 8, fp16_at(x), 0.f, y);
   }
 }
@@ -86,7 +88,7 @@ void DequantizeQ4K(const uint8_t* x, float* y, int64_t k) {
     const float d = fp16_at(x), dmin = fp16_at(x + 2);
     const uint8_t* s = x + 4;
     for (int c = 0; c < 4; ++c, y += 64) {
-      Nibbles(x + 16 + 32 * c, 32, low, high);
+      Nibbles<32>(x + 16 + 32 * c, low, high);
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * c + half;  // ggml's get_scale_min_k4
         const uint8_t sc = j < 4 ? s[j] & 63 : uint8_t((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
