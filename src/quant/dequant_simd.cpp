@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "foundry/core/numeric.h"
+#include "kernels/cpu/simd_math-inl.h"
 #include "quant/q8_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -20,14 +21,25 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 
-inline float fp16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return Half::to_float(h);
+// An fp16 scale (exact either way; one vcvtph2ps where the target has F16C).
+HWY_INLINE float fp16_at(const uint8_t* p) {
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh;
+  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p))));
+}
+
+// Values out as float32, or rounded to bfloat16 (the prefill's weight tiles) exactly as
+// convert_f32_to_bf16 would round the float32 row.
+template <bool kBF16, class V>
+HWY_INLINE void Put(V v, void* out, int64_t i) {
+  const DF df;
+  if constexpr (kBF16) foundry::kernels::HWY_NAMESPACE::StoreBF16(df, v, static_cast<uint16_t*>(out) + i);
+  else hn::StoreU(v, df, static_cast<float*>(out) + i);
 }
 
 // y[j] = float(level_j - offset) * d + m for 32 unsigned levels (the block formats' q d + m).
-HWY_INLINE void ScaleLevels(const uint8_t* levels, int32_t offset, float d, float m, float* y) {
+template <bool kBF16>
+HWY_INLINE void ScaleLevels(const uint8_t* levels, int32_t offset, float d, float m, void* y, int64_t at) {
   const DF df;
   const hn::Rebind<int32_t, DF> d32;
   const hn::Rebind<uint8_t, DF> d8;
@@ -36,7 +48,7 @@ HWY_INLINE void ScaleLevels(const uint8_t* levels, int32_t offset, float d, floa
   const auto off = hn::Set(d32, offset);
   for (int64_t j = 0; j < 32; j += N) {
     const auto q = hn::Sub(hn::PromoteTo(d32, hn::LoadU(d8, levels + j)), off);
-    hn::StoreU(hn::Add(hn::Mul(hn::ConvertTo(df, q), vd), vm), df, y + j);
+    Put<kBF16>(hn::Add(hn::Mul(hn::ConvertTo(df, q), vd), vm), y, at + j);
   }
 }
 
@@ -54,40 +66,44 @@ HWY_INLINE void Nibbles(const uint8_t* packed, uint8_t* low, uint8_t* high) {
   }
 }
 
-void DequantizeQ8_0(const uint8_t* x, float* y, int64_t k) {
+template <bool kBF16>
+void DequantizeQ8_0(const uint8_t* x, void* y, int64_t k) {
   const DF df;
   const hn::Rebind<int32_t, DF> d32;
   const hn::Rebind<int8_t, DF> d8;
   const int64_t N = int64_t(hn::Lanes(df));
   const auto zero = hn::Zero(df);
-  for (int64_t b = 0; b < k / 32; ++b, x += 34, y += 32) {
+  for (int64_t b = 0; b < k / 32; ++b, x += 34) {
     const auto vd = hn::Set(df, fp16_at(x));
     const auto* q = reinterpret_cast<const int8_t*>(x + 2);
     for (int64_t j = 0; j < 32; j += N)
-      hn::StoreU(hn::Add(hn::Mul(hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, q + j))), vd), zero), df, y + j);
+      Put<kBF16>(hn::Add(hn::Mul(hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, q + j))), vd), zero), y, b * 32 + j);
   }
 }
 
-void DequantizeQ4_0(const uint8_t* x, float* y, int64_t k) {
+template <bool kBF16>
+void DequantizeQ4_0(const uint8_t* x, void* y, int64_t k) {
   HWY_ALIGN uint8_t levels[32];
-  for (int64_t b = 0; b < k / 32; ++b, x += 18, y += 32) {
+  for (int64_t b = 0; b < k / 32; ++b, x += 18) {
     Nibbles<16>(x + 2, levels, levels + 16);
-    ScaleLevels(levels, 8, fp16_at(x), 0.f, y);
+    ScaleLevels<kBF16>(levels, 8, fp16_at(x), 0.f, y, b * 32);
   }
 }
 
 // q4_K: 144-byte super-blocks of 256 (d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of
 // nibbles: chunk c's 32 bytes hold sub-block 2c low and 2c + 1 high). Value = d sc q - dmin m.
-void DequantizeQ4K(const uint8_t* x, float* y, int64_t k) {
+template <bool kBF16>
+void DequantizeQ4K(const uint8_t* x, void* y, int64_t k) {
   const DF df;
   const hn::Rebind<int32_t, DF> d32;
   const hn::Rebind<uint8_t, DF> d8;
   const int64_t N = int64_t(hn::Lanes(df));
   HWY_ALIGN uint8_t low[32], high[32];
+  int64_t at = 0;
   for (int64_t b = 0; b < k / 256; ++b, x += 144) {
     const float d = fp16_at(x), dmin = fp16_at(x + 2);
     const uint8_t* s = x + 4;
-    for (int c = 0; c < 4; ++c, y += 64) {
+    for (int c = 0; c < 4; ++c, at += 64) {
       Nibbles<32>(x + 16 + 32 * c, low, high);
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * c + half;  // ggml's get_scale_min_k4
@@ -97,12 +113,19 @@ void DequantizeQ4K(const uint8_t* x, float* y, int64_t k) {
         const uint8_t* levels = half ? high : low;
         for (int64_t i = 0; i < 32; i += N) {
           const auto q = hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, levels + i)));
-          hn::StoreU(hn::Sub(hn::Mul(vd, q), vm), df, y + 32 * half + i);
+          Put<kBF16>(hn::Sub(hn::Mul(vd, q), vm), y, at + 32 * half + i);
         }
       }
     }
   }
 }
+
+void DequantizeQ8_0F32(const uint8_t* x, void* y, int64_t k) { DequantizeQ8_0<false>(x, y, k); }
+void DequantizeQ4_0F32(const uint8_t* x, void* y, int64_t k) { DequantizeQ4_0<false>(x, y, k); }
+void DequantizeQ4KF32(const uint8_t* x, void* y, int64_t k) { DequantizeQ4K<false>(x, y, k); }
+void DequantizeQ8_0BF16(const uint8_t* x, void* y, int64_t k) { DequantizeQ8_0<true>(x, y, k); }
+void DequantizeQ4_0BF16(const uint8_t* x, void* y, int64_t k) { DequantizeQ4_0<true>(x, y, k); }
+void DequantizeQ4KBF16(const uint8_t* x, void* y, int64_t k) { DequantizeQ4K<true>(x, y, k); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace foundry::quant
@@ -110,20 +133,25 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace foundry::quant {
-HWY_EXPORT(DequantizeQ8_0);
-HWY_EXPORT(DequantizeQ4_0);
-HWY_EXPORT(DequantizeQ4K);
+HWY_EXPORT(DequantizeQ8_0F32);
+HWY_EXPORT(DequantizeQ4_0F32);
+HWY_EXPORT(DequantizeQ4KF32);
+HWY_EXPORT(DequantizeQ8_0BF16);
+HWY_EXPORT(DequantizeQ4_0BF16);
+HWY_EXPORT(DequantizeQ4KBF16);
 
 namespace {
-void dequantize_q8_0_simd(const void* x, float* y, int64_t k) {
-  HWY_DYNAMIC_DISPATCH(DequantizeQ8_0)(static_cast<const uint8_t*>(x), y, k);
-}
-void dequantize_q4_0_simd(const void* x, float* y, int64_t k) {
-  HWY_DYNAMIC_DISPATCH(DequantizeQ4_0)(static_cast<const uint8_t*>(x), y, k);
-}
-void dequantize_q4_K_simd(const void* x, float* y, int64_t k) {
-  HWY_DYNAMIC_DISPATCH(DequantizeQ4K)(static_cast<const uint8_t*>(x), y, k);
-}
+#define FOUNDRY_DEQUANTIZER(name, kernel, out_type)                               \
+  void name(const void* x, out_type* y, int64_t k) {                               \
+    HWY_DYNAMIC_DISPATCH(kernel)(static_cast<const uint8_t*>(x), y, k);           \
+  }
+FOUNDRY_DEQUANTIZER(dequantize_q8_0_simd, DequantizeQ8_0F32, float)
+FOUNDRY_DEQUANTIZER(dequantize_q4_0_simd, DequantizeQ4_0F32, float)
+FOUNDRY_DEQUANTIZER(dequantize_q4_K_simd, DequantizeQ4KF32, float)
+FOUNDRY_DEQUANTIZER(dequantize_q8_0_bf16, DequantizeQ8_0BF16, uint16_t)
+FOUNDRY_DEQUANTIZER(dequantize_q4_0_bf16, DequantizeQ4_0BF16, uint16_t)
+FOUNDRY_DEQUANTIZER(dequantize_q4_K_bf16, DequantizeQ4KBF16, uint16_t)
+#undef FOUNDRY_DEQUANTIZER
 }  // namespace
 
 RowDequantizer fast_dequantizer(const BlockFormatTraits& t) {
@@ -132,6 +160,15 @@ RowDequantizer fast_dequantizer(const BlockFormatTraits& t) {
     case BlockFormat::Q4_0: return dequantize_q4_0_simd;
     case BlockFormat::Q4_K: return dequantize_q4_K_simd;
     default: return t.dequantize;
+  }
+}
+
+BF16RowDequantizer bf16_dequantizer(const BlockFormatTraits& t) {
+  switch (t.format) {
+    case BlockFormat::Q8_0: return dequantize_q8_0_bf16;
+    case BlockFormat::Q4_0: return dequantize_q4_0_bf16;
+    case BlockFormat::Q4_K: return dequantize_q4_K_bf16;
+    default: return nullptr;
   }
 }
 }  // namespace foundry::quant

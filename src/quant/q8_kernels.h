@@ -24,6 +24,10 @@ RowQuantizer exact_quantizer(const BlockFormatTraits& t);
 /// quantized KV caches.
 using RowDequantizer = void (*)(const void* x, float* y, int64_t k);
 RowDequantizer fast_dequantizer(const BlockFormatTraits& t);
+/// The same values rounded to bfloat16 (as convert_f32_to_bf16 rounds them) for the bf16 prefill's
+/// weight tiles, written directly; null where there is no such kernel for t.
+using BF16RowDequantizer = void (*)(const void* x, uint16_t* y, int64_t k);
+BF16RowDequantizer bf16_dequantizer(const BlockFormatTraits& t);
 /// sum_i x_i y_i of two q8_0 rows of k values (k a multiple of 32).
 float dot_q8_0_q8_0(const void* x, const void* y, int64_t k);
 /// sum_i x_i y_i of a q4_0 row and a q8_0 row.

@@ -420,7 +420,7 @@ TEST_P(EachTarget, Q8KQuantizerGivesTheReferenceBytes) {
     ASSERT_EQ(0, std::memcmp(want.data() + b * 292, got.data() + b * 292, 292)) << "block " << b;
 }
 
-// The SIMD dequantizers give the table's floats bit for bit: quantized blocks of every magnitude,
+// The SIMD dequantizers give the table's floats bit for bit (and, to bf16, those floats rounded): quantized blocks of every magnitude,
 // and random bytes (any scale, negative or subnormal ones included; NaN scales left out, whose
 // payloads may differ), so every level and 6-bit scale / min pattern occurs.
 TEST_P(EachTarget, FastDequantizersGiveTheReferenceFloats) {
@@ -449,6 +449,12 @@ TEST_P(EachTarget, FastDequantizersGiveTheReferenceFloats) {
       for (int64_t i = 0; i < k; ++i)
         ASSERT_EQ(0, std::memcmp(&want[size_t(i)], &got[size_t(i)], 4))
             << name << " pass " << pass << " value " << i << ": " << want[size_t(i)] << " vs " << got[size_t(i)];
+      // Straight to bfloat16: the bits of rounding the reference floats.
+      std::vector<uint16_t> want16(static_cast<size_t>(k)), got16(static_cast<size_t>(k));
+      foundry::kernels::convert_f32_to_bf16(want.data(), want16.data(), k);
+      foundry::quant::bf16_dequantizer(t)(q.data(), got16.data(), k);
+      for (int64_t i = 0; i < k; ++i)
+        ASSERT_EQ(want16[size_t(i)], got16[size_t(i)]) << name << " pass " << pass << " bf16 value " << i;
     }
   }
 }

@@ -14,6 +14,27 @@ namespace foundry::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// float32 lanes to bfloat16 bit patterns (in the low 16 bits of 32-bit lanes), rounded to nearest
+// even; NaN becomes a quiet NaN. BFloat16::from_float's rounding, a vector at a time.
+template <class DF, class VF>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RoundToBF16Bits(DF, VF vf) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto u = hn::BitCast(du, vf);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(lsb, hn::Set(du, 0x7fffu))));
+  const auto nan = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(vf)), nan, rounded);
+}
+
+// Stores float32 lanes as bfloat16 (RoundToBF16Bits) at out.
+template <class DF, class VF>
+HWY_INLINE void StoreBF16(DF df, VF vf, uint16_t* out) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::RebindToSigned<decltype(du)> di;
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, RoundToBF16Bits(df, vf))), d16, out);  // values fit in 16 bits
+}
+
 template <class D, class V>
 HWY_INLINE V ErfF(D d, V x) {
   // Two least-squares polynomial fits (made with tools/fit_erf.py):

@@ -259,21 +259,10 @@ void ConvertBF16ToF32(const uint16_t* in, float* out, int64_t n) {
 
 void ConvertF32ToBF16(const float* in, uint16_t* out, int64_t n) {
   // Round to nearest even on the bit pattern; NaN becomes a quiet NaN.
-  const hn::ScalableTag<uint32_t> du;
-  const hn::Rebind<uint16_t, decltype(du)> d16;
   const hn::ScalableTag<float> df;
-  const int64_t N = int64_t(hn::Lanes(du));
+  const int64_t N = int64_t(hn::Lanes(df));
   int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    auto vf = hn::LoadU(df, in + i);
-    auto u = hn::BitCast(du, vf);
-    auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
-    auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(lsb, hn::Set(du, 0x7fffu))));
-    auto nan = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
-    auto r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(vf)), nan, rounded);
-    const hn::RebindToSigned<decltype(du)> di;
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, out + i);  // values fit in 16 bits
-  }
+  for (; i + N <= n; i += N) StoreBF16(df, hn::LoadU(df, in + i), out + i);
   for (; i < n; ++i) out[i] = BFloat16::from_float(in[i]);
 }
 

@@ -18,6 +18,7 @@
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
 #include "models/hf/quantized_checkpoint.h"
+#include "kernels/cpu/unary.h"
 #include "quant/q8_kernels.h"
 
 namespace foundry::models {
@@ -381,8 +382,11 @@ Tensor silu_mul_(Tensor g, const Tensor& u) {
     return silu(g) * u;
   float* gp = g.data<float>();
   const float* up = u.data<float>();
+  // silu through the SIMD unary kernel (the silu op's own: vector exp), then the product; a
+  // scalar std::exp per value was ~3% of a 128-token q4_0 prefill.
   parallel_for(0, g.numel(), 4096, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) gp[i] = gp[i] / (1.0f + std::exp(-gp[i])) * up[i];
+    kernels::unary_f32(kernels::UnaryOp::Silu, gp + b, gp + b, e - b, {});
+    for (int64_t i = b; i < e; ++i) gp[i] *= up[i];
   });
   return g;
 }

@@ -180,6 +180,7 @@ bool bf16_product_by_tiles(const Tensor& xc, const quant::BlockFormatTraits& t, 
                            int64_t k, int64_t m, const Shape& out_shape, Tensor& out) {
   const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
   const quant::RowDequantizer dequantize = quant::fast_dequantizer(t);
+  const quant::BF16RowDequantizer to_bf16 = quant::bf16_dequantizer(t);
   // Tiles of up to 512 KB of bf16 (on a Zen 5, 1 thread, q4_0 Llama-110M prefill: 64 / 256 /
   // 1024 / 4096 KB tiles gave 1080-1180 / 1220-1250 / 1250-1375 / 1310-1320 tokens/s), and at least
   // four per thread so small matrices still split evenly.
@@ -198,8 +199,12 @@ bool bf16_product_by_tiles(const Tensor& xc, const quant::BlockFormatTraits& t, 
     for (int64_t i = lo; i < hi && ok.load(std::memory_order_relaxed); ++i) {
       const int64_t r0 = i * tile, n = std::min(tile, rows_out - r0);
       for (int64_t r = 0; r < n; ++r) {
-        dequantize(w + (r0 + r) * row_bytes, row.data(), k);
-        kernels::convert_f32_to_bf16(row.data(), wtile.data() + r * k, k);
+        if (to_bf16) {  // the same bits as dequantizing to float32, then rounding
+          to_bf16(w + (r0 + r) * row_bytes, wtile.data() + r * k, k);
+        } else {
+          dequantize(w + (r0 + r) * row_bytes, row.data(), k);
+          kernels::convert_f32_to_bf16(row.data(), wtile.data() + r * k, k);
+        }
       }
       if (!kernels::gemm_bf16_nt_block(a, k, wtile.data(), k, c + r0, rows_out, m, n, k)) ok = false;
     }
