@@ -13,19 +13,15 @@
 
 #include "foundry/core/numeric.h"
 #include "kernels/cpu/decode_attention.h"
+#include "each_target.h"
 
 using namespace foundry;
 using kernels::KVRowType;
 
 namespace {
 
-class DecodeAttentionEachTarget : public ::testing::TestWithParam<int64_t> {
- protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
-};
-
-std::string target_name(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }
+class DecodeAttentionEachTarget : public foundry_test::PerTarget {};
+using foundry_test::target_name;
 
 std::vector<float> values(size_t n, uint32_t seed) {
   std::vector<float> v(n);

@@ -8,18 +8,14 @@
 
 #include "foundry/core/parallel.h"
 #include "kernels/cpu/gemm.h"
+#include "each_target.h"
 
 using namespace foundry;
 
 namespace {
 
-class GemvEachTarget : public ::testing::TestWithParam<int64_t> {
- protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
-};
-
-std::string target_name(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }
+class GemvEachTarget : public foundry_test::PerTarget {};
+using foundry_test::target_name;
 
 std::vector<float> values(size_t n, uint32_t seed) {
   std::vector<float> v(n);

@@ -19,6 +19,7 @@
 #include "quant/q8_kernels.h"
 #include "quant/vnni_gemv.h"
 #include "kernels/cpu/bf16_gemv.h"
+#include "each_target.h"
 
 using namespace foundry;
 using namespace foundry::kernels;
@@ -67,13 +68,18 @@ Bound bound_for(UnaryOp op) {
   }
 }
 
-class EachTarget : public ::testing::TestWithParam<int64_t> {
- protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
-};
+// k standard normals, each block of `block` values scaled by one power of two from 2^-20 to 2^19 in
+// turn: quantizer tests over 40 binades.
+std::vector<float> normals_over_binades(int64_t k, int64_t block, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) x[size_t(i)] = nd(rng) * std::ldexp(1.f, int(i / block % 40) - 20);
+  return x;
+}
 
-std::string target_name(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }
+class EachTarget : public foundry_test::PerTarget {};
+using foundry_test::target_name;
 
 }  // namespace
 
@@ -378,11 +384,8 @@ TEST_P(EachTarget, FastQ8ActivationQuantizer) {
 // signs, a zero block, values at the block maximum, tiny and large magnitudes, and 4096 random
 // blocks (products x / d that round to a tie only after the float multiply).
 TEST_P(EachTarget, ExactQ8QuantizerGivesTheReferenceBytes) {
-  std::mt19937 rng(17);
-  std::normal_distribution<float> nd(0.f, 1.f);
   const int64_t k = 32 * 4096;
-  std::vector<float> x(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) x[size_t(i)] = nd(rng) * std::ldexp(1.f, int(i / 32 % 40) - 20);
+  std::vector<float> x = normals_over_binades(k, 32, 17);
   for (int64_t i = 0; i < 32; ++i) x[size_t(32 + i)] = float(i - 16) + 0.5f;  // every level a tie: d = 1
   x[32 + 31] = 127.f;
   for (int64_t i = 0; i < 32; ++i) x[size_t(64 + i)] = -(float(i) + 0.5f);  // negative ties
@@ -403,11 +406,8 @@ TEST_P(EachTarget, ExactQ8QuantizerGivesTheReferenceBytes) {
 // rows over 40 binades, a block whose largest magnitude occurs with both signs (the first wins),
 // a block of exact .5 ties after scaling, and a zero block.
 TEST_P(EachTarget, Q8KQuantizerGivesTheReferenceBytes) {
-  std::mt19937 rng(31);
-  std::normal_distribution<float> nd(0.f, 1.f);
   const int64_t k = 256 * 48;
-  std::vector<float> x(static_cast<size_t>(k));
-  for (int64_t i = 0; i < k; ++i) x[size_t(i)] = nd(rng) * std::ldexp(1.f, int(i / 256 % 40) - 20);
+  std::vector<float> x = normals_over_binades(k, 256, 31);
   x[256 + 10] = -9.f, x[256 + 200] = 9.f;  // block 1: |max| twice, negative first
   for (int64_t i = 0; i < 256; ++i) x[size_t(512 + i)] = -127.f + float(i % 255) + (i % 2 ? 0.5f : 0.f);
   x[512] = -127.f;
