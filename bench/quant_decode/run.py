@@ -14,10 +14,11 @@ Foundry keeps its KV cache in f16 here (`--kv-cache f16`), as llama-bench does b
 figure is the median of BENCH_REPEATS (default 3) runs, Foundry's and llama.cpp's alternating.
 
 llama.cpp: `../shared/tools/llama.cpp/build.sh` (a native build, cached) and `llama-bench -p 128
--n 128 -r 1` (once per repetition) on GGUF files written by `foundry convert` from the same folder (f32, f16, bf16, q8_0,
-q4_0, q4_K; the same weights Foundry quantizes at load), Llama rows only (convert writes Llama-family
-GGUFs), with llama-bench's own peak RSS. Foundry also runs each of those GGUF files (the loader
-`foundry generate --model file.gguf` uses): its decode next to the folder's `--quantize` figure.
+-n 128 -r 1` (once per repetition) on GGUF files written by `foundry convert` from the same folder
+(f32, f16, bf16, q8_0, q4_0, q4_K; the same weights Foundry quantizes at load), Llama rows only
+(convert writes Llama-family GGUFs), with llama-bench's own peak RSS. Foundry also runs each of
+those GGUF files (the loader `foundry generate --model file.gguf` uses): its decode next to the
+folder's `--quantize` figure.
 Without ../shared the llama.cpp columns are left out.
 Usage: /usr/bin/python3 bench/quant_decode/run.py [build/bin/bench_infer]
 """
@@ -182,7 +183,7 @@ def main():
                     args = ["--model", folder, "--quantize", fmt]
                 # The same GGUF file run by Foundry (`foundry generate --model file.gguf`'s loader):
                 # its decode should match the folder quantized at load.
-                gguf_run = gtype and fmt != "bf16 native"
+                gguf_run = bool(gtype) and fmt != "bf16 native"
                 runs, refs, on_gguf_runs = [], [], []
                 for _ in range(REPEATS):  # alternating, so a change in the shared host's state hits every side
                     runs.append(infer.run([binary, *args, *KV_CACHE, "--threads", str(threads)], threads))

@@ -12,6 +12,7 @@
 
 #include "foundry/core/numeric.h"
 #include "kernels/cpu/simd_math-inl.h"
+#include "quant/formats_internal.h"
 #include "quant/q8_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -106,9 +107,8 @@ void DequantizeQ4K(const uint8_t* x, void* y, int64_t k) {
     for (int c = 0; c < 4; ++c, at += 64) {
       Nibbles<32>(x + 16 + 32 * c, low, high);
       for (int half = 0; half < 2; ++half) {
-        const int j = 2 * c + half;  // ggml's get_scale_min_k4
-        const uint8_t sc = j < 4 ? s[j] & 63 : uint8_t((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
-        const uint8_t mn = j < 4 ? s[j + 4] & 63 : uint8_t((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+        uint8_t sc, mn;
+        detail::get_scale_min_k4(2 * c + half, s, sc, mn);
         const auto vd = hn::Set(df, d * float(sc)), vm = hn::Set(df, dmin * float(mn));
         const uint8_t* levels = half ? high : low;
         for (int64_t i = 0; i < 32; i += N) {

@@ -25,6 +25,18 @@ FOUNDRY_QUANT_ROW_FUNCTIONS(nf4)
 /// bytes (values 2i and 2i + 1 in the high and low nibble of byte i).
 void nf4_block_from_bnb(float absmax, const uint8_t* bnb_packed, uint8_t* block);
 
+/// The 6-bit scale and min of sub-block j of a q4_K / q5_K super-block, packed in its 12 scale
+/// bytes (ggml's get_scale_min_k4).
+inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
+  if (j < 4) {
+    d = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    d = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    m = uint8_t((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
+  }
+}
+
 constexpr int64_t kQK_K = 256;
 constexpr int64_t kQ4_KBytes = 144, kQ5_KBytes = 176, kQ6_KBytes = 210, kQ8_KBytes = 292;
 

@@ -171,17 +171,6 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
   return scale;
 }
 
-// The 6-bit scale and min of sub-block j packed in 12 bytes (ggml's get_scale_min_k4).
-void get_scale_min_k4(int j, const uint8_t* q, uint8_t& d, uint8_t& m) {
-  if (j < 4) {
-    d = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    d = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    m = uint8_t((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
-  }
-}
-
 // The shared first half of q4_K and q5_K: per 32-value sub-block a fitted scale and min, both
 // quantized to 6 bits against the block's largest; then the levels recomputed against them.
 void quantize_scales_mins_k(const float* x, int nmax, float rmin, int nstep, uint16_t& d_out, uint16_t& dmin_out,

@@ -162,15 +162,7 @@ float DotQ51Q8(const uint8_t* x, const uint8_t* y, const float* s, const float* 
 
 // The 8 six-bit scales and mins of a q4_K / q5_K super-block (ggml's get_scale_min_k4).
 inline void unpack_k_scales(const uint8_t* sc, uint8_t* scales, uint8_t* mins) {
-  for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      scales[j] = sc[j] & 63;
-      mins[j] = sc[j + 4] & 63;
-    } else {
-      scales[j] = uint8_t((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-      mins[j] = uint8_t((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-    }
-  }
+  for (int j = 0; j < 8; ++j) detail::get_scale_min_k4(j, sc, scales[j], mins[j]);
 }
 
 // q4_K super-blocks (fp16 d / dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles:

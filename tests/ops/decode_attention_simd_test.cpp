@@ -23,14 +23,7 @@ namespace {
 class DecodeAttentionEachTarget : public foundry_test::PerTarget {};
 using foundry_test::target_name;
 
-std::vector<float> values(size_t n, uint32_t seed) {
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    seed = seed * 1664525u + 1013904223u;
-    x = float(int32_t(seed >> 8) % 2001 - 1000) / 500.0f;
-  }
-  return v;
-}
+std::vector<float> values(size_t n, uint32_t seed) { return foundry_test::lcg_values(n, seed, 500.0f); }
 
 // Rows of `src` stored as `type`, `stride` bytes apart.
 std::vector<uint8_t> stored(const std::vector<float>& src, int64_t n, int64_t D, KVRowType type, int64_t stride) {

@@ -17,14 +17,7 @@ namespace {
 class GemvEachTarget : public foundry_test::PerTarget {};
 using foundry_test::target_name;
 
-std::vector<float> values(size_t n, uint32_t seed) {
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    seed = seed * 1664525u + 1013904223u;
-    x = float(int32_t(seed >> 8) % 2001 - 1000) / 1000.0f;
-  }
-  return v;
-}
+std::vector<float> values(size_t n, uint32_t seed) { return foundry_test::lcg_values(n, seed, 1000.0f); }
 
 }  // namespace
 

@@ -5,10 +5,25 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+
+#include "foundry/core/numeric.h"
 
 namespace foundry::kernels {
 
 enum class KVRowType { F32, F16, BF16 };
+
+/// Value i of a cached row stored as `type` (exact: 16-bit floats widen without rounding).
+inline float kv_value(const uint8_t* row, int64_t i, KVRowType type) {
+  if (type == KVRowType::F32) {
+    float f;
+    std::memcpy(&f, row + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, row + 2 * i, 2);
+  return type == KVRowType::F16 ? Half::to_float(h) : float(BFloat16::from_bits(h));
+}
 
 struct DecodeAttnTile {
   const void* k = nullptr;  // n key rows of D values, `stride` bytes apart

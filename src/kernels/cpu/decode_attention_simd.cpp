@@ -42,17 +42,7 @@ HWY_INLINE hn::Vec<DF> LoadRow(const uint8_t* row, int64_t i) {
 
 template <KVRowType kType>
 HWY_INLINE float LoadScalar(const uint8_t* row, int64_t i) {
-  if constexpr (kType == KVRowType::F32) {
-    return reinterpret_cast<const float*>(row)[i];
-  } else {
-    uint16_t h;
-    std::memcpy(&h, row + 2 * i, 2);
-    if constexpr (kType == KVRowType::F16) return Half::to_float(h);
-    const uint32_t bits = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
+  return kv_value(row, i, kType);
 }
 
 constexpr int64_t kChunk = 64;  // positions scored before their values are summed
@@ -84,7 +74,8 @@ void Tile(const float* q, int64_t rep, int64_t D, const DecodeAttnTile& tile, fl
           a2 = hn::MulAdd(LoadRow<kType>(k0 + 2 * stride, i), qv, a2);
           a3 = hn::MulAdd(LoadRow<kType>(k0 + 3 * stride, i), qv, a3);
         }
-        float t[4] = {hn::GetLane(hn::SumOfLanes(d, a0)), hn::GetLane(hn::SumOfLanes(d, a1)), hn::GetLane(hn::SumOfLanes(d, a2)), hn::GetLane(hn::SumOfLanes(d, a3))};
+        float t[4] = {hn::GetLane(hn::SumOfLanes(d, a0)), hn::GetLane(hn::SumOfLanes(d, a1)),
+                      hn::GetLane(hn::SumOfLanes(d, a2)), hn::GetLane(hn::SumOfLanes(d, a3))};
         for (int64_t i = Dv; i < D; ++i)
           for (int u = 0; u < 4; ++u) t[u] += LoadScalar<kType>(k0 + u * stride, i) * qr[i];
         for (int u = 0; u < 4; ++u) s[j + u] = t[u] * scale + (br ? br[j + u] : 0.f);
@@ -172,15 +163,7 @@ void decode_attention_tile(const float* q, int64_t rep, int64_t D, const DecodeA
 void decode_attention_tile_ref(const float* q, int64_t rep, int64_t D, const DecodeAttnTile& tile, float scale,
                                const float* bias, int64_t bias_stride, float* m, float* l, float* acc) {
   auto value = [&](const void* base, int64_t j, int64_t i) -> double {
-    const auto* row = static_cast<const uint8_t*>(base) + j * tile.stride;
-    if (tile.type == KVRowType::F32) return reinterpret_cast<const float*>(row)[i];
-    uint16_t h;
-    std::memcpy(&h, row + 2 * i, 2);
-    if (tile.type == KVRowType::F16) return Half::to_float(h);
-    const uint32_t bits = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
+    return kv_value(static_cast<const uint8_t*>(base) + j * tile.stride, i, tile.type);
   };
   std::vector<double> s(static_cast<size_t>(tile.n));
   for (int64_t r = 0; r < rep; ++r) {

@@ -384,12 +384,6 @@ std::vector<std::pair<int64_t, int64_t>> split_range(int64_t n, int64_t parts, i
   return out;
 }
 
-// With several threads, the output is cut into one block per thread (columns when there are
-// enough, else rows), each run by a single-threaded primitive: one fork/join per product and no
-// barriers inside it. On a busy machine (other processes on the cores) that is what keeps a
-// thread that loses its time slice from stalling the other at every internal barrier; on an idle
-// one it matches oneDNN's own split (measured, docs/decisions.md). A product too small to split
-// runs on the calling thread alone.
 // Runs one primitive on the calling thread's stream (operands at the given addresses).
 void dnnl_execute(const DnnlEntry& e, const char* a, const char* b, char* c, const char* bias) {
   thread_local dnnl::stream stream(dnnl_engine());
@@ -408,6 +402,12 @@ void dnnl_execute(const DnnlEntry& e, const char* a, const char* b, char* c, con
   stream.wait();
 }
 
+// With several threads, the output is cut into one block per thread (columns when there are
+// enough, else rows), each run by a single-threaded primitive: one fork/join per product and no
+// barriers inside it. On a busy machine (other processes on the cores) that is what keeps a
+// thread that loses its time slice from stalling the other at every internal barrier; on an idle
+// one it matches oneDNN's own split (measured, docs/decisions.md). A product too small to split
+// runs on the calling thread alone.
 bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
                double beta, const void* bias, DType dtype, DType out_dtype) {
   const int64_t esize = itemsize(dtype), out_size = itemsize(out_dtype);

@@ -41,13 +41,13 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
   const int64_t S = bc.size(-1);
   Tensor out = empty({B, 1, H * D}, DType::Float32);
   const float scale = float(1.0 / std::sqrt(double(D)));
-  // float32 and 16-bit float caches are read in place; other formats a tile at a time through
-  // their dequantize.
-  const bool in_place = !fmt || fmt->format == quant::BlockFormat::F16 || fmt->format == quant::BlockFormat::BF16;
+  // float32 and 16-bit float caches (plain, or the f16 / bf16 formats) are read in place; other
+  // formats a tile at a time through their dequantize.
   const bool f16 = fmt ? fmt->format == quant::BlockFormat::F16 : stored == DType::Float16;
   const bool bf16 = fmt ? fmt->format == quant::BlockFormat::BF16 : stored == DType::BFloat16;
+  const bool in_place = !fmt || f16 || bf16;
   const kernels::KVRowType type = f16 ? kernels::KVRowType::F16 : bf16 ? kernels::KVRowType::BF16 : kernels::KVRowType::F32;
-  const quant::RowDequantizer dequantize = fmt ? quant::fast_dequantizer(*fmt) : nullptr;
+  const quant::RowDequantizer dequantize = in_place ? nullptr : quant::fast_dequantizer(*fmt);
   parallel_for(0, B * Hkv, 1, [&](int64_t lo, int64_t hi) {
     std::vector<float> ktile, vtile;
     if (!in_place) ktile.resize(size_t(kTile * D)), vtile.resize(size_t(kTile * D));
@@ -91,7 +91,8 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
 Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& bias) {
   autograd::NoGradGuard no_grad;
-  FOUNDRY_CHECK_AS(ValueError, streams_attention(), "KVCache: streaming attention needs a float32, bfloat16, float16 or block-format cache");
+  FOUNDRY_CHECK_AS(ValueError, streams_attention(),
+                   "KVCache: streaming attention needs a float32, bfloat16, float16 or block-format cache");
   FOUNDRY_CHECK_AS(ValueError, q.dim() == 4 && q.size(2) == 1 && k.size(2) == 1,
                    "KVCache::append_and_attend: one query position, got q {} and k {}", shape_str(q.sizes()),
                    shape_str(k.sizes()));

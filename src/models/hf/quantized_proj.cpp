@@ -193,9 +193,9 @@ bool bf16_product_by_tiles(const Tensor& xc, const quant::BlockFormatTraits& t, 
   std::atomic<bool> ok{true};
   parallel_for(0, (rows_out + tile - 1) / tile, 1, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<uint16_t> wtile;
-    thread_local std::vector<float> row;
+    thread_local std::vector<float> row;  // formats without a bf16 dequantizer go through float32
     wtile.resize(size_t(tile * k));
-    row.resize(size_t(k));
+    if (!to_bf16) row.resize(size_t(k));
     for (int64_t i = lo; i < hi && ok.load(std::memory_order_relaxed); ++i) {
       const int64_t r0 = i * tile, n = std::min(tile, rows_out - r0);
       for (int64_t r = 0; r < n; ++r) {
