@@ -249,3 +249,41 @@ TEST(Models, LabelsGiveHFsShiftedCrossEntropy) {
   // Labels of another shape are refused.
   EXPECT_ANY_THROW((*model)(ids, mask, tensor<int64_t>({1, 2, 3}, {1, 3})));
 }
+
+// A model computed in Float16 / BFloat16 runs the fused residual + RMS norm, SwiGLU and rotary
+// steps of its decode loop on 16-bit rows; they round where the per-op path stores each result,
+// so the two give the same bits (the per-op path is what HF parity is tested on).
+TEST(Models, FusedHalfStepsEqualThePerOpPath) {
+  namespace hf = models::hf;
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.dtype() == b.dtype() && a.sizes() == b.sizes() &&
+           std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), size_t(a.nbytes())) == 0;
+  };
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    manual_seed(11);
+    const int64_t B = 2, T = 3, heads = 4, D = 32, C = heads * D;
+    Tensor h = (randn({B, T, C}) * 3).to(dt), delta = randn({B, T, C}).to(dt), w = (randn({C}) + 1).to(dt);
+    Tensor fused_h = h.clone();
+    Tensor fused = hf::add_rms_norm_(fused_h, delta, w, 1e-5);
+    Tensor sum = h + delta;
+    EXPECT_TRUE(same_bits(fused_h, sum));
+    EXPECT_TRUE(same_bits(fused, rms_norm(sum, {C}, w, 1e-5)));
+    // rms_norm's own 16-bit finish: the normalised value rounded, then times the weight, rounded.
+    Tensor composed = (rms_norm(sum.to(DType::Float32), {C}, Tensor(), 1e-5).to(dt).to(DType::Float32) *
+                       w.to(DType::Float32)).to(dt);
+    EXPECT_TRUE(same_bits(fused, composed));
+
+    Tensor g = (randn({B, T, 3 * C}) * 4).to(dt), u = randn({B, T, 3 * C}).to(dt);
+    EXPECT_TRUE(same_bits(hf::silu_mul_(g.clone(), u), silu(g) * u));
+
+    Tensor x = (randn({B, T, C}) * 2).to(dt);
+    Tensor angles = randn({1, 1, T, D});
+    Tensor cos_t = cos(angles).to(dt), sin_t = sin(angles).to(dt);
+    Tensor per_op = hf::apply_rope(hf::split_heads(x, heads), cos_t, sin_t).transpose(1, 2).reshape({B, T, C});
+    EXPECT_TRUE(same_bits(hf::rope_rows_(x.clone(), heads, cos_t, sin_t), per_op));
+    // float32 tables are rounded to x's dtype first, as apply_rope does.
+    Tensor per_op_f32 = hf::apply_rope(hf::split_heads(x, heads), cos(angles), sin(angles)).transpose(1, 2).reshape({B, T, C});
+    EXPECT_TRUE(same_bits(hf::rope_rows_(x.clone(), heads, cos(angles), sin(angles)), per_op_f32));
+  }
+}

@@ -64,4 +64,18 @@ void unary_kernel(UnaryOp op, const Tensor& in, Tensor& out, const UnaryParams& 
   });
 }
 
+void HalfConvert::round(float* x, int64_t n) const {
+  uint16_t narrowed[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    narrow(x + i, narrowed, m);
+    widen(narrowed, x + i, m);
+  }
+}
+
+const HalfConvert* half_convert(DType t) {
+  static const HalfConvert f16{convert_f16_to_f32, convert_f32_to_f16}, bf16{convert_bf16_to_f32, convert_f32_to_bf16};
+  return t == DType::Float16 ? &f16 : t == DType::BFloat16 ? &bf16 : nullptr;
+}
+
 }  // namespace foundry::kernels

@@ -48,4 +48,16 @@ void convert_f32_to_f16(const float* in, uint16_t* out, int64_t n);
 void convert_bf16_to_f32(const uint16_t* in, float* out, int64_t n);
 void convert_f32_to_bf16(const float* in, uint16_t* out, int64_t n);
 
+/// A 16-bit float dtype's conversions to and from float32 runs: the ones its elementwise kernels
+/// use, so a fused loop that rounds where the per-op path stores a Float16 / BFloat16 result gives
+/// the per-op path's bits.
+struct HalfConvert {
+  void (*widen)(const uint16_t* in, float* out, int64_t n);
+  void (*narrow)(const float* in, uint16_t* out, int64_t n);
+  /// x[0, n) rounded to the 16-bit type, in place.
+  void round(float* x, int64_t n) const;
+};
+/// nullptr for dtypes other than Float16 and BFloat16.
+const HalfConvert* half_convert(DType t);
+
 }  // namespace foundry::kernels

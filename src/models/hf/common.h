@@ -125,8 +125,8 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias, double dropout = 0,
               bool causal = false);
 
-// Inference-only fused kernels (callers use them only when autograd does not record; float32
-// contiguous inputs, else the unfused ops):
+// Inference-only fused kernels (callers use them only when autograd does not record; contiguous
+// float32, or Float16 / BFloat16 rounded as the unfused ops round, else the unfused ops):
 /// h += delta in place, then returns rms_norm(h) * w over the last dimension (one pass per row).
 Tensor add_rms_norm_(Tensor& h, const Tensor& delta, const Tensor& w, double eps);
 /// silu(g) * u, written over g (a temporary of the caller).
