@@ -29,6 +29,32 @@ using hf::json;
 
 // ---- KV cache ---------------------------------------------------------------------------------
 
+namespace {
+
+// Every layer's key and value tensors, `shape` each, as views of one allocation that is resident
+// from the start. Resident, as llama.cpp clears its cache buffer when it makes a context: decode
+// writes one position per head at a time, and each first touch of a page would otherwise fault
+// inside the step (~5% of a 1-thread q4_0 decode step on a Zen 5 VM, Llama-110M shape). One
+// allocation, so that a cache of 4 MiB or more sits in huge pages (core/allocator.cpp): each head's
+// new row is in a page of its own, and with 4 KiB pages each of a step's 2 x layers x heads row
+// writes missed the TLB (the weights streamed in between evict it): 3% of a 2-thread q4_0 step,
+// a third of that with huge pages.
+std::pair<std::vector<Tensor>, std::vector<Tensor>> layer_rows(int64_t layers, IntList shape, DType stored) {
+  const int64_t item = itemsize(stored);
+  const int64_t each = (numel_of(shape) * item + 63) / 64 * 64;  // bytes, 64-byte aligned starts
+  Tensor arena = empty({2 * layers * each}, DType::UInt8);
+  allocator::populate(arena.data_ptr(), size_t(arena.nbytes()));
+  const Shape strides = contiguous_strides(shape);
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> kv;
+  for (int64_t l = 0; l < layers; ++l) {
+    kv.first.push_back(make_tensor(arena.storage(), shape, strides, (2 * l) * each / item, stored));
+    kv.second.push_back(make_tensor(arena.storage(), shape, strides, (2 * l + 1) * each / item, stored));
+  }
+  return kv;
+}
+
+}  // namespace
+
 KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim, DType dtype,
                  const std::string& format)
     : capacity_(capacity), batch_(batch), head_dim_(head_dim), dtype_(dtype), format_(format) {
@@ -44,15 +70,7 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capaci
     row = quant::quantized_bytes(t, 1, head_dim);
     stored = DType::UInt8;
   }
-  // Resident from the start, as llama.cpp clears its cache buffer when it makes a context: decode
-  // writes one position per head at a time, and each first touch of a page would otherwise fault
-  // inside the step (~5% of a 1-thread q4_0 decode step on a Zen 5 VM, Llama-110M shape).
-  for (int64_t l = 0; l < layers; ++l) {
-    k_.push_back(empty({batch, kv_heads, capacity, row}, stored));
-    v_.push_back(empty({batch, kv_heads, capacity, row}, stored));
-    allocator::populate(k_.back().data_ptr(), size_t(k_.back().nbytes()));
-    allocator::populate(v_.back().data_ptr(), size_t(v_.back().nbytes()));
-  }
+  std::tie(k_, v_) = layer_rows(layers, {batch, kv_heads, capacity, row}, stored);
 }
 
 namespace {
@@ -153,13 +171,14 @@ void KVCache::truncate(int64_t length) {
 void KVCache::reserve(int64_t capacity) {
   FOUNDRY_CHECK_AS(ValueError, !paged(), "KVCache: {} is for contiguous caches (a paged cache manages sequences)", __func__);
   if (capacity <= capacity_) return;
-  for (size_t l = 0; l < k_.size(); ++l) {
-    for (Tensor* t : {&k_[l], &v_[l]}) {
-      Tensor bigger = empty({t->size(0), t->size(1), capacity, t->size(3)}, t->dtype());
-      allocator::populate(bigger.data_ptr(), size_t(bigger.nbytes()));
-      bigger.narrow(2, 0, length_).copy_(t->narrow(2, 0, length_));
-      *t = bigger;
+  if (!k_.empty()) {
+    auto [ks, vs] = layer_rows(int64_t(k_.size()), {k_[0].size(0), k_[0].size(1), capacity, k_[0].size(3)}, k_[0].dtype());
+    for (size_t l = 0; l < k_.size(); ++l) {
+      ks[l].narrow(2, 0, length_).copy_(k_[l].narrow(2, 0, length_));
+      vs[l].narrow(2, 0, length_).copy_(v_[l].narrow(2, 0, length_));
     }
+    k_ = std::move(ks);
+    v_ = std::move(vs);
   }
   capacity_ = capacity;
 }
