@@ -252,8 +252,13 @@ void binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out, c
     using C = opmath_t<T>;
     const C alpha_c = alpha.to<C>();
     const bool pred = binary_op_is_predicate(op);
-    // Outputs beyond the caches get non-temporal stores even when written in short runs.
-    const bool stream = out.nbytes() >= (int64_t(1) << 22) && out.is_contiguous();
+    // Outputs beyond the caches get non-temporal stores even when written in short runs (a row
+    // broadcast's). Beyond the caches: more than 8 MiB per thread. Below that the output stays
+    // in cache for whatever reads it next, and streaming it cost more than it saved: a 16 MB
+    // broadcast add [2048, 2048] + [2048], regular / streaming stores, 2 threads 0.185 / 0.25-0.31
+    // ms, 1 thread 0.57-0.62 / 0.42-0.45 ms (Zen 5 VM). Single runs of 2 MiB or more stream
+    // regardless (binary_simd.cpp).
+    const bool stream = out.nbytes() > (int64_t(8) << 20) * get_num_threads() && out.is_contiguous();
     for_each_run(loop, kGrainSize / 2, [&](char** data, const int64_t* s, int64_t n) {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         if (!pred && try_simd<T>(op, data, s, n, alpha_c, stream)) return;
