@@ -151,10 +151,13 @@ class Pool {
   // Runs chunks of job `job`: group `me` first, then what may be taken from the others. The job's
   // fields are read only after a claim succeeds: the caller does not return (and the next job
   // does not overwrite them) before every claimed chunk is counted done.
+  // The chunks a thread ran are counted once, when it finds none left to claim: a count per
+  // chunk moved the counter's line between the cores at every chunk.
   void work(uint64_t job, int me) {
+    int64_t ran = 0;
     for (int i = 0; i < threads_; ++i) {
       Group& g = groups_[(me + i) % threads_];
-      for (int64_t k; (k = claim(g, job, i == 0)) >= 0;) {
+      for (int64_t k; (k = claim(g, job, i == 0)) >= 0; ++ran) {
         const int64_t b = begin_ + k * chunk_, e = std::min(end_, b + chunk_);
         try {
           (*fn_)(b, e);
@@ -162,9 +165,9 @@ class Pool {
           std::lock_guard<std::mutex> lock(error_mu_);
           if (!error_) error_ = std::current_exception();
         }
-        done_.fetch_add(1, std::memory_order_release);
       }
     }
+    if (ran) done_.fetch_add(ran, std::memory_order_release);
   }
 
   // `seen` is the job number when the worker was created: a worker whose thread starts late
@@ -214,23 +217,26 @@ class Pool {
     workers_.clear();
   }
 
-  // Cache lines apart by who writes them: idle workers poll job_ and stopping_ on every spin, and
-  // a line they poll that the caller also writes for its own bookkeeping (the run lock, the job's
-  // fields, the count of chunks done) moves between the cores at each of those writes (~1% of a
-  // 2-thread q4_0 decode step went to the run lock's unlock alone).
+  // Cache lines by who writes them and when: what a worker needs to start a job (its number, the
+  // job's fields, the stop flag, and the sleepers count the caller reads right after publishing)
+  // is one line, written by the caller before it publishes and read by workers after; the count
+  // of chunks done, which workers write, is another; the run lock, which only callers touch, a
+  // third. Idle workers poll the first line, so a caller's lock or count traffic on it would pull
+  // it away from them (the run lock's unlock was ~1% of a 2-thread q4_0 decode step), and each
+  // line a job's start reads from the caller is one more transfer between the cores.
   int threads_ = 1;
   std::vector<std::thread> workers_;
   std::vector<std::vector<std::thread>> orphans_;
   std::unique_ptr<Group[]> groups_;
   alignas(64) std::mutex run_mu_;  // one job at a time
   uint64_t jobs_ = 0;              // jobs started (under run_mu_)
+  std::exception_ptr error_;
   alignas(64) std::atomic<uint32_t> job_{0};  // the latest job's number: what idle workers watch
   std::atomic<bool> stopping_{false};
-  alignas(64) std::atomic<int64_t> done_{0};  // chunks finished, counted by whoever ran them
-  alignas(64) std::atomic<int> sleepers_{0};
-  alignas(64) int64_t begin_ = 0, end_ = 0, chunk_ = 1;  // the job: written before job_ is published
+  std::atomic<int> sleepers_{0};
+  int64_t begin_ = 0, end_ = 0, chunk_ = 1;  // the job: written before job_ is published
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  std::exception_ptr error_;
+  alignas(64) std::atomic<int64_t> done_{0};  // chunks finished, counted by whoever ran them
   alignas(64) std::mutex error_mu_;
 
  public:
