@@ -36,6 +36,11 @@ constexpr size_t kHugePage = size_t(2) << 20;
 // don't fault in whole 2 MiB pages.
 constexpr size_t kHugePageThreshold = size_t(4) << 20;
 
+bool huge_pages_wanted() {
+  static const bool wanted = std::getenv("FOUNDRY_NO_HUGE_PAGES") == nullptr;
+  return wanted;
+}
+
 void* map_block(size_t cls) {
   if (cls < kHugePageThreshold) {
     void* p = mmap(nullptr, cls, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -53,8 +58,7 @@ void* map_block(size_t cls) {
   const size_t floor_pow2 = std::bit_floor(cls);
   const size_t class_below = cls == floor_pow2 ? cls - cls / 8 : cls - floor_pow2 / 4;
   const size_t always_used = class_below / kHugePage * kHugePage;
-  static const bool wanted = std::getenv("FOUNDRY_NO_HUGE_PAGES") == nullptr;
-  if (wanted && always_used) madvise(aligned, always_used, MADV_HUGEPAGE);  // advisory: failure only costs speed
+  if (huge_pages_wanted() && always_used) madvise(aligned, always_used, MADV_HUGEPAGE);  // advisory: failure only costs speed
   return aligned;
 }
 
@@ -136,6 +140,12 @@ void populate(void* p, size_t nbytes) {
   const uintptr_t first = begin / page * page, last = (begin + nbytes + page - 1) / page * page;
   if (madvise(reinterpret_cast<void*>(first), last - first, kPopulateWrite) == 0) return;
   std::memset(p, 0, nbytes);
+}
+
+void advise_huge_pages(void* p, size_t nbytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (begin + kHugePage - 1) / kHugePage * kHugePage, last = (begin + nbytes) / kHugePage * kHugePage;
+  if (huge_pages_wanted() && last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 }
 
 size_t size_class(size_t n) {

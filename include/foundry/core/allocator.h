@@ -54,6 +54,11 @@ size_t size_class(size_t nbytes);
 /// little at a time later, such as a KV cache: otherwise every first touch of a page during decoding
 /// is a page fault inside the timed step. The contents become unspecified (zeros where written).
 void populate(void* p, size_t nbytes);
+/// Asks for transparent huge pages over the whole 2 MiB pages inside [p, p + nbytes), before they
+/// are first written (advisory; none with FOUNDRY_NO_HUGE_PAGES set). For buffers used whole
+/// that the allocator's own advice (the part every request of a size class uses) leaves partly
+/// in 4 KiB pages, such as the chunks quantized weights are carved from.
+void advise_huge_pages(void* p, size_t nbytes);
 }  // namespace allocator
 
 /// allocator::memory_stats(): torch.cuda.memory_stats()'s names for Foundry's CPU allocator.

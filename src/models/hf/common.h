@@ -96,9 +96,14 @@ class WeightProducts {
   const std::shared_ptr<Quantized>& quantized(const Tensor& w, bool transposed) const;
   /// Whether the format quantizes w (one is set and w's rows are whole blocks of it).
   bool format_applies(const Tensor& w, bool transposed) const;
+  /// `bytes` (64-byte aligned) of the current chunk quantized copies are carved from, and the
+  /// chunk (a Quantized keeps it alive).
+  std::pair<uint8_t*, Tensor> carve(int64_t bytes) const;
   std::string format_;
   std::string prefill_ = "auto";
   mutable std::map<const void*, std::shared_ptr<Quantized>> quantized_;
+  mutable Tensor chunk_;  // UInt8
+  mutable int64_t chunk_used_ = 0, carved_ = 0;
 };
 
 // ---- blocks ---------------------------------------------------------------------------------
