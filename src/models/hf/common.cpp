@@ -718,6 +718,13 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
   auto stored = [&](const std::string& name) {
     return bare_gpt2 && name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
   };
+  // Matrices a decode step streams whole are copied out of the file mapping into chunks in huge
+  // pages (the mapped pages handed back), unless they are to be quantized (those copies are made
+  // then) or FOUNDRY_MMAP_WEIGHTS is set (weights stay file pages the kernel may drop under memory
+  // pressure). A bf16 checkpoint computed in bf16, 1 thread, alternating x5: 102-123 tokens/s on
+  // the mapping, 122-146 from the chunks, peak RSS unchanged.
+  const bool resident = options.quantize.empty() && std::getenv("FOUNDRY_MMAP_WEIGHTS") == nullptr;
+  hf::WeightChunks chunks;
   auto fetch = [&](const std::string& module_name, const Shape& shape, const hf::Init&) {
     const std::string name = stored(module_name);
     if (qc.quantized(name)) {
@@ -737,7 +744,13 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
     if (!is_floating(t.dtype()))
       raise<TypeError>("{}: '{}' has dtype {}; weights must be floating point", dir, name, dtype_name(t.dtype()));
     const DType want = options.dtype.value_or(t.dtype());  // nullopt: the checkpoint's own
-    return t.dtype() == want ? t : t.to(want);              // same dtype: a view over the mapping, no copy
+    if (resident && t.dim() >= 2 && t.nbytes() >= (int64_t(64) << 10)) {
+      Tensor placed = chunks.empty(t.sizes(), want);
+      placed.copy_(t);
+      hf::release_mapped_pages(t);
+      return placed;
+    }
+    return t.dtype() == want ? t : t.to(want);  // same dtype: a view over the mapping, no copy
   };
   auto has = [&](const std::string& name) { return st.contains(stored(name)) || qc.quantized(stored(name)); };
   std::unique_ptr<CausalLM> model =

@@ -65,6 +65,23 @@ void refuse_router_aux_loss(const json& j, const ModelConfig& c);
 /// kernel; reading it again faults them in from the file. No-op for other tensors.
 void release_mapped_pages(const Tensor& w);
 
+/// Byte ranges carved, one after the other, from chunks of memory in huge pages (1 MiB doubling to
+/// 32 MiB; a larger request gets a chunk of its own): for weights a decode step streams whole,
+/// token after token, which read slower from one separately mapped 4 KiB-paged block each.
+class WeightChunks {
+ public:
+  /// `bytes` at a 64-byte aligned address, and the chunk that owns them (keep it alive).
+  std::pair<uint8_t*, Tensor> carve(int64_t bytes);
+  /// An uninitialised contiguous tensor carved from the chunks.
+  Tensor empty(IntList shape, DType dtype);
+  /// Starts a fresh chunk for the next request.
+  void reset();
+
+ private:
+  Tensor chunk_;  // UInt8
+  int64_t used_ = 0, carved_ = 0;
+};
+
 /// Every weight product of a model: dense (x W^T + b, or x W + b for [in, out] weights) or through
 /// a quantized copy of W (set_weight_quantization) or quantized bytes adopted for it (GGUF, NF4).
 /// Used when autograd does not record; see quantized_proj.cpp.
@@ -96,14 +113,10 @@ class WeightProducts {
   const std::shared_ptr<Quantized>& quantized(const Tensor& w, bool transposed) const;
   /// Whether the format quantizes w (one is set and w's rows are whole blocks of it).
   bool format_applies(const Tensor& w, bool transposed) const;
-  /// `bytes` (64-byte aligned) of the current chunk quantized copies are carved from, and the
-  /// chunk (a Quantized keeps it alive).
-  std::pair<uint8_t*, Tensor> carve(int64_t bytes) const;
   std::string format_;
   std::string prefill_ = "auto";
   mutable std::map<const void*, std::shared_ptr<Quantized>> quantized_;
-  mutable Tensor chunk_;  // UInt8
-  mutable int64_t chunk_used_ = 0, carved_ = 0;
+  mutable WeightChunks chunks_;  // where quantized copies are made
 };
 
 // ---- blocks ---------------------------------------------------------------------------------

@@ -47,24 +47,31 @@ struct WeightProducts::Quantized {
   bool owned = false;  // made by quantizing a weight (carved), not adopted
 };
 
-// A model's quantized copies share a few chunks in huge pages instead of one 4 KiB-paged block
-// each: decode streams them all, token after token, and separately mapped blocks read slower
-// (Llama-110M, f16 weights, 1 thread, alternating x4: 69-95 -> 120-144 tokens/s; q4_K 308-324 ->
-// 335). Chunks double from 1 MiB up to 32 MiB, so a small model wastes little; a matrix larger
-// than that gets a chunk of its own.
-std::pair<uint8_t*, Tensor> WeightProducts::carve(int64_t bytes) const {
+std::pair<uint8_t*, Tensor> WeightChunks::carve(int64_t bytes) {
   constexpr int64_t kFirstChunk = int64_t(1) << 20, kMaxChunk = int64_t(32) << 20;
   const int64_t need = (bytes + 63) / 64 * 64;
-  if (!chunk_.defined() || chunk_used_ + need > chunk_.numel()) {
+  if (!chunk_.defined() || used_ + need > chunk_.numel()) {
     const int64_t size = std::max(need, std::clamp<int64_t>(carved_, kFirstChunk, kMaxChunk));
-    chunk_ = empty({size}, DType::UInt8);
+    chunk_ = foundry::empty({size}, DType::UInt8);
     allocator::advise_huge_pages(chunk_.data_ptr(), size_t(size));
-    chunk_used_ = 0;
+    used_ = 0;
   }
-  uint8_t* p = static_cast<uint8_t*>(chunk_.data_ptr()) + chunk_used_;
-  chunk_used_ += need;
+  uint8_t* p = static_cast<uint8_t*>(chunk_.data_ptr()) + used_;
+  used_ += need;
   carved_ += need;
   return {p, chunk_};
+}
+
+Tensor WeightChunks::empty(IntList shape, DType dtype) {
+  const int64_t item = itemsize(dtype);
+  auto [p, chunk] = carve(numel_of(shape) * item);
+  const int64_t offset = (p - static_cast<uint8_t*>(chunk.data_ptr())) / item;  // 64-byte aligned: whole items
+  return make_tensor(chunk.storage(), shape, contiguous_strides(shape), offset, dtype);
+}
+
+void WeightChunks::reset() {
+  chunk_ = Tensor();
+  used_ = carved_ = 0;
 }
 
 void WeightProducts::set_format(const std::string& format) {
@@ -76,8 +83,7 @@ void WeightProducts::set_format(const std::string& format) {
   format_ = format;
   for (auto it = quantized_.begin(); it != quantized_.end();)
     it = it->second->owned ? quantized_.erase(it) : std::next(it);
-  chunk_ = Tensor();  // copies made from now on start a chunk of their own
-  chunk_used_ = carved_ = 0;
+  chunks_.reset();  // copies made from now on start a chunk of their own
 }
 
 void WeightProducts::adopt(const Tensor& weight, const std::string& format, const Tensor& bytes, bool transposed) {
@@ -131,7 +137,10 @@ const std::shared_ptr<WeightProducts::Quantized>& WeightProducts::quantized(cons
   q->rows = rows.size(0);
   q->k = k;
   uint8_t* dst = nullptr;
-  std::tie(dst, q->keepalive) = carve(quant::quantized_bytes(t, q->rows, q->k));
+  // Carved from chunks in huge pages, not one block per matrix: alternating x4, 1 thread, f16
+  // weights decoded at 69-95 tokens/s in separate blocks and 120-144 in chunks (q4_K 308-324 ->
+  // 335).
+  std::tie(dst, q->keepalive) = chunks_.carve(quant::quantized_bytes(t, q->rows, q->k));
   q->data = dst;
   q->owned = true;
   const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
