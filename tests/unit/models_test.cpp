@@ -287,3 +287,42 @@ TEST(Models, FusedHalfStepsEqualThePerOpPath) {
     EXPECT_TRUE(same_bits(hf::rope_rows_(x.clone(), heads, cos(angles), sin(angles)), per_op_f32));
   }
 }
+
+// Weights carved from huge-page chunks: 64-byte aligned, not overlapping, alive after the
+// WeightChunks that carved them is gone; a request larger than a chunk gets its own.
+TEST(Models, WeightChunksCarveAlignedTensorsThatOutliveThem) {
+  std::vector<Tensor> carved;
+  {
+    models::hf::WeightChunks chunks;
+    for (int64_t n : {int64_t(3), int64_t(1000), int64_t(70000), int64_t(300000), int64_t(9) << 20}) {
+      Tensor t = chunks.empty({n}, DType::Float32);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u) << n;
+      t.fill_(float(n));
+      carved.push_back(t);
+    }
+  }
+  for (const Tensor& t : carved) EXPECT_TRUE(equal(t, full_like(t, float(t.numel())))) << t.numel();
+}
+
+// A folder's matrices are copied into those chunks at load unless FOUNDRY_MMAP_WEIGHTS keeps them
+// over the file mapping: the same logits either way.
+TEST(Models, WeightsInChunksOrOverTheMappingGiveTheSameLogits) {
+  // hidden 128: q_proj [128, 128] float32 is 64 KB (copied), k_proj [64, 128] 32 KB (stays mapped).
+  const std::string dir = llama_folder("chunks", 128, 4, 256, 0.1, 9);
+  const Tensor ids = tensor<int64_t>({3, 14, 15, 9, 2, 6}, {1, 6});
+  auto storage_of = [](const models::CausalLM& m, const std::string& suffix) {
+    for (const auto& [name, p] : m.named_parameters())
+      if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        return p.storage()->kind();
+    ADD_FAILURE() << "no parameter " << suffix;
+    return StorageImpl::Kind::Owned;
+  };
+  auto copied = models::load_pretrained(dir);
+  EXPECT_NE(storage_of(*copied, "layers.0.self_attn.q_proj.weight"), StorageImpl::Kind::Mapped);
+  EXPECT_EQ(storage_of(*copied, "layers.0.self_attn.k_proj.weight"), StorageImpl::Kind::Mapped);
+  ::setenv("FOUNDRY_MMAP_WEIGHTS", "1", 1);
+  auto mapped = models::load_pretrained(dir);
+  ::unsetenv("FOUNDRY_MMAP_WEIGHTS");
+  EXPECT_EQ(storage_of(*mapped, "layers.0.self_attn.q_proj.weight"), StorageImpl::Kind::Mapped);
+  EXPECT_TRUE(equal(copied->forward(ids), mapped->forward(ids)));
+}
