@@ -53,18 +53,12 @@ double SumImpl(const T* p, int64_t n) {
   return total;
 }
 
-// Row sums of `rows` rows of K floats, each exactly SumImpl's, two rows at a time and with no
-// dispatch per row: a 4096 x 1024 last-dim sum spent more in the per-row call and the add latency
-// than in reading.
+// Row sums of `rows` rows of K floats, each exactly SumImpl's, with no dispatch per row (a 4096 x
+// 1024 last-dim sum spent more in a per-row call than in reading). One row at a time: the rows are
+// one sequential stream (two rows side by side, two streams 4 KB apart, measured 0.185-0.239 ms
+// against 0.165-0.219 for the 4096 x 1024 sum at 1 thread, alternating x4).
 void SumRowsF32(const float* p, int64_t rows, int64_t K, float* out) {
-  int64_t r = 0;
-  for (; r + 2 <= rows; r += 2) {
-    double totals[2];
-    SumRowsImpl<float, 2>(p + r * K, K, K, totals);
-    out[r] = float(totals[0]);
-    out[r + 1] = float(totals[1]);
-  }
-  for (; r < rows; ++r) out[r] = float(SumImpl(p + r * K, K));
+  for (int64_t r = 0; r < rows; ++r) out[r] = float(SumImpl(p + r * K, K));
 }
 
 template <typename T>
