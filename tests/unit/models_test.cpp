@@ -289,11 +289,11 @@ TEST(Models, FusedHalfStepsEqualThePerOpPath) {
 }
 
 // Weights carved from huge-page chunks: 64-byte aligned, not overlapping, alive after the
-// WeightChunks that carved them is gone; a request larger than a chunk gets its own.
-TEST(Models, WeightChunksCarveAlignedTensorsThatOutliveThem) {
+// HugePageChunks that carved them is gone; a request larger than a chunk gets its own.
+TEST(Models, HugePageChunksCarveAlignedTensorsThatOutliveThem) {
   std::vector<Tensor> carved;
   {
-    models::hf::WeightChunks chunks;
+    models::hf::HugePageChunks chunks;
     for (int64_t n : {int64_t(3), int64_t(1000), int64_t(70000), int64_t(300000), int64_t(9) << 20}) {
       Tensor t = chunks.empty({n}, DType::Float32);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u) << n;

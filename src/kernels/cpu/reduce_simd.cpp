@@ -20,36 +20,26 @@ namespace hn = hwy::HWY_NAMESPACE;
 // accumulation of 16M values loses up to several digits), at one horizontal add per block.
 constexpr int64_t kSumBlock = 2048;
 
-// R rows of n values (rows `stride` apart) summed side by side: R independent add chains overlap,
-// and each row's arithmetic is the same whatever R.
-template <typename T, int R>
-void SumRowsImpl(const T* p, int64_t stride, int64_t n, double* totals) {
-  const hn::ScalableTag<T> d;
-  const int64_t N = int64_t(hn::Lanes(d));
-  for (int r = 0; r < R; ++r) totals[r] = 0;
-  for (int64_t b0 = 0; b0 < n; b0 += kSumBlock) {
-    const int64_t bn = std::min(kSumBlock, n - b0);
-    hn::Vec<decltype(d)> a[R][4];
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 4; ++j) a[r][j] = hn::Zero(d);
-    int64_t i = 0;
-    for (; i + 4 * N <= bn; i += 4 * N)
-      for (int j = 0; j < 4; ++j)
-        for (int r = 0; r < R; ++r) a[r][j] = hn::Add(a[r][j], hn::LoadU(d, p + r * stride + b0 + i + j * N));
-    for (; i + N <= bn; i += N)
-      for (int r = 0; r < R; ++r) a[r][0] = hn::Add(a[r][0], hn::LoadU(d, p + r * stride + b0 + i));
-    for (int r = 0; r < R; ++r) {
-      T s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a[r][0], a[r][1]), hn::Add(a[r][2], a[r][3]))));
-      for (int64_t t = i; t < bn; ++t) s += p[r * stride + b0 + t];
-      totals[r] += double(s);
-    }
-  }
-}
-
 template <typename T>
 double SumImpl(const T* p, int64_t n) {
-  double total;
-  SumRowsImpl<T, 1>(p, 0, n, &total);
+  const hn::ScalableTag<T> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  double total = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += kSumBlock) {
+    const int64_t bn = std::min(kSumBlock, n - b0);
+    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    int64_t i = 0;
+    for (; i + 4 * N <= bn; i += 4 * N) {
+      a0 = hn::Add(a0, hn::LoadU(d, p + b0 + i));
+      a1 = hn::Add(a1, hn::LoadU(d, p + b0 + i + N));
+      a2 = hn::Add(a2, hn::LoadU(d, p + b0 + i + 2 * N));
+      a3 = hn::Add(a3, hn::LoadU(d, p + b0 + i + 3 * N));
+    }
+    for (; i + N <= bn; i += N) a0 = hn::Add(a0, hn::LoadU(d, p + b0 + i));
+    T s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+    for (int64_t t = i; t < bn; ++t) s += p[b0 + t];
+    total += double(s);
+  }
   return total;
 }
 

@@ -65,11 +65,13 @@ void refuse_router_aux_loss(const json& j, const ModelConfig& c);
 /// kernel; reading it again faults them in from the file. No-op for other tensors.
 void release_mapped_pages(const Tensor& w);
 
-/// Byte ranges carved, one after the other, from chunks of memory in huge pages (1 MiB doubling to
-/// 32 MiB; a larger request gets a chunk of its own): for weights a decode step streams whole,
-/// token after token, which read slower from one separately mapped 4 KiB-paged block each.
-class WeightChunks {
+/// Byte ranges carved, one after the other, from chunks of memory in huge pages (`first_chunk`
+/// bytes, then doubling up to 32 MiB; a larger request gets a chunk of its own): for what a
+/// decode step streams or writes a little at a time (weights, the KV cache), which read slower
+/// from one separately mapped 4 KiB-paged block each.
+class HugePageChunks {
  public:
+  explicit HugePageChunks(int64_t first_chunk = int64_t(1) << 20) : first_chunk_(first_chunk) {}
   /// `bytes` at a 64-byte aligned address, and the chunk that owns them (keep it alive).
   std::pair<uint8_t*, Tensor> carve(int64_t bytes);
   /// An uninitialised contiguous tensor carved from the chunks.
@@ -78,6 +80,7 @@ class WeightChunks {
   void reset();
 
  private:
+  int64_t first_chunk_;
   Tensor chunk_;  // UInt8
   int64_t used_ = 0, carved_ = 0;
 };
@@ -116,7 +119,7 @@ class WeightProducts {
   std::string format_;
   std::string prefill_ = "auto";
   mutable std::map<const void*, std::shared_ptr<Quantized>> quantized_;
-  mutable WeightChunks chunks_;  // where quantized copies are made
+  mutable HugePageChunks chunks_;  // where quantized copies are made
 };
 
 // ---- blocks ---------------------------------------------------------------------------------

@@ -47,11 +47,11 @@ struct WeightProducts::Quantized {
   bool owned = false;  // made by quantizing a weight (carved), not adopted
 };
 
-std::pair<uint8_t*, Tensor> WeightChunks::carve(int64_t bytes) {
-  constexpr int64_t kFirstChunk = int64_t(1) << 20, kMaxChunk = int64_t(32) << 20;
+std::pair<uint8_t*, Tensor> HugePageChunks::carve(int64_t bytes) {
+  constexpr int64_t kMaxChunk = int64_t(32) << 20;
   const int64_t need = (bytes + 63) / 64 * 64;
   if (!chunk_.defined() || used_ + need > chunk_.numel()) {
-    const int64_t size = std::max(need, std::clamp<int64_t>(carved_, kFirstChunk, kMaxChunk));
+    const int64_t size = std::max({need, first_chunk_, std::min(carved_, kMaxChunk)});
     chunk_ = foundry::empty({size}, DType::UInt8);
     allocator::advise_huge_pages(chunk_.data_ptr(), size_t(size));
     used_ = 0;
@@ -62,14 +62,14 @@ std::pair<uint8_t*, Tensor> WeightChunks::carve(int64_t bytes) {
   return {p, chunk_};
 }
 
-Tensor WeightChunks::empty(IntList shape, DType dtype) {
+Tensor HugePageChunks::empty(IntList shape, DType dtype) {
   const int64_t item = itemsize(dtype);
   auto [p, chunk] = carve(numel_of(shape) * item);
   const int64_t offset = (p - static_cast<uint8_t*>(chunk.data_ptr())) / item;  // 64-byte aligned: whole items
   return make_tensor(chunk.storage(), shape, contiguous_strides(shape), offset, dtype);
 }
 
-void WeightChunks::reset() {
+void HugePageChunks::reset() {
   chunk_ = Tensor();
   used_ = carved_ = 0;
 }
