@@ -8,5 +8,5 @@ bash scripts/install-deps.sh
 bash scripts/build.sh
 status=0
 ctest --test-dir build --output-on-failure -j "${FOUNDRY_TEST_JOBS:-2}" --timeout 900 || status=1
-PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python || status=1
+PYTHONPATH=build/python /usr/bin/python3 -m pytest -q -rs tests/python || status=1
 exit $status
