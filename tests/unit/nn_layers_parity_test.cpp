@@ -23,7 +23,9 @@ using Fixture = std::map<std::string, Tensor>;
 /// Runs the layer on the inputs; `f` holds the fixture's extra.<name> tensors (masks).
 using RunFn = std::function<std::vector<Tensor>(Module&, const Ins&, const Fixture& f)>;
 
-fs::path fixture_dir() { return fs::path(__FILE__).parent_path().parent_path() / "parity" / "nn"; }
+// From the source tree (FOUNDRY_SOURCE_DIR, absolute): __FILE__ is relative where ccache rewrites
+// paths under its base_dir.
+fs::path fixture_dir() { return fs::path(FOUNDRY_SOURCE_DIR) / "tests" / "parity" / "nn"; }
 
 std::map<std::string, Tensor> load(const std::string& name) {
   return io::load_npz((fixture_dir() / (name + ".npz")).string());

@@ -27,7 +27,9 @@ using nlohmann::json;
 
 namespace {
 
-const std::filesystem::path kDir = std::filesystem::path(__FILE__).parent_path().parent_path() / "parity" / "optim";
+// From the source tree (FOUNDRY_SOURCE_DIR, absolute): __FILE__ is relative where ccache rewrites
+// paths under its base_dir, and ctest runs the tests from build/tests.
+const std::filesystem::path kDir = std::filesystem::path(FOUNDRY_SOURCE_DIR) / "tests" / "parity" / "optim";
 
 // Parameters within 1e-6 relative of torch; near zero the bound is 1e-6 of the tensor's scale
 // (an element that passes through 0 has no meaningful relative error).
@@ -45,6 +47,7 @@ const Fixtures& fixtures() {
   static const Fixtures f = [] {
     Fixtures f;
     std::ifstream in(kDir / "cases.json");
+    if (!in) throw std::runtime_error("cannot read the optimizer fixtures " + (kDir / "cases.json").string());
     f.meta = json::parse(in);
     auto common = io::load_npz((kDir / "common.npz").string());
     f.init = common.at("init").to_vector<float>();
