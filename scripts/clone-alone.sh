@@ -65,7 +65,8 @@ if bash scripts/test.sh >"$log/test.txt" 2>&1; then
   echo "clone-alone.sh: test suite passed in $((SECONDS - start)) s (log: $log/test.txt)"
 else
   echo "clone-alone.sh: FAILED: scripts/test.sh exited non-zero; its failures:"
-  grep -E "\(Failed\)|\(SEGFAULT\)|\(Subprocess aborted\)|\(Timeout\)|^FAILED |^ERROR " "$log/test.txt" | head -40
+  grep -E "\(Failed\)|\(SEGFAULT\)|\(Subprocess aborted\)|\(Timeout\)|^FAILED|^ERROR " "$log/test.txt" | head -40 \
+    || tail -25 "$log/test.txt"
   fail=1
 fi
 grep -E "tests passed|tests failed" "$log/test.txt" | tail -1 || true
