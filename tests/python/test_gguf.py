@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import foundry
+from shared_data import SHARED_DATA, needs_shared
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NPM_DIR = os.path.abspath(os.environ.get("FOUNDRY_NPM_DIR", os.path.join(ROOT, "build", "npm-gguf")))
@@ -269,10 +270,10 @@ def test_random_corruptions_never_crash(tmp_path):
     assert outcomes["error"] > 100 and outcomes["ok"] > 10, outcomes
 
 
-DATA = os.path.join(ROOT, "..", "shared", "data", "tokenizers")
+DATA = os.path.join(SHARED_DATA, "tokenizers")
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "gpt2", "encoder.json")), reason="shared data missing")
+@needs_shared("tokenizers", "gpt2", "encoder.json")
 def test_converted_gguf_carries_the_tokenizer(tmp_path):
     import torch
     import test_pretrained as tp
@@ -369,13 +370,19 @@ def test_gguf_weights_stay_quantized_and_match_the_folder_quantized_in_memory(tm
     w["model.embed_tokens.weight"] = torch.from_numpy(foundry.gguf.tensor(out, "token_embd.weight").numpy().copy())
     folder = str(tmp_path / "hf-embd")
     tp.write_folder(folder, cfg, w)
-    from_file = foundry.models.from_pretrained(out)
+    from_file = foundry.models.from_pretrained(out)  # matrices copied out of the mapping
+    os.environ["FOUNDRY_MMAP_WEIGHTS"] = "1"
+    try:
+        over_mapping = foundry.models.from_pretrained(out)  # matrices read in place
+    finally:
+        del os.environ["FOUNDRY_MMAP_WEIGHTS"]
     in_memory = foundry.models.from_pretrained(folder, quantize=typ)
     dense = foundry.models.from_pretrained(folder)
     for n in (7, 40):
         ids = foundry.tensor([[int(v) for v in np.random.default_rng(n).integers(0, cfg["vocab_size"], n)]])
-        a, b, d = (m(ids).numpy() for m in (from_file, in_memory, dense))
+        a, b, d, mapped = (m(ids).numpy() for m in (from_file, in_memory, dense, over_mapping))
         assert np.array_equal(a, b), (n, np.abs(a - b).max())
+        assert np.array_equal(a, mapped), (n, np.abs(a - mapped).max())
         # quantized, but the same model: within a margin of the format's own weight error (random
         # weights at hidden 256 amplify it ~9x through the layers)
         if "16" in typ:  # 16-bit products round the activations too (and prefill runs a bf16 GEMM)
@@ -390,6 +397,7 @@ def test_gguf_weights_stay_quantized_and_match_the_folder_quantized_in_memory(tm
     assert gen[0] == gen[1]
 
 
+@needs_shared("tokenizers", "sentencepiece", "llama2.tokenizer.model")
 def test_sentencepiece_tokenizer_goes_into_llama_keys(tmp_path):
     """A folder with a SentencePiece tokenizer.model (Llama 2's) converts to llama.cpp's "llama"
     tokenizer keys (pieces, scores, token types); the tokenizer rebuilt from those keys alone

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from shared_data import needs_shared
 from test_safetensors import write_st
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -705,7 +706,7 @@ def test_sampling_is_reproducible_for_a_seed(tmp_path):
 DATA = os.path.join(ROOT, "..", "shared", "data", "tokenizers")
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "gpt2", "encoder.json")), reason="shared data missing")
+@needs_shared("tokenizers", "gpt2", "encoder.json")
 def test_text_prompt_through_the_folder_tokenizer(tmp_path):
     # A GPT-2-vocabulary model with the real GPT-2 BPE files as vocab.json + merges.txt (HF's names).
     cfg = dict(GPT2, vocab_size=50257, eos_token_id=50256)
@@ -918,7 +919,7 @@ def test_greedy_with_logits_processors_matches_reference(tmp_path, opts):
     assert json.loads(p.stdout.strip().splitlines()[-1]) == seq[len(prompt):]
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "gpt2", "encoder.json")), reason="shared data missing")
+@needs_shared("tokenizers", "gpt2", "encoder.json")
 def test_stop_strings_end_generation(tmp_path):
     cfg = dict(GPT2, vocab_size=50257, eos_token_id=50256)
     folder = tmp_path / "m"

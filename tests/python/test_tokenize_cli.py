@@ -45,7 +45,7 @@ def strip_padding(row):
     return {k: row[k][lo:hi] for k in ("ids", "tokens", "offsets") if k in row}
 
 
-@pytest.mark.parametrize("entry", manifest(), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", [pytest.param(e, id=e["name"]) for e in manifest()])
 def test_cli_matches_the_reference_tokenizers(entry, tmp_path):
     texts = inputs()
     src = tmp_path / "in.jsonl"

@@ -2,10 +2,12 @@
 import os
 
 import foundry
+from shared_data import SHARED_DATA, needs_shared
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "tokenizers")
+DATA = os.path.join(SHARED_DATA, "tokenizers")
 
 
+@needs_shared("tokenizers", "phi-2", "tokenizer.json")
 def test_encode_decode_roundtrip():
     tok = foundry.Tokenizer.from_file(os.path.join(DATA, "phi-2", "tokenizer.json"))
     enc = tok.encode("Hello world, héllo!")
@@ -16,6 +18,7 @@ def test_encode_decode_roundtrip():
     assert [len(e) for e in batch] == [len(tok.encode("a b")), len(tok.encode("c"))]
 
 
+@needs_shared("tokenizers", "gpt2", "encoder.json")
 def test_gpt2_files_match_known_ids():
     tok = foundry.Tokenizer.from_file(os.path.join(DATA, "gpt2", "encoder.json"))
     assert tok.encode("Hello world").ids == [15496, 995]

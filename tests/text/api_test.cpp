@@ -69,6 +69,7 @@ TEST(TokenizerApi, TinyBpePipeline) {
 }
 
 TEST(TokenizerApi, ByteOffsetsAndInvalidUtf8) {
+  SKIP_WITHOUT_SHARED_DATA();
   Tokenizer t = Tokenizer::from_file(tok_path("llama3/tokenizer.json"));
   std::string text = "h\xC3\xA9llo \xF0\x9F\x98\x80 w\xFForld";
   Encoding e = t.encode(text, false);
@@ -86,6 +87,7 @@ TEST(TokenizerApi, ByteOffsetsAndInvalidUtf8) {
 }
 
 TEST(TokenizerApi, BatchMatchesSequentialOnAllThreads) {
+  SKIP_WITHOUT_SHARED_DATA();
   Tokenizer t = Tokenizer::from_file(tok_path("phi-2/tokenizer.json"));
   std::vector<std::string> texts;
   std::ifstream f(data_dir() + "/corpora/tinyshakespeare.txt");
@@ -101,6 +103,7 @@ TEST(TokenizerApi, BatchMatchesSequentialOnAllThreads) {
 }
 
 TEST(TokenizerApi, TruncationAndPaddingFromApi) {
+  SKIP_WITHOUT_SHARED_DATA();
   Tokenizer t = Tokenizer::from_file(tok_path("llama3/tokenizer.json"));
   foundry::text::TruncationParams tp;
   tp.max_length = 5;
@@ -128,6 +131,7 @@ TEST(TokenizerApi, TruncationAndPaddingFromApi) {
 }
 
 TEST(TokenizerApi, AddedTokensAndSpecialTokenModes) {
+  SKIP_WITHOUT_SHARED_DATA();
   Tokenizer t = Tokenizer::from_file(tok_path("gpt2/encoder.json"));
   EXPECT_EQ(t.encode("a<|endoftext|>b").ids, (std::vector<uint32_t>{64, 50256, 65}));
   t.set_encode_special_tokens(true);
@@ -221,6 +225,7 @@ TEST(BadInput, MissingUnkToken) {
 }
 
 TEST(BadInput, TruncatedSentencePieceModels) {
+  SKIP_WITHOUT_SHARED_DATA();
   std::ifstream f(tok_path("sentencepiece/spm_test_model.model"), std::ios::binary);
   std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   ASSERT_GT(data.size(), 1000u);

@@ -29,6 +29,7 @@ size_t char_index(const std::string& s, size_t byte) { return uni::char_count(st
 }  // namespace
 
 TEST(Components, NormalizersMatchHF) {
+  SKIP_WITHOUT_SHARED_DATA();
   auto cases = component_cases("normalizer");
   ASSERT_FALSE(cases.empty()) << "run the text_reference test first";
   std::map<std::string, size_t> bad;
@@ -46,6 +47,7 @@ TEST(Components, NormalizersMatchHF) {
 }
 
 TEST(Components, PreTokenizersMatchHF) {
+  SKIP_WITHOUT_SHARED_DATA();
   auto cases = component_cases("pre_tokenizer");
   ASSERT_FALSE(cases.empty());
   std::map<std::string, size_t> bad;
@@ -70,6 +72,7 @@ TEST(Components, PreTokenizersMatchHF) {
 }
 
 TEST(Components, DecodersMatchHF) {
+  SKIP_WITHOUT_SHARED_DATA();
   auto cases = component_cases("decoder");
   ASSERT_FALSE(cases.empty());
   for (auto& c : cases) {

@@ -158,7 +158,10 @@ void run_parity(const std::string& name) {
 }  // namespace
 
 #define PARITY(test_name, tok_name) \
-  TEST(Parity, test_name) { run_parity(tok_name); }
+  TEST(Parity, test_name) {                \
+    SKIP_WITHOUT_SHARED_DATA();             \
+    run_parity(tok_name);                   \
+  }
 
 PARITY(Llama3, "llama3")
 PARITY(Llama3NoSpecial, "llama3-nospecial")

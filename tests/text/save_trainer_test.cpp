@@ -74,6 +74,7 @@ json manifest() {
 }  // namespace
 
 TEST(Save, RoundTripEveryReferenceTokenizer) {
+  SKIP_WITHOUT_SHARED_DATA();
   json m = manifest();
   ASSERT_FALSE(m.empty()) << "run the text_reference test first";
   for (auto& e : m) {
@@ -103,6 +104,7 @@ TEST(Save, RoundTripEveryReferenceTokenizer) {
 }
 
 TEST(Trainer, ByteLevelBpeOnTinyShakespeare) {
+  SKIP_WITHOUT_SHARED_DATA();
   foundry::text::BpeTrainerOptions opt;
   opt.vocab_size = 2000;
   opt.min_frequency = 2;
@@ -122,6 +124,7 @@ TEST(Trainer, ByteLevelBpeOnTinyShakespeare) {
 }
 
 TEST(Trainer, WordLevelStyleBpeWithSuffix) {
+  SKIP_WITHOUT_SHARED_DATA();
   foundry::text::BpeTrainerOptions opt;
   opt.vocab_size = 600;
   opt.byte_level = false;
@@ -136,6 +139,7 @@ TEST(Trainer, WordLevelStyleBpeWithSuffix) {
 }
 
 TEST(Trainer, PrefixBpeOnWikitext) {
+  SKIP_WITHOUT_SHARED_DATA();
   foundry::text::BpeTrainerOptions opt;
   opt.vocab_size = 3000;
   opt.byte_level = false;

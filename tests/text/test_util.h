@@ -1,6 +1,8 @@
 // Helpers shared by the tokenizer tests.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -22,6 +24,21 @@ inline std::string data_dir() {
   const char* e = std::getenv("FOUNDRY_TEXT_DATA_DIR");
   return e ? e : FOUNDRY_TEXT_DATA_DIR;
 }
+
+/// Why the tests that read ../shared/data (its tokenizer files and corpora) or the references
+/// text_reference makes from it cannot run, or "" when they can: a clone alone has no ../shared.
+inline std::string missing_shared_data() {
+  struct stat st;
+  if (::stat((data_dir() + "/tokenizers").c_str(), &st) != 0)
+    return data_dir() + "/tokenizers is absent (a clone without ../shared/data): this test needs its tokenizer files "
+           "and corpora and the HF / tiktoken references made from them";
+  return "";
+}
+
+/// Skips the calling test, naming the reason, when ../shared/data is absent.
+#define SKIP_WITHOUT_SHARED_DATA()                                        \
+  if (const std::string why_missing = missing_shared_data(); !why_missing.empty()) \
+  GTEST_SKIP() << why_missing
 
 inline std::string b64decode(const std::string& in) {
   std::string out;
