@@ -356,6 +356,10 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
     Tensor bytes;
   };
   std::vector<Adopted> adopted;
+  // Matrices, quantized bytes included, are copied out of the mapping into chunks in huge pages as
+  // a folder's are (hf::place_weight): the same memory as the folder quantized at load.
+  const bool resident = hf::weights_resident(options.quantize);
+  hf::HugePageChunks chunks;
   auto weight = [&](const std::string& name, const Shape& shape, const hf::Init&) {
     auto [gname, perm] = gguf_name(name);
     const io::GGUFTensorInfo& info = f.info(gname);
@@ -381,13 +385,13 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
         const DType want = options.dtype.value_or(w.dtype());
         if (w.dtype() != want) w = w.to(want);
       }
-      adopted.push_back({name, q->name, bytes});
+      adopted.push_back({name, q->name, hf::place_weight(chunks, resident, bytes, DType::UInt8)});
       return w;
     }
     Tensor t = f.tensor(gname);
     const DType want = options.dtype.value_or(t.dtype());
     if (perm) t = permute_rows(t.to(DType::Float32), heads, true);
-    return t.dtype() == want ? t : t.to(want);
+    return hf::place_weight(chunks, resident, t, want);
   };
   auto has = [&](const std::string& name) { return f.contains(gguf_name(name).first); };
   hf::DecoderSpec spec;

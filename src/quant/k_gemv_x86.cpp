@@ -321,11 +321,23 @@ void gemm_q4_K_avx2(const void* w, int64_t rows, int64_t k, const void* xq, int6
   gemm_q4_K_rows(w, rows, k, xq, m, y, dot_q4_K_avx2<kRowsPerCall>, dot_q4_K_avx2<1>, dot4_q4_K_avx2);
 }
 
+void gemv_q4_K_rows(bool vnni, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1, float* y) {
+  const auto* base = static_cast<const uint8_t*>(w);
+  const auto* act = static_cast<const uint8_t*>(xq);
+  const int64_t superblocks = k / kSuperBlock, row_bytes = superblocks * kQ4KBytes;
+  const FourWeightRowsKernel four_weight_rows = vnni ? dot4_q4_K_vnni : dot4_q4_K_avx2;
+  const RowsKernel one = vnni ? dot_q4_K_vnni<1> : dot_q4_K_avx2<1>;
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) four_weight_rows(base + r * row_bytes, row_bytes, act, superblocks, y + r);
+  for (; r < r1; ++r) one(base + r * row_bytes, &act, superblocks, y + r);
+}
+
 #else
 
 bool avx2_available() { return false; }
 void gemm_q4_K_vnni(const void*, int64_t, int64_t, const void*, int64_t, float*) {}
 void gemm_q4_K_avx2(const void*, int64_t, int64_t, const void*, int64_t, float*) {}
+void gemv_q4_K_rows(bool, const void*, int64_t, const void*, int64_t, int64_t, float*) {}
 
 #endif
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "foundry/quant/block_formats.h"
 
@@ -43,6 +44,16 @@ void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y)
 /// (vnni_gemv.h) or the Highway kernels above where there is one (FOUNDRY_DISABLE_VNNI=1 in the
 /// environment skips VNNI), the table's scalar dot otherwise.
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y);
+/// One matrix of gemv_many: y = W xq for W [rows, k].
+struct GemvTarget {
+  const void* w;
+  int64_t rows;
+  float* y;
+};
+/// gemv for several matrices of format t and k columns that share the activation row xq (a layer's
+/// q, k and v projections): the row is prepared once and all the matrices' rows are split over the
+/// threads as one job (one wake-up and one wait instead of one per matrix). Each y equals gemv's.
+void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets);
 /// y[i * rows + r] = dot(row r of w, row i of xq) for m activation rows quantized to t.dot_format,
 /// by integer byte dot products (x86 q4_K: AVX-512 VNNI, else AVX2; FOUNDRY_DISABLE_VNNI=1 /
 /// FOUNDRY_DISABLE_AVX2_KERNELS=1 in the environment skip them). Row i's results equal gemv's on

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "foundry/core/numeric.h"
@@ -536,22 +538,6 @@ float dot_q4_0_q8_0(const void* x, const void* y, int64_t k) {
 
 namespace {
 
-// row_bytes: one weight row's bytes; q8_0_activation: xq is a q8_0 row whose block scales are
-// converted once here (the K-quants' q8_K rows carry float scales).
-template <typename Dot>
-void gemv_rows(const void* w, int64_t rows, int64_t k, int64_t row_bytes, const void* xq, float* y, Dot dot,
-               bool q8_0_activation = true) {
-  const auto* base = static_cast<const uint8_t*>(w);
-  const auto* xb = static_cast<const uint8_t*>(xq);
-  const std::vector<float> xs = q8_0_activation ? block_scales(xb, k) : std::vector<float>();
-  const float* table = fp16_table();
-  // ~64K weight bytes per chunk, so small products stay on one thread.
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1));
-  parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) y[r] = dot(base + r * row_bytes, xb, xs.data(), table, k);
-  });
-}
-
 // Every SIMD row kernel behind one signature: (weight row, activation row, the activation's q8_0
 // block scales as floats, the fp16 table, k); kernels ignore what they do not use.
 using RowDot = float (*)(const uint8_t*, const uint8_t*, const float*, const float*, int64_t);
@@ -592,31 +578,26 @@ RowDot simd_row_dot(BlockFormat f) {
   }
 }
 
-// f16 weights: the activation row widened to float32 once per product (into a buffer kept per
-// thread: this runs for every product of every decode step), then one stream per row
-// (GemvF16Rows), ~64K weight bytes per chunk as gemv_rows.
-void gemv_f16(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  const auto* wb = static_cast<const uint8_t*>(w);
-  thread_local std::vector<float> widened;
-  widened.resize(static_cast<size_t>(k));
-  const float* xf = widened.data();
-  kernels::convert_f16_to_f32(static_cast<const uint16_t*>(xq), widened.data(), k);
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(2 * k, 1));
-  parallel_for(0, rows, grain, [&](int64_t b, int64_t e) { HWY_DYNAMIC_DISPATCH(GemvF16Rows)(wb, b, e, xf, k, y); });
-}
-
-void gemv_simd(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  gemv_rows(w, rows, k, quantized_bytes(t, 1, k), xq, y, simd_row_dot(t.format), t.dot_format == BlockFormat::Q8_0);
-}
-
 }  // namespace
 
 void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  gemv_simd(traits(BlockFormat::Q8_0), w, rows, k, xq, y);
+  const std::vector<float> xs = block_scales(static_cast<const uint8_t*>(xq), k);
+  const RowDot dot = simd_row_dot(BlockFormat::Q8_0);
+  const auto* base = static_cast<const uint8_t*>(w);
+  const int64_t row_bytes = quantized_bytes(traits(BlockFormat::Q8_0), 1, k);
+  parallel_for(0, rows, std::max<int64_t>(1, 65536 / row_bytes), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) y[r] = dot(base + r * row_bytes, static_cast<const uint8_t*>(xq), xs.data(), fp16_table(), k);
+  });
 }
 
 void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  gemv_simd(traits(BlockFormat::Q4_0), w, rows, k, xq, y);
+  const std::vector<float> xs = block_scales(static_cast<const uint8_t*>(xq), k);
+  const RowDot dot = simd_row_dot(BlockFormat::Q4_0);
+  const auto* base = static_cast<const uint8_t*>(w);
+  const int64_t row_bytes = quantized_bytes(traits(BlockFormat::Q4_0), 1, k);
+  parallel_for(0, rows, std::max<int64_t>(1, 65536 / row_bytes), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) y[r] = dot(base + r * row_bytes, static_cast<const uint8_t*>(xq), xs.data(), fp16_table(), k);
+  });
 }
 
 float dot_q4_K_q8_K(const void* x, const void* y, int64_t k) {
@@ -651,18 +632,84 @@ bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64
   return true;
 }
 
-void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+namespace {
+
+// A format's matrix-vector kernel with the activation row prepared for it: `rows` runs rows
+// [r0, r1) of one matrix on the calling thread (r0 a multiple of `group`).
+struct RowKernel {
+  GemvRowRange rows;
+  int64_t group = 1;            // the kernel's row group: chunks start at multiples of it
+  int64_t chunk_bytes = 65536;  // weight bytes per chunk: small products stay on one thread
+  int chunks_per_thread = 4;
+};
+
+// xq must outlive the kernel (gemv_many's call).
+RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
   static const bool bf16_native = kernels::avx512_bf16_available() && std::getenv("FOUNDRY_DISABLE_AVX512_BF16") == nullptr;
-  if (bf16_native && t.format == BlockFormat::BF16) return kernels::gemv_bf16_avx512(w, rows, k, k, xq, y);
-  if (use_vnni() && t.format == BlockFormat::Q8_0) return gemv_q8_0_vnni(w, rows, k, xq, y);
-  if (use_vnni() && t.format == BlockFormat::Q4_0) return gemv_q4_0_vnni(w, rows, k, xq, y);
-  if (gemm_integer(t, w, rows, k, xq, 1, y)) return;
-  if (t.format == BlockFormat::F16) return gemv_f16(w, rows, k, xq, y);
-  if (simd_row_dot(t.format)) return gemv_simd(t, w, rows, k, xq, y);
-  gemv_rows(
-      w, rows, k, quantized_bytes(t, 1, k), xq, y,
-      [&t](const uint8_t* a, const uint8_t* b, const float*, const float*, int64_t n) { return t.dot(a, b, n); },
-      false);
+  if (bf16_native && t.format == BlockFormat::BF16) {
+    // ~32 KB per chunk and up to 16 chunks per thread, as the float32 gemv: finer chunks even out
+    // the threads' shares; the prefetch runs on past a chunk's end into the matrix's next rows.
+    return {[xq, k](const uint8_t* w, int64_t rows, int64_t r0, int64_t r1, float* y) {
+              kernels::gemv_bf16_avx512_rows(w, rows, k, k, xq, r0, r1, y);
+            },
+            4, 32768, 16};
+  }
+  if (use_vnni() && (t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0))
+    return {gemv_vnni_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
+  if (has_integer_gemm(t)) {
+    return {[xq, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+              gemv_q4_K_rows(use_vnni(), w, k, xq, r0, r1, y);
+            },
+            4};
+  }
+  if (t.format == BlockFormat::F16) {
+    // The activation row widened to float32 once per product, then one stream per row.
+    auto xf = std::make_shared<std::vector<float>>(static_cast<size_t>(k));
+    kernels::convert_f16_to_f32(static_cast<const uint16_t*>(xq), xf->data(), k);
+    return {[xf, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+      HWY_DYNAMIC_DISPATCH(GemvF16Rows)(w, r0, r1, xf->data(), k, y);
+    }};
+  }
+  const int64_t row_bytes = quantized_bytes(t, 1, k);
+  const auto* xb = static_cast<const uint8_t*>(xq);
+  if (const RowDot dot = simd_row_dot(t.format)) {
+    // The K-quants' q8_K rows carry float scales; a q8_0 row's are converted once here.
+    auto xs = std::make_shared<const std::vector<float>>(t.dot_format == BlockFormat::Q8_0 ? block_scales(xb, k)
+                                                                                           : std::vector<float>());
+    return {[dot, xb, xs, k, row_bytes](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+      for (int64_t r = r0; r < r1; ++r) y[r] = dot(w + r * row_bytes, xb, xs->data(), fp16_table(), k);
+    }};
+  }
+  return {[&t, xb, k, row_bytes](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+    for (int64_t r = r0; r < r1; ++r) y[r] = t.dot(w + r * row_bytes, xb, k);
+  }};
+}
+
+}  // namespace
+
+void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  const GemvTarget one{w, rows, y};
+  gemv_many(t, k, xq, std::span<const GemvTarget>(&one, 1));
+}
+
+void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets) {
+  const RowKernel kernel = row_kernel(t, k, xq);
+  const int64_t group_bytes = kernel.group * quantized_bytes(t, 1, k);
+  // The targets' row groups numbered one after the other: first[i] is target i's first.
+  std::vector<int64_t> first(targets.size() + 1, 0);
+  for (size_t i = 0; i < targets.size(); ++i) first[i + 1] = first[i] + (targets[i].rows + kernel.group - 1) / kernel.group;
+  const int64_t grain = std::max<int64_t>(1, kernel.chunk_bytes / std::max<int64_t>(group_bytes, 1));
+  parallel_for(0, first.back(), grain, kernel.chunks_per_thread, [&](int64_t b, int64_t e) {
+    size_t i = size_t(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
+    for (; b < e; ++i) {
+      const int64_t stop = std::min(e, first[i + 1]);
+      const GemvTarget& g = targets[i];
+      if (stop > b)
+        kernel.rows(static_cast<const uint8_t*>(g.w), g.rows, (b - first[i]) * kernel.group,
+                    std::min(g.rows, (stop - first[i]) * kernel.group), g.y);
+      b = stop;
+    }
+  });
 }
 
 }  // namespace foundry::quant

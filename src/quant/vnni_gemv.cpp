@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -212,23 +213,32 @@ FOUNDRY_VNNI_TARGET void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t a
 // serves; over 256 MB of distinct matrices (every product from DRAM) the kernel streams 20-22 GB/s
 // at 1 thread whatever the lead (3 KB to 96 KB, or an L2 hint), where a plain sum reads ~30-33.
 template <class Step>
-void gemv_vnni(const uint8_t* w, int64_t rows, int64_t k, const uint8_t* xq, float* y) {
+void vnni_rows(const uint8_t* w, const PreparedActivation& a, const uint8_t* xq, int64_t k, int64_t r0, int64_t r1,
+               float* y) {
   constexpr int64_t kGroup = 4;
-  const PreparedActivation a = Step::prepare(xq, k);
   const int64_t row_bytes = k / 32 * Step::kBytes;
   const int64_t ahead = std::max<int64_t>(kGroup, (12288 + row_bytes - 1) / std::max<int64_t>(row_bytes, 1)) * row_bytes;
-  const int64_t groups = (rows + kGroup - 1) / kGroup;
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(kGroup * row_bytes, 1));
-  parallel_for(0, groups, grain, [&](int64_t b, int64_t e) {
-    for (int64_t g = b; g < e; ++g) {
-      const int64_t r = g * kGroup;
-      if (r + kGroup <= rows) {
-        dot_rows<Step, kGroup>(w + r * row_bytes, row_bytes, ahead, a, xq, k, y + r);
-      } else {
-        for (int64_t i = r; i < rows; ++i) dot_rows<Step, 1>(w + i * row_bytes, row_bytes, ahead, a, xq, k, y + i);
-      }
-    }
-  });
+  int64_t r = r0;
+  for (; r + kGroup <= r1; r += kGroup) dot_rows<Step, kGroup>(w + r * row_bytes, row_bytes, ahead, a, xq, k, y + r);
+  for (; r < r1; ++r) dot_rows<Step, 1>(w + r * row_bytes, row_bytes, ahead, a, xq, k, y + r);
+}
+
+template <class Step>
+GemvRowRange prepared_rows(const void* xq, int64_t k) {
+  const int64_t act_bytes = k / 32 * kQ8Bytes;
+  auto x = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(xq), static_cast<const uint8_t*>(xq) + act_bytes);
+  auto a = std::make_shared<const PreparedActivation>(Step::prepare(x->data(), k));
+  return [x, a, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+    vnni_rows<Step>(w, *a, x->data(), k, r0, r1, y);
+  };
+}
+
+template <class Step>
+void gemv_vnni(const uint8_t* w, int64_t rows, int64_t k, const uint8_t* xq, float* y) {
+  const PreparedActivation a = Step::prepare(xq, k);
+  const int64_t groups = (rows + 3) / 4;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(4 * k / 32 * Step::kBytes, 1));
+  parallel_for(0, groups, grain, [&](int64_t b, int64_t e) { vnni_rows<Step>(w, a, xq, k, 4 * b, std::min(rows, 4 * e), y); });
 }
 
 }  // namespace
@@ -241,11 +251,16 @@ void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, floa
   gemv_vnni<Q4_0Step>(static_cast<const uint8_t*>(w), rows, k, static_cast<const uint8_t*>(xq), y);
 }
 
+GemvRowRange gemv_vnni_rows(bool q4_0, const void* xq, int64_t k) {
+  return q4_0 ? prepared_rows<Q4_0Step>(xq, k) : prepared_rows<Q8_0Step>(xq, k);
+}
+
 #else
 
 bool vnni_available() { return false; }
 void gemv_q8_0_vnni(const void*, int64_t, int64_t, const void*, float*) {}
 void gemv_q4_0_vnni(const void*, int64_t, int64_t, const void*, float*) {}
+GemvRowRange gemv_vnni_rows(bool, const void*, int64_t) { return {}; }
 
 #endif
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace foundry::quant {
 
@@ -11,6 +12,13 @@ namespace foundry::quant {
 bool vnni_available();
 void gemv_q8_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y);
 void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y);
+
+/// Rows [r0, r1) of a [rows, k] matrix's product with one activation row, y[r] for each, on the
+/// calling thread; r0 a multiple of 4 (the kernels' row group). What gemv splits over threads.
+using GemvRowRange = std::function<void(const uint8_t* w, int64_t rows, int64_t r0, int64_t r1, float* y)>;
+/// The q8_0 (`q4_0` false) or q4_0 VNNI kernel with xq, a q8_0 row of k values, prepared once
+/// (copied: the result does not refer to xq).
+GemvRowRange gemv_vnni_rows(bool q4_0, const void* xq, int64_t k);
 
 /// The CPU runs AVX2 + FMA + F16C, and this build has the kernels (k_gemv_x86.cpp).
 bool avx2_available();
@@ -20,5 +28,8 @@ bool avx2_available();
 /// depend on m.
 void gemm_q4_K_vnni(const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y);
 void gemm_q4_K_avx2(const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y);
+/// Rows [r0, r1) of a q4_K matrix times one q8_K row (gemm's m = 1) on the calling thread, r0 a
+/// multiple of 4: VNNI or AVX2 as above.
+void gemv_q4_K_rows(bool vnni, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1, float* y);
 
 }  // namespace foundry::quant

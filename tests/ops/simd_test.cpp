@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "foundry/core/numeric.h"
+#include "foundry/core/parallel.h"
 #include "kernels/cpu/binary.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/unary.h"
@@ -490,6 +491,56 @@ TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
       }
     }
   }
+}
+
+// gemv_many: several matrices sharing one activation row as one parallel job give each matrix's
+// gemv result bit for bit, whatever the row counts (multiples of the kernels' 4-row groups or not,
+// a matrix of no rows) and the thread count; rows of 16-bit formats whose length ends in a partial
+// vector are within rounding of the scalar dot.
+TEST_P(EachTarget, GemvManyEqualsGemvPerMatrix) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const std::vector<int64_t> row_counts = {37, 0, 8, 130, 3};
+  const int saved = foundry::get_num_threads();
+  for (const int64_t k : {int64_t(512), int64_t(203)})
+  for (const char* name : {"q8_0", "q4_0", "q4_K", "q6_K", "nf4", "f16", "bf16", "q5_1"}) {
+    const auto& t = foundry::quant::traits(name);
+    if (k % t.block_size != 0) continue;
+    std::vector<float> x(static_cast<size_t>(k));
+    for (float& v : x) v = nd(rng);
+    const auto& act = foundry::quant::traits(t.dot_format);
+    const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
+    std::vector<uint8_t> xq(static_cast<size_t>(foundry::quant::quantized_bytes(act, 1, k)));
+    act.quantize(x.data(), xq.data(), k);
+    std::vector<std::vector<uint8_t>> ws;
+    for (int64_t rows : row_counts) {
+      std::vector<float> w(static_cast<size_t>(rows * k));
+      for (float& v : w) v = nd(rng);
+      ws.emplace_back(static_cast<size_t>(rows * row_bytes) + 1);
+      for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, ws.back().data() + r * row_bytes, k);
+    }
+    for (int threads : {1, 2}) {
+      foundry::set_num_threads(threads);
+      std::vector<std::vector<float>> one, many;
+      std::vector<foundry::quant::GemvTarget> targets;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        one.emplace_back(static_cast<size_t>(row_counts[i]) + 1, -1.f);
+        many.emplace_back(static_cast<size_t>(row_counts[i]) + 1, -1.f);
+        foundry::quant::gemv(t, ws[i].data(), row_counts[i], k, xq.data(), one.back().data());
+      }
+      for (size_t i = 0; i < ws.size(); ++i) targets.push_back({ws[i].data(), row_counts[i], many[i].data()});
+      foundry::quant::gemv_many(t, k, xq.data(), targets);
+      for (size_t i = 0; i < ws.size(); ++i) {
+        for (int64_t r = 0; r < row_counts[i]; ++r) {
+          ASSERT_EQ(many[i][size_t(r)], one[i][size_t(r)]) << name << " matrix " << i << " row " << r << " threads " << threads;
+          const float want = t.dot(ws[i].data() + r * row_bytes, xq.data(), k);
+          ASSERT_NEAR(many[i][size_t(r)], want, 1e-4f * (1.f + std::fabs(want)) * std::sqrt(float(k))) << name << " k " << k;
+        }
+        EXPECT_EQ(many[i].back(), -1.f) << name << ": wrote past matrix " << i;
+      }
+    }
+  }
+  foundry::set_num_threads(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, EachTarget, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), target_name);

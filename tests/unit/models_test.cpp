@@ -326,3 +326,27 @@ TEST(Models, WeightsInChunksOrOverTheMappingGiveTheSameLogits) {
   EXPECT_EQ(storage_of(*mapped, "layers.0.self_attn.q_proj.weight"), StorageImpl::Kind::Mapped);
   EXPECT_TRUE(equal(copied->forward(ids), mapped->forward(ids)));
 }
+
+// One input's projections (q, k, v; gate and up) through WeightProducts::products: at decode's row
+// counts the matrices run as one job with the activation quantized once; the same numbers as one
+// product at a time, for every kind of kernel, with biases, and past the decode row count.
+TEST(Models, WeightProductsOfOneInputEqualOneProductAtATime) {
+  autograd::NoGradGuard no_grad;
+  manual_seed(5);
+  const int64_t k = 256;
+  const std::vector<Tensor> w = {randn({40, k}), randn({18, k}), randn({18, k})};
+  const std::vector<Tensor> b = {Tensor(), randn({18}), randn({18})};
+  for (const char* format : {"q8_0", "q4_0", "q4_K", "q6_K", "nf4", "f16", "bf16"}) {
+    models::hf::WeightProducts products;
+    products.set_format(format);
+    std::vector<std::pair<const Tensor*, const Tensor*>> weights;
+    for (size_t i = 0; i < w.size(); ++i) weights.emplace_back(&w[i], &b[i]);
+    for (int64_t m : {int64_t(1), int64_t(3), int64_t(20)}) {
+      const Tensor x = randn({1, m, k});
+      const std::vector<Tensor> together = products.products(x, weights, false);
+      ASSERT_EQ(together.size(), w.size());
+      for (size_t i = 0; i < w.size(); ++i)
+        EXPECT_TRUE(equal(together[i], products.product(x, w[i], b[i], false))) << format << " m " << m << " matrix " << i;
+    }
+  }
+}

@@ -99,24 +99,31 @@ bool avx512_bf16_available() {
   return ok;
 }
 
-void gemv_bf16_avx512(const void* w, int64_t rows, int64_t k, int64_t ld, const void* x, float* y) {
+void gemv_bf16_avx512_rows(const void* w, int64_t rows, int64_t k, int64_t ld, const void* x, int64_t r0, int64_t r1,
+                           float* y) {
   const auto* base = static_cast<const uint16_t*>(w);
   const auto* xb = static_cast<const uint16_t*>(x);
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) dot4_bf16_rows(base + r * ld, ld, xb, k, r + 8 <= rows, y + r);
+  for (; r < r1; ++r) y[r] = dot_bf16_row(base + r * ld, xb, k);
+}
+
+void gemv_bf16_avx512(const void* w, int64_t rows, int64_t k, int64_t ld, const void* x, float* y) {
   // Groups of four rows; ~32 KB of weights per chunk and up to 16 chunks per thread, as the
   // float32 gemv (finer chunks even out the threads' shares); the prefetch runs on past a chunk's
   // end into the matrix's next rows.
-  const int64_t groups = rows / 4;
+  const int64_t groups = (rows + 3) / 4;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(8 * k, 1));
   parallel_for(0, groups, grain, 16, [&](int64_t b, int64_t e) {
-    for (int64_t g = b; g < e; ++g) dot4_bf16_rows(base + 4 * g * ld, ld, xb, k, 4 * g + 8 <= rows, y + 4 * g);
+    gemv_bf16_avx512_rows(w, rows, k, ld, x, 4 * b, std::min(rows, 4 * e), y);
   });
-  for (int64_t r = groups * 4; r < rows; ++r) y[r] = dot_bf16_row(base + r * ld, xb, k);
 }
 
 #else
 
 bool avx512_bf16_available() { return false; }
 void gemv_bf16_avx512(const void*, int64_t, int64_t, int64_t, const void*, float*) {}
+void gemv_bf16_avx512_rows(const void*, int64_t, int64_t, int64_t, const void*, int64_t, int64_t, float*) {}
 
 #endif
 

@@ -96,6 +96,21 @@ Tensor Linear::base_forward(const Tensor& x) {
   return WeightProducts::dense(x, weight, bias, transposed_);
 }
 
+std::vector<Tensor> Linear::forward_each(const Tensor& x, const std::vector<Linear*>& projections) {
+  bool together = true;
+  std::vector<std::pair<const Tensor*, const Tensor*>> weights;
+  for (Linear* p : projections) {
+    together = together && !p->adapter_ && !p->is_training() && !records(x, p->weight, p->bias) &&
+               p->products_ == projections.front()->products_ && p->transposed_ == projections.front()->transposed_;
+    weights.emplace_back(&p->weight, &p->bias);
+  }
+  if (together && !projections.empty())
+    return projections.front()->products_->products(x, weights, projections.front()->transposed_);
+  std::vector<Tensor> out;
+  for (Linear* p : projections) out.push_back(p->forward(x));
+  return out;
+}
+
 // ---- Embedding ------------------------------------------------------------------------------------
 
 Embedding::Embedding(const WeightSource& ws, int64_t num, int64_t dim, std::optional<int64_t> padding_idx)
@@ -152,9 +167,9 @@ GatedMLP::GatedMLP(const WeightSource& ws, int64_t hidden, int64_t intermediate,
 }
 
 Tensor GatedMLP::forward(const Tensor& x) {
-  Tensor g = gate->forward(x);
-  if (act_ == "silu" && !records(g)) return down->forward(silu_mul_(g, up->forward(x)));
-  return down->forward(activation(act_, g) * up->forward(x));
+  std::vector<Tensor> gu = Linear::forward_each(x, {gate.get(), up.get()});
+  if (act_ == "silu" && !records(gu[0])) return down->forward(silu_mul_(gu[0], gu[1]));
+  return down->forward(activation(act_, gu[0]) * gu[1]);
 }
 
 MLP::MLP(const WeightSource& ws, int64_t hidden, int64_t intermediate, std::string act, const std::string& in_name,

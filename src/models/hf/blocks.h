@@ -108,6 +108,9 @@ class Linear : public nn::Module {
   /// (QLoRA) still passes gradients to x: each tile of rows is dequantized in turn, forward and
   /// backward, so no float copy of the whole matrix is made.
   Tensor base_forward(const Tensor& x);
+  /// forward(x) of each projection of one input (q, k and v; gate and up): at inference, without
+  /// adapters, their weight products run together (WeightProducts::products).
+  static std::vector<Tensor> forward_each(const Tensor& x, const std::vector<Linear*>& projections);
   void set_adapter(LinearAdapter* adapter) { adapter_ = adapter; }
   LinearAdapter* adapter() const { return adapter_; }
   bool transposed() const { return transposed_; }

@@ -714,11 +714,9 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
     return bare_gpt2 && name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
   };
   // Matrices a decode step streams whole are copied out of the file mapping into chunks in huge
-  // pages (the mapped pages handed back), unless they are to be quantized (those copies are made
-  // then) or FOUNDRY_MMAP_WEIGHTS is set (weights stay file pages the kernel may drop under memory
-  // pressure). A bf16 checkpoint computed in bf16, 1 thread, alternating x5: 102-123 tokens/s on
-  // the mapping, 122-146 from the chunks, peak RSS 245.0 -> 246.5 MB.
-  const bool resident = options.quantize.empty() && std::getenv("FOUNDRY_MMAP_WEIGHTS") == nullptr;
+  // pages (hf::place_weight). A bf16 checkpoint computed in bf16, 1 thread, alternating x5:
+  // 102-123 tokens/s on the mapping, 122-146 from the chunks, peak RSS 245.0 -> 246.5 MB.
+  const bool resident = hf::weights_resident(options.quantize);
   hf::HugePageChunks chunks;
   auto fetch = [&](const std::string& module_name, const Shape& shape, const hf::Init&) {
     const std::string name = stored(module_name);
@@ -739,13 +737,7 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
     if (!is_floating(t.dtype()))
       raise<TypeError>("{}: '{}' has dtype {}; weights must be floating point", dir, name, dtype_name(t.dtype()));
     const DType want = options.dtype.value_or(t.dtype());  // nullopt: the checkpoint's own
-    if (resident && t.dim() >= 2 && t.nbytes() >= (int64_t(64) << 10)) {
-      Tensor placed = chunks.empty(t.sizes(), want);
-      placed.copy_(t);
-      hf::release_mapped_pages(t);
-      return placed;
-    }
-    return t.dtype() == want ? t : t.to(want);  // same dtype: a view over the mapping, no copy
+    return hf::place_weight(chunks, resident, t, want);
   };
   auto has = [&](const std::string& name) { return st.contains(stored(name)) || qc.quantized(stored(name)); };
   std::unique_ptr<CausalLM> model =

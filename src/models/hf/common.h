@@ -78,6 +78,8 @@ class HugePageChunks {
   Tensor empty(IntList shape, DType dtype);
   /// Starts a fresh chunk for the next request.
   void reset();
+  /// A copy of t in `dtype` carved from the chunks; t's memory-mapped pages are handed back.
+  Tensor copy_of(const Tensor& t, DType dtype);
 
  private:
   int64_t first_chunk_;
@@ -91,6 +93,11 @@ class HugePageChunks {
 class WeightProducts {
  public:
   Tensor product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const;
+  /// product(x, w_i, b_i, transposed) for each (weight, bias) pair: one input's projections (a
+  /// layer's q, k and v; gate and up). Where all are quantized in one format and x has few rows
+  /// (decode), x is quantized once and the matrices run as one parallel job; the same numbers.
+  std::vector<Tensor> products(const Tensor& x, const std::vector<std::pair<const Tensor*, const Tensor*>>& weights,
+                               bool transposed) const;
   /// The float product (differentiable): x W^T + b, or x W + b when transposed.
   static Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed);
   void set_format(const std::string& format);
@@ -121,6 +128,15 @@ class WeightProducts {
   mutable std::map<const void*, std::shared_ptr<Quantized>> quantized_;
   mutable HugePageChunks chunks_;  // where quantized copies are made
 };
+
+/// Whether loaders copy weight matrices out of their file mapping into HugePageChunks (see
+/// place_weight): yes, unless weights are quantized at load (those copies are made then) or
+/// FOUNDRY_MMAP_WEIGHTS is set (weights stay file pages the kernel may drop under memory pressure).
+bool weights_resident(const std::string& quantize);
+/// A loaded weight as the model keeps it: a matrix of 64 KB or more (a decode step streams it
+/// whole) copied into `chunks` when `resident`, else t in `dtype` (t itself, a view over the file,
+/// when the dtype matches).
+Tensor place_weight(HugePageChunks& chunks, bool resident, const Tensor& t, DType dtype);
 
 // ---- blocks ---------------------------------------------------------------------------------
 

@@ -43,9 +43,10 @@ class DecoderAttention : public nn::Module {
   }
   std::string type_name() const override { return "Attention"; }
   Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
-    Tensor q = rope_heads(q_proj->forward(x), H_, ctx);
-    Tensor k = rope_heads(k_proj->forward(x), Hkv_, ctx);
-    Tensor v = split_heads(v_proj->forward(x), Hkv_);
+    std::vector<Tensor> qkv = Linear::forward_each(x, {q_proj.get(), k_proj.get(), v_proj.get()});
+    Tensor q = rope_heads(qkv[0], H_, ctx);
+    Tensor k = rope_heads(qkv[1], Hkv_, ctx);
+    Tensor v = split_heads(qkv[2], Hkv_);
     return o_proj->forward(attend_layer(ctx, layer, q, k, v, is_training() ? dropout_ : 0.0));
   }
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;

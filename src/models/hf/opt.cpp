@@ -28,8 +28,8 @@ class OPTAttention : public nn::Module {
   }
   std::string type_name() const override { return "OPTAttention"; }
   Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
-    Tensor q = split_heads(q_proj->forward(x), H_), k = split_heads(k_proj->forward(x), H_);
-    Tensor v = split_heads(v_proj->forward(x), H_);
+    std::vector<Tensor> qkv = Linear::forward_each(x, {q_proj.get(), k_proj.get(), v_proj.get()});
+    Tensor q = split_heads(qkv[0], H_), k = split_heads(qkv[1], H_), v = split_heads(qkv[2], H_);
     return out_proj->forward(attend_layer(ctx, layer, q, k, v, is_training() ? dropout_ : 0.0));
   }
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;

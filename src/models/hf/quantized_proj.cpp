@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 #include <memory>
@@ -72,6 +73,22 @@ Tensor HugePageChunks::empty(IntList shape, DType dtype) {
 void HugePageChunks::reset() {
   chunk_ = Tensor();
   used_ = carved_ = 0;
+}
+
+Tensor HugePageChunks::copy_of(const Tensor& t, DType dtype) {
+  Tensor placed = empty(t.sizes(), dtype);
+  placed.copy_(t);
+  release_mapped_pages(t);
+  return placed;
+}
+
+bool weights_resident(const std::string& quantize) {
+  return quantize.empty() && std::getenv("FOUNDRY_MMAP_WEIGHTS") == nullptr;
+}
+
+Tensor place_weight(HugePageChunks& chunks, bool resident, const Tensor& t, DType dtype) {
+  if (resident && t.dim() >= 2 && t.numel() * itemsize(dtype) >= (int64_t(64) << 10)) return chunks.copy_of(t, dtype);
+  return t.dtype() == dtype ? t : t.to(dtype);
 }
 
 void WeightProducts::set_format(const std::string& format) {
@@ -314,6 +331,46 @@ Tensor WeightProducts::product(const Tensor& x, const Tensor& w, const Tensor& b
   const Quantized* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, transposed).get() : nullptr;
   if (q) return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_);
   return dense(x, w, b, transposed);
+}
+
+std::vector<Tensor> WeightProducts::products(const Tensor& x,
+                                             const std::vector<std::pair<const Tensor*, const Tensor*>>& weights,
+                                             bool transposed) const {
+  std::vector<const Quantized*> qs;
+  for (const auto& [w, b] : weights) {
+    const Quantized* q = x.dtype() == DType::Float32 || quantized_.count(w->impl()) ? quantized(*w, transposed).get() : nullptr;
+    if (!q || (!qs.empty() && (q->format != qs.front()->format || q->k != qs.front()->k))) break;
+    qs.push_back(q);
+  }
+  const int64_t k = x.size(-1), m = x.numel() / std::max<int64_t>(k, 1);
+  std::vector<Tensor> out;
+  if (qs.size() != weights.size() || weights.size() < 2 || m > CausalLM::kQuantizedMaxRows || k != qs.front()->k) {
+    for (const auto& [w, b] : weights) out.push_back(product(x, *w, *b, transposed));
+    return out;
+  }
+  // quantized_product's decode path, with one activation row quantized for all the matrices.
+  autograd::NoGradGuard no_grad;
+  const quant::BlockFormatTraits& t = *qs.front()->format;
+  const Tensor xc = x.to(DType::Float32).contiguous();
+  std::vector<quant::GemvTarget> targets(qs.size());
+  for (const Quantized* q : qs) {
+    Shape shape(x.sizes());
+    shape.back() = q->rows;
+    out.push_back(empty(IntList(shape), DType::Float32));
+  }
+  const auto& act = quant::traits(t.dot_format);
+  std::vector<uint8_t> xq(static_cast<size_t>(quant::quantized_bytes(act, 1, k)));
+  const quant::RowQuantizer quantize = activation_quantizer(act);
+  for (int64_t r = 0; r < m; ++r) {
+    quantize(xc.data<float>() + r * k, xq.data(), k);
+    for (size_t i = 0; i < qs.size(); ++i) targets[i] = {qs[i]->data, qs[i]->rows, out[i].data<float>() + r * qs[i]->rows};
+    quant::gemv_many(t, k, xq.data(), targets);
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (weights[i].second->defined()) out[i] = out[i] + weights[i].second->to(DType::Float32);
+    if (out[i].dtype() != x.dtype()) out[i] = out[i].to(x.dtype());
+  }
+  return out;
 }
 
 bool WeightProducts::quantized_for(const Tensor& w, bool transposed) const {
