@@ -578,26 +578,26 @@ RowDot simd_row_dot(BlockFormat f) {
   }
 }
 
-}  // namespace
-
-void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  const std::vector<float> xs = block_scales(static_cast<const uint8_t*>(xq), k);
-  const RowDot dot = simd_row_dot(BlockFormat::Q8_0);
+// Every row through the Highway kernel for format f (the VNNI ones bypassed).
+void highway_gemv(BlockFormat f, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  const auto* x = static_cast<const uint8_t*>(xq);
+  const std::vector<float> xs = block_scales(x, k);
+  const RowDot dot = simd_row_dot(f);
   const auto* base = static_cast<const uint8_t*>(w);
-  const int64_t row_bytes = quantized_bytes(traits(BlockFormat::Q8_0), 1, k);
+  const int64_t row_bytes = quantized_bytes(traits(f), 1, k);
   parallel_for(0, rows, std::max<int64_t>(1, 65536 / row_bytes), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) y[r] = dot(base + r * row_bytes, static_cast<const uint8_t*>(xq), xs.data(), fp16_table(), k);
+    for (int64_t r = b; r < e; ++r) y[r] = dot(base + r * row_bytes, x, xs.data(), fp16_table(), k);
   });
 }
 
+}  // namespace
+
+void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  highway_gemv(BlockFormat::Q8_0, w, rows, k, xq, y);
+}
+
 void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  const std::vector<float> xs = block_scales(static_cast<const uint8_t*>(xq), k);
-  const RowDot dot = simd_row_dot(BlockFormat::Q4_0);
-  const auto* base = static_cast<const uint8_t*>(w);
-  const int64_t row_bytes = quantized_bytes(traits(BlockFormat::Q4_0), 1, k);
-  parallel_for(0, rows, std::max<int64_t>(1, 65536 / row_bytes), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) y[r] = dot(base + r * row_bytes, static_cast<const uint8_t*>(xq), xs.data(), fp16_table(), k);
-  });
+  highway_gemv(BlockFormat::Q4_0, w, rows, k, xq, y);
 }
 
 float dot_q4_K_q8_K(const void* x, const void* y, int64_t k) {

@@ -2,6 +2,7 @@
 // foundry error, never crash.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -245,6 +246,7 @@ TEST(BadInput, TruncatedSentencePieceModels) {
 }
 
 TEST(BadInput, BadTiktokenAndGpt2Files) {
+  std::filesystem::create_directories(ref_dir());  // absent where text_reference was skipped
   std::string p = ref_dir() + "/bad.tiktoken";
   std::ofstream(p) << "IQ== 0\nnot-a-valid-line\n";
   EXPECT_THROW(Tokenizer::from_tiktoken(p, foundry::text::TiktokenEncoding::Cl100kBase), foundry::ValueError);
