@@ -347,9 +347,10 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
   if (const GGUFValue* e = find(f, "tokenizer.ggml.eos_token_id")) c.eos_token_ids = {e->as_int()};
   if (const GGUFValue* b = find(f, "tokenizer.ggml.bos_token_id")) c.bos_token_id = b->as_int();
   c.json = "{}";
-  // Block-quantized matrices stay quantized: products use the file's bytes in place (rows of Q and
-  // K un-permuted, a copy), and the model gets a placeholder for the dense tensor; the token
-  // embedding is also dequantized, as its rows are looked up.
+  // Block-quantized matrices stay quantized: products use the file's bytes (rows of Q and K
+  // un-permuted, a copy), and the model gets a placeholder for the dense tensor; the token
+  // embedding is also dequantized, as its rows are looked up, and its bytes are kept only for a
+  // tied output head, the one product that reads them.
   struct Adopted {
     std::string name;
     std::string format;
@@ -384,6 +385,7 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
         w = f.tensor(gname);
         const DType want = options.dtype.value_or(w.dtype());
         if (w.dtype() != want) w = w.to(want);
+        if (!c.tie_word_embeddings) return w;
       }
       adopted.push_back({name, q->name, hf::place_weight(chunks, resident, bytes, DType::UInt8)});
       return w;

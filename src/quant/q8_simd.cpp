@@ -585,7 +585,7 @@ void highway_gemv(BlockFormat f, const void* w, int64_t rows, int64_t k, const v
   const RowDot dot = simd_row_dot(f);
   const auto* base = static_cast<const uint8_t*>(w);
   const int64_t row_bytes = quantized_bytes(traits(f), 1, k);
-  parallel_for(0, rows, std::max<int64_t>(1, 65536 / row_bytes), [&](int64_t b, int64_t e) {
+  parallel_for(0, rows, std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) y[r] = dot(base + r * row_bytes, x, xs.data(), fp16_table(), k);
   });
 }
