@@ -425,3 +425,38 @@ def test_sentencepiece_tokenizer_goes_into_llama_keys(tmp_path):
         runs = [tp.run("generate", "--model", m, *args) for m in (str(folder), out)]
         counts = [re.search(r"prefill: (\d+) tokens", r.stdout + r.stderr).group(1) for r in runs]
         assert counts[0] == counts[1] and runs[0].stdout == runs[1].stdout  # prompt length, then the ids
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_gguf_token_embedding_bytes_kept_only_for_a_tied_head(tmp_path, tied):
+    """Loading copies a GGUF file's matrices into memory of Foundry's allocator; the token
+    embedding's quantized bytes are copied only when the output head is tied to it (the one
+    product that reads them): with output.weight, the model holds the dequantized table and not
+    also its q8_0 bytes (8.7 MB here)."""
+    import torch
+    import test_pretrained as tp
+    if not os.path.exists(tp.FOUNDRY):
+        pytest.skip("foundry CLI not built at " + tp.FOUNDRY)
+    cfg, make_weights, _ = tp.CASES["llama"]
+    cfg = dict(cfg, vocab_size=32000, hidden_size=256, intermediate_size=256, num_hidden_layers=1,
+               num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=tied)
+    w = make_weights(cfg, torch.Generator().manual_seed(11))
+    if tied:
+        w.pop("lm_head.weight", None)
+    folder = str(tmp_path / "hf")
+    tp.write_folder(folder, cfg, w)
+    out = str(tmp_path / "m.gguf")
+    tp.run("convert", "--model", folder, "--to", out, "--type", "q8_0")
+    embedding_q8 = 32000 * 256 // 32 * 34
+    dense_embedding = 32000 * 256 * 4
+    before = foundry.memory_stats()["allocated_bytes.all.current"]
+    model = foundry.models.from_pretrained(out)
+    held = foundry.memory_stats()["allocated_bytes.all.current"] - before
+    # the dense table, the layer's and (untied) the head's q8_0 bytes, in chunks of a few MB
+    others = (4 * 256 * 256 + 3 * 256 * 256) // 32 * 34 + (0 if tied else embedding_q8)
+    if tied:
+        assert held >= dense_embedding + embedding_q8, held
+    else:
+        assert dense_embedding + others <= held < dense_embedding + others + embedding_q8, held
+    ids = foundry.tensor([[1, 2, 3]])
+    assert model(ids).numpy().shape == (1, 3, 32000)
