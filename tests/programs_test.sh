@@ -56,6 +56,7 @@ for script in $(cd "$root" && ls bench/*/*.py tools/*.py); do
   pycheck 0 "$script" --help
 done
 pycheck 1 bench/quant_decode/run.py /nonexistent/bench_infer
+pycheck 1 bench/decode_profile/run.py /nonexistent/bench_infer
 pycheck 1 bench/under_load/run.py /nonexistent/bin
 pycheck 1 bench/under_load/torch_main_job.py 1 1 /nonexistent/text.txt
 pycheck 1 tools/gen_fixtures.py /nonexistent/samples /nonexistent/out

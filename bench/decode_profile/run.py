@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""bench/decode_profile: where a decode step's time goes, per thread (issue 13, A.2: the per-token
+work outside the weight products).
+
+Runs `bench_infer` on the Llama-110M shape of bench/quant_decode (random weights, tied output;
+written to /tmp if absent) under `perf record` (Debian's linux-perf), decoding DECODE tokens after
+a 32-token prompt, with the recording delayed past load and prefill, at 1 and 2 threads. Each
+thread's samples are classed by symbol: the weight products (matrix-vector kernels and the
+activation quantization), attention over the KV cache, the small compute kernels (norms, rotary,
+SwiGLU, adds, argmax), the pool (a thread waiting for a job or for the other thread's chunks), and
+overhead: everything else (allocation, op dispatch, tensor bookkeeping). Samples of load-time work
+inside the window (page faults, weight quantization) are left out. The caller's row is the step's
+critical path; the worker's idle share is time the caller spent on serial work.
+
+Usage: /usr/bin/python3 bench/decode_profile/run.py [build/bin/bench_infer] [--format q4_0|f32|...]
+       [--decode N] [--threads 1,2]
+"""
+import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
+_sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
+__import__("program").start(__doc__, __name__)
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "infer_vs_torch"))
+import run as infer  # noqa: E402  (its folder writer and model shapes)
+
+# First match wins; the order matters (a quantizer at load is "load", one in a product "products").
+CLASSES = [
+    ("load", r"quantize_q4_0\b|quantize_q8_0\b|quantize_q4_K\b|quantize_row_q4_K|clear_page|fault|folio|"
+             r"unmap_page_range|Dequantize|exact_quantizer|QuantizeRowQ8_0Rounding<false>|filemap|copy_page|zap_|"
+             r"memcg|lru_|rmqueue|__alloc_pages|release_pages|free_pcppages|page_|_raw_spin|mmap|do_syscall|"
+             r"pvm_|kmem_|memset|_dl_relocate|native_set_pmd|__madvise"),
+    ("products", r"dot_rows|vnni_rows|GemvF16Rows|dot4_bf16|dot_bf16_row|GemvRowsF32|gemv|Gemv|::prepare|QuantizeRow|"
+                 r"quantize_row|DotQ|Dot4|dot4|q4_K_rows|dot_q4_K|Q4K|q8_K|Q8K|gemm"),
+    ("attention", r"Tile<|DecodeAttention|decode_attention|streaming_attention|append_and_attend|store_rows|"
+                  r"ConvertF32ToF16|ConvertF32ToBF16|__expf|Half::from_float"),
+    ("small kernels", r"RmsNorm|rms_norm|rope_rows|RopeRows|silu_mul|SiluMul|binary_kernel|BinaryImpl|Run<hwy|"
+                      r"choose_token|argmax|embedding|Embedding|index_select|Softmax|RowSum|AddRms|Rope"),
+    ("pool", r"Pool::|parallel_for|sched_yield|futex|WaitFor"),
+]
+SHOWN = ["products", "attention", "small kernels", "pool", "overhead"]
+
+
+def classify(sym):
+    for name, rx in CLASSES:
+        if re.search(rx, sym):
+            return name
+    return "overhead"
+
+
+def profile(binary, folder, fmt, threads, decode, data):
+    args = [binary, "--model", folder, "--threads", str(threads), "--kv-cache", "f16", "--prefill", "8",
+            "--prompt", "32", "--decode", str(decode)]
+    if fmt != "f32":
+        args += ["--quantize", fmt]
+    # A first run without perf gives the load and prefill time to skip.
+    first = infer.run(args, threads)
+    delay_ms = int(1000 * (first["load_s"] + 0.5)) + 500
+    subprocess.run(["perf", "record", "-q", "-F", "2000", "-D", str(delay_ms), "-o", data, "--", *args], check=True,
+                   capture_output=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    report = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "pid,sym", "--stdio", "-F",
+                             "sample,pid,sym"], check=True, capture_output=True, text=True).stdout
+    per = collections.defaultdict(collections.Counter)
+    overhead = collections.defaultdict(collections.Counter)
+    for line in report.splitlines():
+        m = re.match(r"\s*(\d+)\s+(\d+):\S+\s+\[[.k]\]\s+(.*)", line)
+        if not m:
+            continue
+        n, tid, sym = int(m.group(1)), m.group(2), m.group(3)
+        c = classify(sym)
+        per[tid][c] += n
+        if c == "overhead":
+            overhead[tid][sym[:60]] += n
+    return first["decode_tps"], per, overhead
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("binary", nargs="?", default=os.path.join(HERE, "..", "..", "build", "bin", "bench_infer"))
+    ap.add_argument("--format", default="q4_0")
+    ap.add_argument("--decode", type=int, default=1000)
+    ap.add_argument("--threads", default="1,2")
+    a = ap.parse_args()
+    if not os.path.exists(a.binary):
+        sys.exit(f"decode_profile: error: no bench_infer at {a.binary} (build it: ninja -C build bench_infer)")
+    if not shutil.which("perf"):
+        sys.exit("decode_profile: error: perf is not installed (Debian: apt-get install linux-perf)")
+    folder = "/tmp/foundry_bench_llama_tied"
+    infer.write_folder(folder, dict(infer.LLAMA, tie_word_embeddings=True))
+    print(f"Llama-110M (tied), {a.format}, decode {a.decode} tokens after a 32-token prompt, f16 KV cache\n")
+    print("| threads | thread | samples | " + " | ".join(SHOWN) + " | top overhead symbols |")
+    print("|---|---|---|" + "---|" * len(SHOWN) + "---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for threads in (int(t) for t in a.threads.split(",")):
+            tps, per, overhead = profile(a.binary, folder, a.format, threads, a.decode, os.path.join(tmp, "perf.data"))
+            busy = sorted(per, key=lambda t: -sum(per[t].values()))[:threads]
+            for rank, tid in enumerate(sorted(busy, key=int)):  # the caller starts first: lowest tid
+                step = sum(v for k, v in per[tid].items() if k != "load")
+                shares = " | ".join(f"{100.0 * per[tid][c] / step:.1f}%" for c in SHOWN)
+                top = "; ".join(f"{s} {n}" for s, n in overhead[tid].most_common(4))
+                role = "caller" if rank == 0 else f"worker {rank}"
+                print(f"| {threads} ({tps:.0f} tok/s) | {role} | {step} | {shares} | {top} |")
+
+
+if __name__ == "__main__":
+    main()
