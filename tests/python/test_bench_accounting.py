@@ -23,3 +23,24 @@ def test_quant_decode_counts_the_tied_output_once():
     untied = dict(qd.LLAMA_TIED, tie_word_embeddings=False)
     assert "lm_head.weight" in qd.infer.shapes(untied)
     assert qd.matrix_weights(untied) == L * per_layer + V * C  # the embedding is read a row at a time
+
+
+def test_decode_profile_classes_the_step_symbols():
+    dp = load("bench/decode_profile/run.py", "decode_profile_bench")
+    want = {
+        "foundry::quant::(anonymous namespace)::vnni_rows<foundry::quant::(anonymous namespace)::Q4_0Step>": "products",
+        "foundry::kernels::(anonymous namespace)::dot4_bf16_rows": "products",
+        "foundry::quant::N_AVX3::QuantizeRowQ8_0Rounding<true>": "products",
+        "foundry::quant::N_AVX3::QuantizeRowQ8_0Rounding<false>": "load",  # weights quantized at load
+        "foundry::quant::(anonymous namespace)::quantize_q4_0": "load",
+        "clear_page_erms": "load",
+        "foundry::kernels::N_AVX3::Tile<(foundry::kernels::KVRowType)1>": "attention",
+        "foundry::kernels::N_AVX3::ConvertF32ToF16": "attention",  # the KV cache's row stores
+        "foundry::kernels::N_AVX3::RmsNormRowsImpl<float>": "small kernels",
+        "foundry::models::choose_token": "small kernels",
+        "foundry::parallel_for": "pool",
+        "malloc": "overhead",
+        "foundry::ops::(anonymous namespace)::coerce": "overhead",
+    }
+    for sym, cls in want.items():
+        assert dp.classify(sym) == cls, (sym, dp.classify(sym), cls)
