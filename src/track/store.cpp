@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <functional>
+#include <thread>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -151,6 +154,26 @@ const char* series_table(Series s) {
   return "scalars";
 }
 
+namespace {
+
+// Runs `step` again while it fails because another connection holds the database (SQLITE_BUSY /
+// SQLITE_LOCKED), for up to the busy timeout (60 s), with short growing sleeps.
+void with_busy_retries(sqlite3* db, const std::function<void()>& step) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int wait_ms = 1;; wait_ms = std::min(wait_ms * 2, 50)) {
+    try {
+      step();
+      return;
+    } catch (const IOError&) {
+      const int code = sqlite3_errcode(db) & 0xff;
+      if ((code != SQLITE_BUSY && code != SQLITE_LOCKED) || std::chrono::steady_clock::now() > deadline) throw;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+  }
+}
+
+}  // namespace
+
 Store Store::open(const std::string& dir, bool create) {
   fs::path db_file = fs::path(dir) / "foundry.db";
   if (!create && !fs::exists(db_file)) raise<IOError>("no tracking database at '{}'", db_file.string());
@@ -188,14 +211,19 @@ Store Store::open(const std::string& dir, bool create) {
                      db_file.string(), what);
     throw;
   }
-  s.exec("PRAGMA journal_mode = WAL");
-  s.exec("PRAGMA synchronous = NORMAL");  // WAL + NORMAL: durable across a process crash
-  s.exec("PRAGMA foreign_keys = OFF");
-  s.transaction([&] {
-    s.exec(kSchema);
-    Stmt(s.db_, "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)")
-        .bind(1, std::to_string(kSchemaVersion))
-        .run();
+  // Several processes opening a new database at once: switching it to WAL needs the file to
+  // itself, and SQLite answers "database is locked" there without waiting on the busy timeout
+  // (waiting could deadlock two readers that both want to write), so the set-up retries.
+  with_busy_retries(s.db_, [&] {
+    s.exec("PRAGMA journal_mode = WAL");
+    s.exec("PRAGMA synchronous = NORMAL");  // WAL + NORMAL: durable across a process crash
+    s.exec("PRAGMA foreign_keys = OFF");
+    s.transaction([&] {
+      s.exec(kSchema);
+      Stmt(s.db_, "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)")
+          .bind(1, std::to_string(kSchemaVersion))
+          .run();
+    });
   });
   return s;
 }
