@@ -40,7 +40,7 @@ echo "clone-alone.sh: cloned $(git -C "$clone" rev-parse --short HEAD) into $clo
 
 if ((cold)); then export CCACHE_DISABLE=1; else export CCACHE_BASEDIR="$clone"; fi
 # Nothing from the developer's environment may point back at the data the clone lacks.
-unset FOUNDRY_TEXT_DATA_DIR FOUNDRY_SHARED_DIR || true
+unset FOUNDRY_TEXT_DATA_DIR || true
 
 cd "$clone"
 log="$parent/logs"; mkdir -p "$log"

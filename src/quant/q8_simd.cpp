@@ -578,27 +578,7 @@ RowDot simd_row_dot(BlockFormat f) {
   }
 }
 
-// Every row through the Highway kernel for format f (the VNNI ones bypassed).
-void highway_gemv(BlockFormat f, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  const auto* x = static_cast<const uint8_t*>(xq);
-  const std::vector<float> xs = block_scales(x, k);
-  const RowDot dot = simd_row_dot(f);
-  const auto* base = static_cast<const uint8_t*>(w);
-  const int64_t row_bytes = quantized_bytes(traits(f), 1, k);
-  parallel_for(0, rows, std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) y[r] = dot(base + r * row_bytes, x, xs.data(), fp16_table(), k);
-  });
-}
-
 }  // namespace
-
-void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  highway_gemv(BlockFormat::Q8_0, w, rows, k, xq, y);
-}
-
-void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  highway_gemv(BlockFormat::Q4_0, w, rows, k, xq, y);
-}
 
 float dot_q4_K_q8_K(const void* x, const void* y, int64_t k) {
   return HWY_DYNAMIC_DISPATCH(DotQ4KQ8K)(static_cast<const uint8_t*>(x), static_cast<const uint8_t*>(y), fp16_table(), k);
@@ -635,7 +615,7 @@ bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64
 namespace {
 
 // A format's matrix-vector kernel with the activation row prepared for it: `rows` runs rows
-// [r0, r1) of one matrix on the calling thread (r0 a multiple of `group`).
+// [r0, r1) of one matrix on the calling thread (r0 a multiple of `group`). xq must outlive it.
 struct RowKernel {
   GemvRowRange rows;
   int64_t group = 1;            // the kernel's row group: chunks start at multiples of it
@@ -643,7 +623,24 @@ struct RowKernel {
   int chunks_per_thread = 4;
 };
 
-// xq must outlive the kernel (gemv_many's call).
+// The Highway kernel for t's format (simd_row_dot), or the table's scalar dot where it has none.
+RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
+  const int64_t row_bytes = quantized_bytes(t, 1, k);
+  const auto* xb = static_cast<const uint8_t*>(xq);
+  if (const RowDot dot = simd_row_dot(t.format)) {
+    // The K-quants' q8_K rows carry float scales; a q8_0 row's are converted once here.
+    auto xs = std::make_shared<const std::vector<float>>(t.dot_format == BlockFormat::Q8_0 ? block_scales(xb, k)
+                                                                                           : std::vector<float>());
+    return {[dot, xb, xs, k, row_bytes](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+      for (int64_t r = r0; r < r1; ++r) y[r] = dot(w + r * row_bytes, xb, xs->data(), fp16_table(), k);
+    }};
+  }
+  return {[&t, xb, k, row_bytes](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+    for (int64_t r = r0; r < r1; ++r) y[r] = t.dot(w + r * row_bytes, xb, k);
+  }};
+}
+
+// The fastest kernel this CPU has for t.
 RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
   static const bool bf16_native = kernels::avx512_bf16_available() && std::getenv("FOUNDRY_DISABLE_AVX512_BF16") == nullptr;
   if (bf16_native && t.format == BlockFormat::BF16) {
@@ -670,35 +667,16 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
       HWY_DYNAMIC_DISPATCH(GemvF16Rows)(w, r0, r1, xf->data(), k, y);
     }};
   }
-  const int64_t row_bytes = quantized_bytes(t, 1, k);
-  const auto* xb = static_cast<const uint8_t*>(xq);
-  if (const RowDot dot = simd_row_dot(t.format)) {
-    // The K-quants' q8_K rows carry float scales; a q8_0 row's are converted once here.
-    auto xs = std::make_shared<const std::vector<float>>(t.dot_format == BlockFormat::Q8_0 ? block_scales(xb, k)
-                                                                                           : std::vector<float>());
-    return {[dot, xb, xs, k, row_bytes](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-      for (int64_t r = r0; r < r1; ++r) y[r] = dot(w + r * row_bytes, xb, xs->data(), fp16_table(), k);
-    }};
-  }
-  return {[&t, xb, k, row_bytes](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-    for (int64_t r = r0; r < r1; ++r) y[r] = t.dot(w + r * row_bytes, xb, k);
-  }};
+  return highway_row_kernel(t, k, xq);
 }
 
-}  // namespace
-
-void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  const GemvTarget one{w, rows, y};
-  gemv_many(t, k, xq, std::span<const GemvTarget>(&one, 1));
-}
-
-void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets) {
-  const RowKernel kernel = row_kernel(t, k, xq);
-  const int64_t group_bytes = kernel.group * quantized_bytes(t, 1, k);
+// The targets' rows (`row_bytes` each) split over the threads as one job, in chunks of whole row
+// groups.
+void run_rows(const RowKernel& kernel, int64_t row_bytes, std::span<const GemvTarget> targets) {
   // The targets' row groups numbered one after the other: first[i] is target i's first.
   std::vector<int64_t> first(targets.size() + 1, 0);
   for (size_t i = 0; i < targets.size(); ++i) first[i + 1] = first[i] + (targets[i].rows + kernel.group - 1) / kernel.group;
-  const int64_t grain = std::max<int64_t>(1, kernel.chunk_bytes / std::max<int64_t>(group_bytes, 1));
+  const int64_t grain = std::max<int64_t>(1, kernel.chunk_bytes / std::max<int64_t>(kernel.group * row_bytes, 1));
   parallel_for(0, first.back(), grain, kernel.chunks_per_thread, [&](int64_t b, int64_t e) {
     size_t i = size_t(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
     for (; b < e; ++i) {
@@ -710,6 +688,39 @@ void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<
       b = stop;
     }
   });
+}
+
+void run_one(const RowKernel& kernel, const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, float* y) {
+  const GemvTarget one{w, rows, y};
+  run_rows(kernel, quantized_bytes(t, 1, k), std::span<const GemvTarget>(&one, 1));
+}
+
+}  // namespace
+
+void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  const BlockFormatTraits& t = traits(BlockFormat::Q8_0);
+  run_one(highway_row_kernel(t, k, xq), t, w, rows, k, y);
+}
+
+void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  const BlockFormatTraits& t = traits(BlockFormat::Q4_0);
+  run_one(highway_row_kernel(t, k, xq), t, w, rows, k, y);
+}
+
+void gemv_q8_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  run_one({gemv_vnni_rows(false, xq, k), 4}, traits(BlockFormat::Q8_0), w, rows, k, y);
+}
+
+void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  run_one({gemv_vnni_rows(true, xq, k), 4}, traits(BlockFormat::Q4_0), w, rows, k, y);
+}
+
+void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
+  run_one(row_kernel(t, k, xq), t, w, rows, k, y);
+}
+
+void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets) {
+  run_rows(row_kernel(t, k, xq), quantized_bytes(t, 1, k), targets);
 }
 
 }  // namespace foundry::quant

@@ -8,7 +8,7 @@
 // at a time so each step's activation vectors and scales are loaded once for four rows. On a Zen 5
 // EPYC at 1 thread (768 columns, one 53 MB matrix read repeatedly, so partly from L3): q8_0
 // 29.9 -> 40-44 GB/s, q4_0 12.7 -> 31 GB/s against one row at a time with two blocks per step
-// (from DRAM, see gemv_vnni below).
+// (from DRAM, see vnni_rows below).
 #include "quant/vnni_gemv.h"
 
 #include <algorithm>
@@ -17,7 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include "foundry/core/parallel.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -225,31 +224,12 @@ void vnni_rows(const uint8_t* w, const PreparedActivation& a, const uint8_t* xq,
 
 template <class Step>
 GemvRowRange prepared_rows(const void* xq, int64_t k) {
-  const int64_t act_bytes = k / 32 * kQ8Bytes;
-  auto x = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(xq), static_cast<const uint8_t*>(xq) + act_bytes);
-  auto a = std::make_shared<const PreparedActivation>(Step::prepare(x->data(), k));
-  return [x, a, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-    vnni_rows<Step>(w, *a, x->data(), k, r0, r1, y);
-  };
-}
-
-template <class Step>
-void gemv_vnni(const uint8_t* w, int64_t rows, int64_t k, const uint8_t* xq, float* y) {
-  const PreparedActivation a = Step::prepare(xq, k);
-  const int64_t groups = (rows + 3) / 4;
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(4 * k / 32 * Step::kBytes, 1));
-  parallel_for(0, groups, grain, [&](int64_t b, int64_t e) { vnni_rows<Step>(w, a, xq, k, 4 * b, std::min(rows, 4 * e), y); });
+  const auto* x = static_cast<const uint8_t*>(xq);
+  auto a = std::make_shared<const PreparedActivation>(Step::prepare(x, k));
+  return [x, a, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) { vnni_rows<Step>(w, *a, x, k, r0, r1, y); };
 }
 
 }  // namespace
-
-void gemv_q8_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  gemv_vnni<Q8_0Step>(static_cast<const uint8_t*>(w), rows, k, static_cast<const uint8_t*>(xq), y);
-}
-
-void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  gemv_vnni<Q4_0Step>(static_cast<const uint8_t*>(w), rows, k, static_cast<const uint8_t*>(xq), y);
-}
 
 GemvRowRange gemv_vnni_rows(bool q4_0, const void* xq, int64_t k) {
   return q4_0 ? prepared_rows<Q4_0Step>(xq, k) : prepared_rows<Q8_0Step>(xq, k);
@@ -258,8 +238,6 @@ GemvRowRange gemv_vnni_rows(bool q4_0, const void* xq, int64_t k) {
 #else
 
 bool vnni_available() { return false; }
-void gemv_q8_0_vnni(const void*, int64_t, int64_t, const void*, float*) {}
-void gemv_q4_0_vnni(const void*, int64_t, int64_t, const void*, float*) {}
 GemvRowRange gemv_vnni_rows(bool, const void*, int64_t) { return {}; }
 
 #endif

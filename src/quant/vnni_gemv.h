@@ -10,14 +10,16 @@ namespace foundry::quant {
 
 /// The CPU runs AVX-512 F/BW/VL/DQ + VNNI + F16C + FMA, and this build has the kernels.
 bool vnni_available();
+/// gemv with the VNNI kernels below whatever FOUNDRY_DISABLE_VNNI says (threads split the rows as
+/// gemv's do: q8_simd.cpp).
 void gemv_q8_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y);
 void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y);
 
 /// Rows [r0, r1) of a [rows, k] matrix's product with one activation row, y[r] for each, on the
 /// calling thread; r0 a multiple of 4 (the kernels' row group). What gemv splits over threads.
 using GemvRowRange = std::function<void(const uint8_t* w, int64_t rows, int64_t r0, int64_t r1, float* y)>;
-/// The q8_0 (`q4_0` false) or q4_0 VNNI kernel with xq, a q8_0 row of k values, prepared once
-/// (copied: the result does not refer to xq).
+/// The q8_0 (`q4_0` false) or q4_0 VNNI kernel with xq, a q8_0 row of k values, prepared once;
+/// xq must outlive the result (its leftover blocks are read in place).
 GemvRowRange gemv_vnni_rows(bool q4_0, const void* xq, int64_t k);
 
 /// The CPU runs AVX2 + FMA + F16C, and this build has the kernels (k_gemv_x86.cpp).

@@ -265,6 +265,41 @@ bool bf16_product_by_tiles(const Tensor& xc, const quant::BlockFormatTraits& t, 
   return true;
 }
 
+// One matrix of decode_products: `rows` quantized rows at `data`.
+struct QuantizedRows {
+  const uint8_t* data;
+  int64_t rows;
+};
+
+// Few rows (decode): each row of xc [m, k] (float32, contiguous) quantized to t's dot format once,
+// then the matrix-vector products of every matrix with it as one parallel job. Float32 outputs of
+// shape x_sizes with the last dimension each matrix's rows.
+std::vector<Tensor> decode_products(const Tensor& xc, IntList x_sizes, const quant::BlockFormatTraits& t, int64_t k,
+                                    const std::vector<QuantizedRows>& mats) {
+  std::vector<Tensor> out;
+  for (const QuantizedRows& q : mats) {
+    Shape shape(x_sizes);
+    shape.back() = q.rows;
+    out.push_back(empty(IntList(shape), DType::Float32));
+  }
+  const auto& act = quant::traits(t.dot_format);
+  std::vector<uint8_t> xq(static_cast<size_t>(quant::quantized_bytes(act, 1, k)));
+  const quant::RowQuantizer quantize = activation_quantizer(act);
+  std::vector<quant::GemvTarget> targets(mats.size());
+  for (int64_t r = 0, m = xc.numel() / k; r < m; ++r) {
+    quantize(xc.data<float>() + r * k, xq.data(), k);
+    for (size_t i = 0; i < mats.size(); ++i) targets[i] = {mats[i].data, mats[i].rows, out[i].data<float>() + r * mats[i].rows};
+    quant::gemv_many(t, k, xq.data(), targets);
+  }
+  return out;
+}
+
+// How every product ends: the bias added in float32, then x's dtype.
+Tensor finish_product(Tensor out, const Tensor& b, DType dtype) {
+  if (b.defined()) out = out + b.to(DType::Float32);
+  return out.dtype() == dtype ? out : out.to(dtype);
+}
+
 Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFormatTraits& t, int64_t rows_out,
                          int64_t k, const uint8_t* w, const std::string& prefill) {
   autograd::NoGradGuard no_grad;
@@ -281,15 +316,7 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
     const std::vector<uint8_t> xq = quantized_activations(xc, t, m, k);
     quant::gemm_integer(t, w, rows_out, k, xq.data(), m, out.data<float>());
   } else if (math == PrefillMath::Integer) {
-    // Few rows (decode): each row quantized to the dot format, then the matrix-vector kernel.
-    out = empty(out_shape, DType::Float32);
-    const auto& act = quant::traits(t.dot_format);
-    std::vector<uint8_t> xq(static_cast<size_t>(quant::quantized_bytes(act, 1, k)));
-    const quant::RowQuantizer quantize = activation_quantizer(act);
-    for (int64_t r = 0; r < m; ++r) {
-      quantize(xc.data<float>() + r * k, xq.data(), k);
-      quant::gemv(t, w, rows_out, k, xq.data(), out.data<float>() + r * rows_out);
-    }
+    out = decode_products(xc, x.sizes(), t, k, {{w, rows_out}})[0];
   } else {
     const bool bf16_gemm = math == PrefillMath::BFloat16;
     Tensor dense;
@@ -302,8 +329,7 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
       dense = raw.dtype() == DType::Float16 ? raw.to(DType::Float32) : raw;  // f16 -> bf16 has no direct SIMD cast
       if (bf16_gemm) dense = dense.to(DType::BFloat16);
     } else if (bf16_gemm && bf16_product_by_tiles(xc, t, w, rows_out, k, m, out_shape, out)) {
-      if (b.defined()) out = out + b.to(DType::Float32);
-      return out.dtype() == x.dtype() ? out : out.to(x.dtype());
+      return finish_product(out, b, x.dtype());
     } else {
       dense = empty({rows_out, k}, DType::Float32);
       float* d = dense.data<float>();
@@ -313,16 +339,12 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
       });
     }
     out = empty({m, rows_out}, DType::Float32);
-    if (bf16_gemm && kernels::gemm_bf16_f32out(xc.reshape({m, k}).to(DType::BFloat16), dense.to(DType::BFloat16).t(), out)) {
-      out = out.reshape(out_shape);
-      if (b.defined()) out = out + b.to(DType::Float32);
-    } else {
-      out = linear(xc, dense.to(DType::Float32), b.defined() ? b.to(DType::Float32) : b);  // the dense model's op
-    }
-    return out.dtype() == x.dtype() ? out : out.to(x.dtype());
+    if (bf16_gemm && kernels::gemm_bf16_f32out(xc.reshape({m, k}).to(DType::BFloat16), dense.to(DType::BFloat16).t(), out))
+      return finish_product(out.reshape(out_shape), b, x.dtype());
+    // The dense model's op, the bias inside it.
+    return finish_product(linear(xc, dense.to(DType::Float32), b.defined() ? b.to(DType::Float32) : b), Tensor(), x.dtype());
   }
-  if (b.defined()) out = out + b.to(DType::Float32);
-  return out.dtype() == x.dtype() ? out : out.to(x.dtype());
+  return finish_product(out, b, x.dtype());
 }
 
 }  // namespace
@@ -350,26 +372,10 @@ std::vector<Tensor> WeightProducts::products(const Tensor& x,
   }
   // quantized_product's decode path, with one activation row quantized for all the matrices.
   autograd::NoGradGuard no_grad;
-  const quant::BlockFormatTraits& t = *qs.front()->format;
-  const Tensor xc = x.to(DType::Float32).contiguous();
-  std::vector<quant::GemvTarget> targets(qs.size());
-  for (const Quantized* q : qs) {
-    Shape shape(x.sizes());
-    shape.back() = q->rows;
-    out.push_back(empty(IntList(shape), DType::Float32));
-  }
-  const auto& act = quant::traits(t.dot_format);
-  std::vector<uint8_t> xq(static_cast<size_t>(quant::quantized_bytes(act, 1, k)));
-  const quant::RowQuantizer quantize = activation_quantizer(act);
-  for (int64_t r = 0; r < m; ++r) {
-    quantize(xc.data<float>() + r * k, xq.data(), k);
-    for (size_t i = 0; i < qs.size(); ++i) targets[i] = {qs[i]->data, qs[i]->rows, out[i].data<float>() + r * qs[i]->rows};
-    quant::gemv_many(t, k, xq.data(), targets);
-  }
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (weights[i].second->defined()) out[i] = out[i] + weights[i].second->to(DType::Float32);
-    if (out[i].dtype() != x.dtype()) out[i] = out[i].to(x.dtype());
-  }
+  std::vector<QuantizedRows> mats;
+  for (const Quantized* q : qs) mats.push_back({q->data, q->rows});
+  out = decode_products(x.to(DType::Float32).contiguous(), x.sizes(), *qs.front()->format, k, mats);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = finish_product(out[i], *weights[i].second, x.dtype());
   return out;
 }
 
