@@ -1,11 +1,10 @@
-// q4_K products against q8_K activation rows on x86, with integer dot products instead of the
+// Decode's q4_K products against a q8_K activation row on x86, with integer dot products instead of the
 // Highway kernel's int16 widening (q8_simd.cpp, which serves every other CPU): AVX-512 VNNI where
 // present (vpdpbusd: 64 u8 x s8 products into 16 int32 lanes, then vpmulld by the sub-block
 // scales), else AVX2 (vpmaddubsw: u8 x s8 pairs into int16, then vpmaddwd by the sub-block scales
 // into int32). Pre-scaling a super-block's levels to int16 once and using vpdpwssd against int16
-// activations measured slower, for decode (2.5x less) and prefill alike. One kernel serves decode (one activation row) and prefill (each
-// weight super-block, unpacked once, dotted with 4 activation rows), so prefill computes exactly
-// what decode does.
+// activations measured slower, for decode (2.5x less) and prefill alike. Prefill's GEMM is
+// block_gemm_x86.cpp's (this kernel against 4 activation rows at a time ran at a quarter of it).
 //
 // A q4_K super-block's 128 nibble bytes hold 4 chunks of 64 values: chunk c's 32 bytes carry
 // sub-block 2c in their low and 2c + 1 in their high nibbles; the q8_K levels of those two
@@ -14,7 +13,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "foundry/core/parallel.h"
 #include "quant/vnni_gemv.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -265,47 +263,6 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
   for (int r = 0; r < 4; ++r) out[r] = sum_lanes(acc[r]);
 }
 
-// Activation rows per kernel call: their accumulators and the unpacked super-block stay in
-// registers.
-constexpr int kRowsPerCall = 4;
-using RowsKernel = void (*)(const uint8_t*, const uint8_t* const*, int64_t, float*);
-using FourWeightRowsKernel = void (*)(const uint8_t*, int64_t, const uint8_t*, int64_t, float*);
-
-// y[i * rows + r] = dot(weight row r, activation row i): threads split the weight rows; each runs
-// its rows against the activation rows kRowsPerCall at a time (its rows stay in cache between).
-void gemm_q4_K_rows(const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y, RowsKernel four,
-                    RowsKernel one, FourWeightRowsKernel four_weight_rows) {
-  const auto* base = static_cast<const uint8_t*>(w);
-  const auto* act = static_cast<const uint8_t*>(xq);
-  const int64_t superblocks = k / kSuperBlock, row_bytes = superblocks * kQ4KBytes, act_bytes = superblocks * kQ8KBytes;
-  // ~64 KB of weight bytes times activation rows per chunk, so small products stay on one thread.
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(row_bytes * m, 1));
-  parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
-    for (int64_t i = 0; i < m; i += kRowsPerCall) {
-      const int64_t n = std::min<int64_t>(kRowsPerCall, m - i);
-      const uint8_t* ys[kRowsPerCall];
-      for (int64_t t = 0; t < n; ++t) ys[t] = act + (i + t) * act_bytes;
-      float out[kRowsPerCall];
-      int64_t r = b;
-      if (n < kRowsPerCall) {  // decode: each activation row against four weight rows at a time
-        for (; r + 4 <= e; r += 4)
-          for (int64_t t = 0; t < n; ++t) {
-            four_weight_rows(base + r * row_bytes, row_bytes, ys[t], superblocks, out);
-            for (int64_t j = 0; j < 4; ++j) y[(i + t) * rows + r + j] = out[j];
-          }
-      }
-      for (; r < e; ++r) {
-        if (n == kRowsPerCall) {
-          four(base + r * row_bytes, ys, superblocks, out);
-        } else {
-          for (int64_t t = 0; t < n; ++t) one(base + r * row_bytes, ys + t, superblocks, out + t);
-        }
-        for (int64_t t = 0; t < n; ++t) y[(i + t) * rows + r] = out[t];
-      }
-    }
-  });
-}
-
 }  // namespace
 
 bool avx2_available() {
@@ -313,20 +270,12 @@ bool avx2_available() {
   return ok;  // every AVX2 CPU has F16C
 }
 
-void gemm_q4_K_vnni(const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y) {
-  gemm_q4_K_rows(w, rows, k, xq, m, y, dot_q4_K_vnni<kRowsPerCall>, dot_q4_K_vnni<1>, dot4_q4_K_vnni);
-}
-
-void gemm_q4_K_avx2(const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y) {
-  gemm_q4_K_rows(w, rows, k, xq, m, y, dot_q4_K_avx2<kRowsPerCall>, dot_q4_K_avx2<1>, dot4_q4_K_avx2);
-}
-
 void gemv_q4_K_rows(bool vnni, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1, float* y) {
   const auto* base = static_cast<const uint8_t*>(w);
   const auto* act = static_cast<const uint8_t*>(xq);
   const int64_t superblocks = k / kSuperBlock, row_bytes = superblocks * kQ4KBytes;
-  const FourWeightRowsKernel four_weight_rows = vnni ? dot4_q4_K_vnni : dot4_q4_K_avx2;
-  const RowsKernel one = vnni ? dot_q4_K_vnni<1> : dot_q4_K_avx2<1>;
+  const auto four_weight_rows = vnni ? dot4_q4_K_vnni : dot4_q4_K_avx2;
+  const auto one = vnni ? dot_q4_K_vnni<1> : dot_q4_K_avx2<1>;
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) four_weight_rows(base + r * row_bytes, row_bytes, act, superblocks, y + r);
   for (; r < r1; ++r) one(base + r * row_bytes, &act, superblocks, y + r);
@@ -335,8 +284,6 @@ void gemv_q4_K_rows(bool vnni, const void* w, int64_t k, const void* xq, int64_t
 #else
 
 bool avx2_available() { return false; }
-void gemm_q4_K_vnni(const void*, int64_t, int64_t, const void*, int64_t, float*) {}
-void gemm_q4_K_avx2(const void*, int64_t, int64_t, const void*, int64_t, float*) {}
 void gemv_q4_K_rows(bool, const void*, int64_t, const void*, int64_t, int64_t, float*) {}
 
 #endif

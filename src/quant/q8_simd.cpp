@@ -604,11 +604,27 @@ bool use_avx2() {
 
 }  // namespace
 
-bool has_integer_gemm(const BlockFormatTraits& t) { return t.format == BlockFormat::Q4_K && (use_vnni() || use_avx2()); }
+// Fewer activation rows than this go through decode's matrix-vector kernel one row at a time:
+// the panel GEMM unpacks every weight panel once per call.
+constexpr int64_t kPanelGemmMinRows = 8;
+
+bool has_integer_gemm(const BlockFormatTraits& t) {
+  const bool kernels = t.format == BlockFormat::Q4_K || t.format == BlockFormat::Q4_0 || t.format == BlockFormat::Q8_0;
+  return kernels && (use_vnni() || use_avx2());
+}
+
+bool integer_gemm_preferred(const BlockFormatTraits& t) {
+  return has_integer_gemm(t) && use_vnni();
+}
 
 bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y) {
   if (!has_integer_gemm(t)) return false;
-  (use_vnni() ? gemm_q4_K_vnni : gemm_q4_K_avx2)(w, rows, k, xq, m, y);
+  if (m >= kPanelGemmMinRows) {
+    gemm_blocks_x86(t.format, use_vnni(), w, rows, k, xq, m, y);
+  } else {
+    const int64_t act_bytes = quantized_bytes(traits(t.dot_format), 1, k);
+    for (int64_t i = 0; i < m; ++i) gemv(t, w, rows, k, static_cast<const uint8_t*>(xq) + i * act_bytes, y + i * rows);
+  }
   return true;
 }
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "foundry/quant/block_formats.h"
+
 namespace foundry::quant {
 
 /// The CPU runs AVX-512 F/BW/VL/DQ + VNNI + F16C + FMA, and this build has the kernels.
@@ -24,13 +26,12 @@ GemvRowRange gemv_vnni_rows(bool q4_0, const void* xq, int64_t k);
 
 /// The CPU runs AVX2 + FMA + F16C, and this build has the kernels (k_gemv_x86.cpp).
 bool avx2_available();
-/// y[i * rows + r] = dot(row r of w, row i of xq) for a [rows, k] q4_K matrix and m q8_K rows (k a
-/// multiple of 256; m = 1 is the matrix-vector product): AVX-512 VNNI (call only when
-/// vnni_available()) and AVX2 byte dot products (when avx2_available()). Row i's results do not
-/// depend on m.
-void gemm_q4_K_vnni(const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y);
-void gemm_q4_K_avx2(const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y);
-/// Rows [r0, r1) of a q4_K matrix times one q8_K row (gemm's m = 1) on the calling thread, r0 a
+/// y[i * rows + r] = dot(row r of w, row i of xq) for a [rows, k] q4_0, q8_0 or q4_K matrix and m
+/// rows of its dot format (q8_0, q8_K), the prefill's integer GEMM (block_gemm_x86.cpp): AVX-512
+/// VNNI (`vnni`; call only when vnni_available()) or AVX2 (when avx2_available()).
+void gemm_blocks_x86(BlockFormat format, bool vnni, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m,
+                     float* y);
+/// Rows [r0, r1) of a q4_K matrix times one q8_K row (decode) on the calling thread, r0 a
 /// multiple of 4: VNNI or AVX2 as above.
 void gemv_q4_K_rows(bool vnni, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1, float* y);
 

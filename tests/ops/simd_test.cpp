@@ -280,8 +280,8 @@ TEST(QuantKernels, VnniGemvMatchesScalarReference) {
 
 // The x86 q4_K kernels (AVX-512 VNNI, AVX2 byte dot products) against the scalar reference, on
 // weights with a zero sub-block and sub-blocks of widely different ranges (all six-bit scales and
-// mins in use) and activation levels at both ends of q8_K's range (-127, +127); several activation rows at
-// once (prefill: 4 per kernel call, then the rest) give each row exactly its one-row result.
+// mins in use) and activation levels at both ends of q8_K's range (-127, +127): decode's kernel on
+// one activation row at a time and the prefill GEMM on all of them (a partial tile of 7 rows).
 TEST(QuantKernels, X86Q4KGemmMatchesScalarReference) {
   std::mt19937 rng(15);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -309,18 +309,64 @@ TEST(QuantKernels, X86Q4KGemmMatchesScalarReference) {
     const bool vnni = std::string(kernel) == "vnni";
     if (vnni ? !foundry::quant::vnni_available() : !foundry::quant::avx2_available()) continue;
     ++kernels;
-    const auto gemm = vnni ? foundry::quant::gemm_q4_K_vnni : foundry::quant::gemm_q4_K_avx2;
     std::vector<float> y(static_cast<size_t>(m * rows)), one(static_cast<size_t>(rows));
-    gemm(wq.data(), rows, k, xq.data(), m, y.data());
+    foundry::quant::gemm_blocks_x86(foundry::quant::BlockFormat::Q4_K, vnni, wq.data(), rows, k, xq.data(), m, y.data());
     for (int64_t i = 0; i < m; ++i) {
-      gemm(wq.data(), rows, k, xq.data() + i * act_bytes, 1, one.data());
+      foundry::quant::gemv_q4_K_rows(vnni, wq.data(), k, xq.data() + i * act_bytes, 0, rows, one.data());
       for (int64_t r = 0; r < rows; ++r) {
         float scale = 0.f;
         for (int64_t j = 0; j < k; ++j) scale += std::fabs(w[size_t(r * k + j)] * x[size_t(i * k + j)]);
-        const float got = y[size_t(i * rows + r)];
-        ASSERT_NEAR(got, t.dot(wq.data() + r * row_bytes, xq.data() + i * act_bytes, k), 1e-5f * scale)
-            << kernel << " activation row " << i << " weight row " << r;
-        ASSERT_EQ(got, one[size_t(r)]) << kernel << " activation row " << i << " weight row " << r;
+        const float want = t.dot(wq.data() + r * row_bytes, xq.data() + i * act_bytes, k);
+        ASSERT_NEAR(y[size_t(i * rows + r)], want, 1e-5f * scale) << kernel << " GEMM activation row " << i << " weight row " << r;
+        ASSERT_NEAR(one[size_t(r)], want, 1e-5f * scale) << kernel << " decode activation row " << i << " weight row " << r;
+      }
+    }
+  }
+  if (kernels == 0) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this CPU";
+}
+
+// The prefill's x86 integer GEMMs (block_gemm_x86.cpp: VNNI panels of 16 rows, tiles of 16
+// activation rows; AVX2 panels of 8, tiles of 4) against the scalar reference: row counts that
+// leave a partial panel, activation row counts that leave a partial tile, a zero block, weight
+// and activation levels at both ends of their ranges (q8_0's -127 / +127 weights, where AVX2
+// multiplies magnitudes by signed activations).
+TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int kernels = 0;
+  for (const char* kernel : {"vnni", "avx2"}) {
+    const bool vnni = std::string(kernel) == "vnni";
+    if (vnni ? !foundry::quant::vnni_available() : !foundry::quant::avx2_available()) continue;
+    ++kernels;
+    for (const char* name : {"q4_0", "q8_0", "q4_K"}) {
+      using Shape = std::tuple<int64_t, int64_t, int64_t>;  // weight rows, k, activation rows
+      const bool k_quant = std::string(name) == "q4_K";     // k a multiple of 256
+      const std::vector<Shape> shapes = k_quant ? std::vector<Shape>{{37, 256, 11}, {16, 768, 8}, {5, 512, 19}, {19, 256, 33}}
+                                                : std::vector<Shape>{{37, 96, 11}, {16, 768, 8}, {5, 32, 19}, {8, 64, 1}, {19, 256, 33}};
+      for (auto [rows, k, m] : shapes) {
+        std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(m * k));
+        for (int64_t i = 0; i < rows * k; ++i) w[size_t(i)] = nd(rng) * std::ldexp(1.f, int((i / 32) % 7) - 3);
+        for (float& v : x) v = nd(rng);
+        for (int64_t i = 0; i < 32 && rows > 2; ++i) w[size_t(2 * k + i)] = 0.f;  // a zero block
+        w[3] = 9.f;
+        w[4] = -9.f;  // the block's largest magnitudes, either sign: levels -127 / +127 (q8_0), 0 / 15 (q4_0)
+        x[5] = -9.f;
+        x[6] = 9.f;
+        const auto& t = foundry::quant::traits(name);
+        const auto& act = foundry::quant::traits(t.dot_format);
+        const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k), act_bytes = foundry::quant::quantized_bytes(act, 1, k);
+        std::vector<uint8_t> wq(static_cast<size_t>(rows * row_bytes)), xq(static_cast<size_t>(m * act_bytes));
+        for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * row_bytes, k);
+        for (int64_t i = 0; i < m; ++i) act.quantize(x.data() + i * k, xq.data() + i * act_bytes, k);
+        std::vector<float> y(static_cast<size_t>(m * rows), -1.f);
+        foundry::quant::gemm_blocks_x86(t.format, vnni, wq.data(), rows, k, xq.data(), m, y.data());
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t r = 0; r < rows; ++r) {
+            float scale = 0.f;
+            for (int64_t j = 0; j < k; ++j) scale += std::fabs(w[size_t(r * k + j)] * x[size_t(i * k + j)]);
+            ASSERT_NEAR(y[size_t(i * rows + r)], t.dot(wq.data() + r * row_bytes, xq.data() + i * act_bytes, k), 1e-5f * scale)
+                << kernel << " " << name << " rows " << rows << " k " << k << " activation row " << i << " weight row " << r;
+          }
       }
     }
   }

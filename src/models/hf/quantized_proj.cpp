@@ -192,12 +192,22 @@ namespace {
 
 enum class PrefillMath { Integer, BFloat16, Float32 };
 
-// "auto": a bf16 GEMM where the CPU has native bf16 dot products (oneDNN's, faster than the integer
-// kernels on such CPUs: 700-855 against 580-690 prefill tokens/s for q4_K on a Zen 5, 1 thread),
-// else integer dot products where there is a kernel for the format (no float32 scratch matrix),
-// else float32. "integer" without a kernel falls back as "auto" does.
+// oneDNN's bf16 GEMM runs on AMX tiles (Sapphire Rapids on): several times the AVX-512 kernels.
+bool amx_bf16_gemm() {
+  static const bool ok = (unsigned(dnnl_get_effective_cpu_isa()) & unsigned(dnnl_cpu_isa_avx512_core_amx)) ==
+                         unsigned(dnnl_cpu_isa_avx512_core_amx);
+  return ok;
+}
+
+// "auto": integer dot products where the format's integer GEMM beats an AVX-512 bf16 GEMM
+// (quant::integer_gemm_preferred: q4_0 / q8_0 with AVX-512 VNNI) and there are no AMX tiles, else a bf16 GEMM where the CPU
+// has native bf16 dot products (oneDNN's, faster than the q4_K integer kernel on such CPUs: 1190-1240
+// against 710-760 prefill tokens/s on a Zen 5, 1 thread), else integer dot products where there is
+// a kernel for the format (no float32 scratch matrix), else float32. "integer" without a kernel
+// falls back as "auto" does.
 PrefillMath prefill_math(const std::string& mode, const quant::BlockFormatTraits& t) {
   if (mode == "integer" && quant::has_integer_gemm(t)) return PrefillMath::Integer;
+  if (mode == "auto" && quant::integer_gemm_preferred(t) && !amx_bf16_gemm()) return PrefillMath::Integer;
   if (mode == "bfloat16" || (mode != "float32" && native_bf16_gemm())) return PrefillMath::BFloat16;
   if (mode != "float32" && quant::has_integer_gemm(t)) return PrefillMath::Integer;
   return PrefillMath::Float32;

@@ -1,0 +1,491 @@
+// Prefill's products of q4_0 / q8_0 / q4_K weights (ggml's layouts) with q8_0 / q8_K activation
+// rows as integer dot products on x86: AVX-512 VNNI (vpdpbusd, 64 u8 x s8 products into 16 int32
+// lanes) where present, else AVX2 (vpmaddubsw into int16 pairs, vpmaddwd into int32).
+//
+// A panel of weight rows (16 for VNNI, 8 for AVX2: one int32 lane per row) is unpacked once into
+// a scratch buffer in which each vector holds four consecutive levels of every row of the panel,
+// so one instruction multiplies those four levels of all its rows by the same four activation
+// levels, broadcast from memory. A 32-value block's eight such vectors stay in registers while
+// they meet a tile of activation rows (16 for VNNI, 4 for AVX2); each (row, activation row) pair's
+// block sum is exact in int32 and goes into a float accumulator times the block's two scales
+// (q4_K: the row's d x its 6-bit sub-block scale, and the activation super-block's), as decode's
+// kernels do per block. q4_K's minimum enters as one more float term per sub-block: the row's
+// -dmin x its 6-bit min times the activation sub-block's scaled level sum (q8_K's bsums).
+//
+// Unsigned-by-signed products need one unsigned side: the weights are made unsigned by an offset
+// (q4_0's nibbles already are level + 8; a q8_0 level gets + 128 on VNNI) and the offset times the
+// activation block's level sum is taken off before the scales (q4_K's nibbles are unsigned levels
+// already). AVX2 sums a block's 4-bit pairs in int16 (8 x 2 x 15 x 127 fits), but q8_0's offset
+// products would not fit an int16 pair, so its AVX2 q8_0 kernel multiplies |w| by the activation
+// carrying w's sign instead.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "foundry/core/error.h"
+#include "foundry/core/parallel.h"
+#include "quant/formats_internal.h"
+#include "quant/vnni_gemv.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define FOUNDRY_BLOCK_GEMM_X86 1
+#define FOUNDRY_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
+#define FOUNDRY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#else
+#define FOUNDRY_BLOCK_GEMM_X86 0
+#endif
+
+namespace foundry::quant {
+
+#if FOUNDRY_BLOCK_GEMM_X86
+
+namespace {
+
+constexpr int64_t kQ8Bytes = 34, kQ4Bytes = 18;
+constexpr int kStepsPerBlock = 8;  // 4 levels per int32 lane and step: 32 levels a block
+constexpr int kSubBlocks = int(detail::kQK_K / 32);
+
+FOUNDRY_AVX2_TARGET inline float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline int32_t dword_at(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+enum class Weights { Q4_0, Q8_0Offset, Q8_0Magnitude, Q4_K };
+
+// The activation rows as the kernels read them: levels [m, k] one after another, and per row and
+// 32-value block its scale, the int32 sum's start (the weight offset times the block's level sum,
+// negated) and, for q4_K, the scale times the level sum (the minimum's term).
+struct Activations {
+  std::vector<int8_t> levels;
+  std::vector<float> scale, level_sum;
+  std::vector<int32_t> start;
+};
+
+Activations activations_q8_0(const uint8_t* xq, int64_t m, int64_t k, int32_t offset) {
+  const int64_t blocks = k / 32;
+  Activations a;
+  a.levels.resize(size_t(m * k));
+  a.scale.resize(size_t(m * blocks));
+  a.start.resize(size_t(m * blocks));
+  for (int64_t i = 0; i < m * blocks; ++i) {
+    const uint8_t* block = xq + i * kQ8Bytes;
+    a.scale[size_t(i)] = half_at(block);
+    std::memcpy(a.levels.data() + i * 32, block + 2, 32);
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) sum += a.levels[size_t(i * 32 + j)];
+    a.start[size_t(i)] = -offset * sum;
+  }
+  return a;
+}
+
+// q8_K: a float scale per 256 values, the levels, then 16 int16 sums of 16 levels each.
+Activations activations_q8_K(const uint8_t* xq, int64_t m, int64_t k) {
+  const int64_t superblocks = k / detail::kQK_K, blocks = k / 32;
+  Activations a;
+  a.levels.resize(size_t(m * k));
+  a.scale.resize(size_t(m * blocks));
+  a.level_sum.resize(size_t(m * blocks));
+  a.start.assign(size_t(m * blocks), 0);
+  for (int64_t i = 0; i < m * superblocks; ++i) {
+    const uint8_t* block = xq + i * detail::kQ8_KBytes;
+    float d;
+    std::memcpy(&d, block, 4);
+    std::memcpy(a.levels.data() + i * detail::kQK_K, block + 4, size_t(detail::kQK_K));
+    int16_t sums[16];
+    std::memcpy(sums, block + 4 + detail::kQK_K, sizeof(sums));
+    for (int j = 0; j < kSubBlocks; ++j) {
+      a.scale[size_t(i * kSubBlocks + j)] = d;
+      a.level_sum[size_t(i * kSubBlocks + j)] = d * float(sums[2 * j] + sums[2 * j + 1]);
+    }
+  }
+  return a;
+}
+
+// A panel of Lanes weight rows: per 32-value block kStepsPerBlock vectors of levels, vector s
+// holding levels 4s..4s+3 of every row (lane i = row i), and per block and row its float scale
+// and (q4_K) its minimum's factor; `signs` holds AVX2 q8_0's signed levels beside their magnitudes.
+struct Panel {
+  std::vector<uint8_t> levels, signs;
+  std::vector<float> scales, mins;
+};
+
+// The panel's rows: row i at rows[i], a missing row (i >= n) reading row 0 (its scales are 0).
+template <int Lanes>
+void panel_rows(const uint8_t* w, int64_t row_bytes, int64_t n, const uint8_t* (&rows)[Lanes]) {
+  for (int i = 0; i < Lanes; ++i) rows[i] = w + (i < n ? i : 0) * row_bytes;
+}
+
+// A q4_K super-block's scale and minimum factors per sub-block for panel row i (0 for a missing row).
+template <int Lanes>
+void q4_K_factors(const uint8_t* superblock, int i, bool present, int64_t first_block, Panel& p) {
+  const float d = present ? half_at(superblock) : 0.f, dmin = present ? half_at(superblock + 2) : 0.f;
+  for (int j = 0; j < kSubBlocks; ++j) {
+    uint8_t sc, mn;
+    detail::get_scale_min_k4(j, superblock + 4, sc, mn);
+    p.scales[size_t((first_block + j) * Lanes + i)] = d * float(sc);
+    p.mins[size_t((first_block + j) * Lanes + i)] = -dmin * float(mn);
+  }
+}
+
+// 4 x 4 dwords transposed within each 128-bit lane: o[s] lane l dword j = z[j] lane l dword s.
+FOUNDRY_VNNI_TARGET inline void transpose4(const __m512i (&z)[4], __m512i (&o)[4]) {
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  o[0] = _mm512_unpacklo_epi64(t0, t2);
+  o[1] = _mm512_unpackhi_epi64(t0, t2);
+  o[2] = _mm512_unpacklo_epi64(t1, t3);
+  o[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+FOUNDRY_AVX2_TARGET inline void transpose4(const __m256i (&z)[4], __m256i (&o)[4]) {
+  const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+  o[0] = _mm256_unpacklo_epi64(t0, t2);
+  o[1] = _mm256_unpackhi_epi64(t0, t2);
+  o[2] = _mm256_unpacklo_epi64(t1, t3);
+  o[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+// 16 bytes at each of 16 rows as 4 vectors, o[s] lane i = row i's dword s: z[j]'s lane l holds
+// row j + 4l, so the transpose puts row j + 4l in lane 4l + j.
+FOUNDRY_VNNI_TARGET inline void rows16_bytes16(const uint8_t* const (&q)[16], __m512i (&o)[4]) {
+  __m512i z[4];
+  for (int j = 0; j < 4; ++j) {
+    z[j] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[j])));
+    for (int l = 1; l < 4; ++l) z[j] = _mm512_inserti32x4(z[j], _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[j + 4 * l])), l);
+  }
+  transpose4(z, o);
+}
+
+// 32 bytes at each of 16 rows as 8 vectors: z[i] = rows i and i + 8; within each 256-bit half the
+// 4 x 4 transposes of rows 0-3 and 4-7 give dwords s and s + 4, which a two-source permute puts
+// in row order.
+FOUNDRY_VNNI_TARGET inline void rows16_bytes32(const uint8_t* const (&q)[16], __m512i (&o)[8]) {
+  __m512i z[8];
+  for (int i = 0; i < 8; ++i)
+    z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[i]))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[i + 8])), 1);
+  __m512i low[4], high[4];
+  transpose4({z[0], z[1], z[2], z[3]}, low);
+  transpose4({z[4], z[5], z[6], z[7]}, high);
+  const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), second = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int s = 0; s < 4; ++s) {
+    o[s] = _mm512_permutex2var_epi64(low[s], first, high[s]);
+    o[s + 4] = _mm512_permutex2var_epi64(low[s], second, high[s]);
+  }
+}
+
+// The same for 8 rows in 256-bit vectors.
+FOUNDRY_AVX2_TARGET inline void rows8_bytes16(const uint8_t* const (&q)[8], __m256i (&o)[4]) {
+  __m256i z[4];
+  for (int j = 0; j < 4; ++j)
+    z[j] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[j]))),
+                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[j + 4])), 1);
+  transpose4(z, o);
+}
+
+FOUNDRY_AVX2_TARGET inline void rows8_bytes32(const uint8_t* const (&q)[8], __m256i (&o)[8]) {
+  __m256i z[8], low[4], high[4];
+  for (int i = 0; i < 8; ++i) z[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[i]));
+  transpose4({z[0], z[1], z[2], z[3]}, low);
+  transpose4({z[4], z[5], z[6], z[7]}, high);
+  for (int s = 0; s < 4; ++s) {
+    o[s] = _mm256_permute2x128_si256(low[s], high[s], 0x20);
+    o[s + 4] = _mm256_permute2x128_si256(low[s], high[s], 0x31);
+  }
+}
+
+int64_t weight_row_bytes(Weights kind, int64_t k) {
+  if (kind == Weights::Q4_K) return k / detail::kQK_K * detail::kQ4_KBytes;
+  return k / 32 * (kind == Weights::Q4_0 ? kQ4Bytes : kQ8Bytes);
+}
+
+// Rows [r0, r0 + n) of w (n <= 16) into a VNNI panel: each block's rows of levels are loaded a row
+// at a time and transposed into the step vectors in registers (gathering each step's dwords
+// measured 40% of the kernel's time at 128 activation rows).
+FOUNDRY_VNNI_TARGET void pack_panel_vnni(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
+                                         Panel& p) {
+  const int64_t blocks = k / 32;
+  p.levels.resize(size_t(blocks * kStepsPerBlock * 64));
+  p.scales.resize(size_t(blocks * 16));
+  const uint8_t* rows[16];
+  panel_rows<16>(w, row_bytes, n, rows);
+  const __m512i low_mask = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(int8_t(0x80));
+  const auto out = [&](int64_t b) { return reinterpret_cast<__m512i*>(p.levels.data() + b * kStepsPerBlock * 64); };
+  const uint8_t* q[16];
+  if (kind == Weights::Q4_K) {
+    p.mins.resize(p.scales.size());
+    for (int64_t sb = 0; sb < k / detail::kQK_K; ++sb) {
+      const int64_t at = sb * detail::kQ4_KBytes, first = sb * kSubBlocks;
+      for (int i = 0; i < 16; ++i) q4_K_factors<16>(rows[i] + at, i, i < n, first, p);
+      // 4 chunks of 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high.
+      for (int c = 0; c < 4; ++c) {
+        for (int i = 0; i < 16; ++i) q[i] = rows[i] + at + 16 + 32 * c;
+        __m512i o[8];
+        rows16_bytes32(q, o);
+        for (int s = 0; s < 8; ++s) {
+          _mm512_storeu_si512(out(first + 2 * c) + s, _mm512_and_si512(o[s], low_mask));
+          _mm512_storeu_si512(out(first + 2 * c + 1) + s, _mm512_and_si512(_mm512_srli_epi16(o[s], 4), low_mask));
+        }
+      }
+    }
+    return;
+  }
+  const int64_t block_bytes = kind == Weights::Q4_0 ? kQ4Bytes : kQ8Bytes;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t at = b * block_bytes;
+    for (int i = 0; i < 16; ++i) {
+      p.scales[size_t(b * 16 + i)] = i < n ? half_at(rows[i] + at) : 0.f;
+      q[i] = rows[i] + at + 2;
+    }
+    if (kind == Weights::Q4_0) {
+      // Byte t holds level t (low nibble) and level t + 16 (high): steps 0-3 are the low nibbles
+      // of dwords 0-3, steps 4-7 their high nibbles, which are levels 16 + 4(s - 4) = 4s..
+      __m512i o[4];
+      rows16_bytes16(q, o);
+      for (int s = 0; s < 4; ++s) {
+        _mm512_storeu_si512(out(b) + s, _mm512_and_si512(o[s], low_mask));
+        _mm512_storeu_si512(out(b) + s + 4, _mm512_and_si512(_mm512_srli_epi16(o[s], 4), low_mask));
+      }
+    } else {  // level + 128: the sign bit flipped
+      __m512i o[8];
+      rows16_bytes32(q, o);
+      for (int s = 0; s < 8; ++s) _mm512_storeu_si512(out(b) + s, _mm512_xor_si512(o[s], flip));
+    }
+  }
+}
+
+// The same for an AVX2 panel of 8 rows; q8_0 as magnitudes plus the signed levels.
+FOUNDRY_AVX2_TARGET void pack_panel_avx2(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
+                                         Panel& p) {
+  const int64_t blocks = k / 32;
+  p.levels.resize(size_t(blocks * kStepsPerBlock * 32));
+  if (kind == Weights::Q8_0Magnitude) p.signs.resize(p.levels.size());
+  p.scales.resize(size_t(blocks * 8));
+  const uint8_t* rows[8];
+  panel_rows<8>(w, row_bytes, n, rows);
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const auto out = [&](int64_t b) { return reinterpret_cast<__m256i*>(p.levels.data() + b * kStepsPerBlock * 32); };
+  const uint8_t* q[8];
+  if (kind == Weights::Q4_K) {
+    p.mins.resize(p.scales.size());
+    for (int64_t sb = 0; sb < k / detail::kQK_K; ++sb) {
+      const int64_t at = sb * detail::kQ4_KBytes, first = sb * kSubBlocks;
+      for (int i = 0; i < 8; ++i) q4_K_factors<8>(rows[i] + at, i, i < n, first, p);
+      for (int c = 0; c < 4; ++c) {
+        for (int i = 0; i < 8; ++i) q[i] = rows[i] + at + 16 + 32 * c;
+        __m256i o[8];
+        rows8_bytes32(q, o);
+        for (int s = 0; s < 8; ++s) {
+          _mm256_storeu_si256(out(first + 2 * c) + s, _mm256_and_si256(o[s], low_mask));
+          _mm256_storeu_si256(out(first + 2 * c + 1) + s, _mm256_and_si256(_mm256_srli_epi16(o[s], 4), low_mask));
+        }
+      }
+    }
+    return;
+  }
+  const int64_t block_bytes = kind == Weights::Q4_0 ? kQ4Bytes : kQ8Bytes;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t at = b * block_bytes;
+    for (int i = 0; i < 8; ++i) {
+      p.scales[size_t(b * 8 + i)] = i < n ? half_at(rows[i] + at) : 0.f;
+      q[i] = rows[i] + at + 2;
+    }
+    if (kind == Weights::Q4_0) {
+      __m256i o[4];
+      rows8_bytes16(q, o);
+      for (int s = 0; s < 4; ++s) {
+        _mm256_storeu_si256(out(b) + s, _mm256_and_si256(o[s], low_mask));
+        _mm256_storeu_si256(out(b) + s + 4, _mm256_and_si256(_mm256_srli_epi16(o[s], 4), low_mask));
+      }
+    } else {
+      __m256i o[8];
+      rows8_bytes32(q, o);
+      auto* signs = reinterpret_cast<__m256i*>(p.signs.data() + b * kStepsPerBlock * 32);
+      for (int s = 0; s < 8; ++s) {
+        _mm256_storeu_si256(out(b) + s, _mm256_abs_epi8(o[s]));
+        _mm256_storeu_si256(signs + s, o[s]);
+      }
+    }
+  }
+}
+
+// The tile's activation rows: row c's levels at levels + c * k, its block b's numbers at index
+// c * blocks + b of the Activations' vectors.
+struct Tile {
+  const int8_t* levels;
+  int64_t k;
+  const float* scale;
+  const int32_t* start;
+  const float* level_sum;
+  int64_t blocks;
+};
+
+// y[c * y_stride + i] for the panel's rows i < 16 (mask) and the tile's N activation rows; kMins
+// adds q4_K's minimum terms.
+template <int N, bool kMins>
+FOUNDRY_VNNI_TARGET void tile_vnni(const Panel& p, const Tile& x, float* y, int64_t y_stride, __mmask16 mask) {
+  __m512 acc[N];
+  for (int c = 0; c < N; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < x.blocks; ++b) {
+    const auto* lv = reinterpret_cast<const __m512i*>(p.levels.data() + b * kStepsPerBlock * 64);
+    __m512i w[kStepsPerBlock];
+    for (int s = 0; s < kStepsPerBlock; ++s) w[s] = _mm512_loadu_si512(lv + s);
+    const __m512 ws = _mm512_loadu_ps(p.scales.data() + b * 16);
+    const __m512 wm = kMins ? _mm512_loadu_ps(p.mins.data() + b * 16) : _mm512_setzero_ps();
+    #pragma GCC unroll 16
+    for (int c = 0; c < N; ++c) {
+      const int8_t* a = x.levels + c * x.k + b * 32;
+      const int64_t at = c * x.blocks + b;
+      __m512i sum = _mm512_set1_epi32(x.start[at]);
+      #pragma GCC unroll 8
+      for (int s = 0; s < kStepsPerBlock; ++s) sum = _mm512_dpbusd_epi32(sum, w[s], _mm512_set1_epi32(dword_at(a + 4 * s)));
+      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_set1_ps(x.scale[at])), acc[c]);
+      if constexpr (kMins) acc[c] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.level_sum[at]), acc[c]);
+    }
+  }
+  for (int c = 0; c < N; ++c) _mm512_mask_storeu_ps(y + c * y_stride, mask, acc[c]);
+}
+
+// The same on 8 rows, AVX2. 4-bit levels: a block's 8 steps of int16 pairs summed in int16, then
+// once to int32. q8_0 (magnitudes): each step's pairs to int32 at once.
+template <int N, bool kFourBit, bool kMins>
+FOUNDRY_AVX2_TARGET void tile_avx2(const Panel& p, const Tile& x, float* y, int64_t y_stride, int rows) {
+  __m256 acc[N];
+  for (int c = 0; c < N; ++c) acc[c] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < x.blocks; ++b) {
+    const auto* lv = reinterpret_cast<const __m256i*>(p.levels.data() + b * kStepsPerBlock * 32);
+    const auto* sg = kFourBit ? nullptr : reinterpret_cast<const __m256i*>(p.signs.data() + b * kStepsPerBlock * 32);
+    __m256i w[kStepsPerBlock];
+    for (int s = 0; s < kStepsPerBlock; ++s) w[s] = _mm256_loadu_si256(lv + s);
+    const __m256 ws = _mm256_loadu_ps(p.scales.data() + b * 8);
+    #pragma GCC unroll 4
+    for (int c = 0; c < N; ++c) {
+      const int8_t* a = x.levels + c * x.k + b * 32;
+      const int64_t at = c * x.blocks + b;
+      __m256i sum;
+      if constexpr (kFourBit) {
+        __m256i pairs = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(dword_at(a)));
+        #pragma GCC unroll 8
+        for (int s = 1; s < kStepsPerBlock; ++s)
+          pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(dword_at(a + 4 * s))));
+        sum = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(x.start[at]));
+      } else {
+        sum = _mm256_setzero_si256();
+        #pragma GCC unroll 8
+        for (int s = 0; s < kStepsPerBlock; ++s) {
+          const __m256i signed_a = _mm256_sign_epi8(_mm256_set1_epi32(dword_at(a + 4 * s)), _mm256_loadu_si256(sg + s));
+          sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(w[s], signed_a), ones));
+        }
+      }
+      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, _mm256_set1_ps(x.scale[at])), acc[c]);
+      if constexpr (kMins)
+        acc[c] = _mm256_fmadd_ps(_mm256_loadu_ps(p.mins.data() + b * 8), _mm256_set1_ps(x.level_sum[at]), acc[c]);
+    }
+  }
+  for (int c = 0; c < N; ++c) {
+    if (rows == 8) {
+      _mm256_storeu_ps(y + c * y_stride, acc[c]);
+    } else {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, acc[c]);
+      std::copy_n(out, rows, y + c * y_stride);
+    }
+  }
+}
+
+// Kernel<N> for the tile's N = n activation rows (1..kTile).
+template <int N, class Run>
+void run_tile(int n, Run&& run) {
+  if constexpr (N > 0) {
+    if (n == N) return run.template operator()<N>();
+    run_tile<N - 1>(n, run);
+  }
+}
+
+using PackPanel = void (*)(Weights, const uint8_t*, int64_t, int64_t, int64_t, Panel&);
+
+// Threads split the weight panels; each unpacks its panel once and runs every tile of activation
+// rows against it.
+template <int Lanes, int kTile, class TileKernel>
+void gemm_panels(Weights kind, PackPanel pack, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m,
+                 float* y, TileKernel&& kernel) {
+  const int64_t blocks = k / 32, row_bytes = weight_row_bytes(kind, k);
+  const int64_t panels = (rows + Lanes - 1) / Lanes;
+  parallel_for(0, panels, 1, [&](int64_t lo, int64_t hi) {
+    thread_local Panel p;
+    for (int64_t q = lo; q < hi; ++q) {
+      const int64_t r0 = q * Lanes, n = std::min<int64_t>(Lanes, rows - r0);
+      pack(kind, w + r0 * row_bytes, row_bytes, n, k, p);
+      // The next panel's rows (one contiguous run of bytes) fetched while this one computes: the
+      // row-at-a-time loads of 16 rows at once are streams the hardware prefetcher does not follow.
+      if (q + 1 < hi) {
+        const uint8_t* next = w + (r0 + Lanes) * row_bytes;
+        const int64_t bytes = std::min<int64_t>(Lanes, rows - r0 - Lanes) * row_bytes;
+        for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next + o), _MM_HINT_T1);
+      }
+      for (int64_t c0 = 0; c0 < m; c0 += kTile) {
+        const Tile x{a.levels.data() + c0 * k, k, a.scale.data() + c0 * blocks, a.start.data() + c0 * blocks,
+                     a.level_sum.empty() ? nullptr : a.level_sum.data() + c0 * blocks, blocks};
+        run_tile<kTile>(int(std::min<int64_t>(kTile, m - c0)),
+                        [&]<int N>() { kernel.template operator()<N>(p, x, y + c0 * rows + r0, rows, int(n)); });
+      }
+    }
+  });
+}
+
+template <bool kMins>
+void gemm_vnni(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y) {
+  auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
+    tile_vnni<N, kMins>(p, t, out, stride, __mmask16((1u << n) - 1));
+  };
+  gemm_panels<16, 16>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel);
+}
+
+template <bool kFourBit, bool kMins>
+void gemm_avx2(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y) {
+  auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
+    tile_avx2<N, kFourBit, kMins>(p, t, out, stride, n);
+  };
+  gemm_panels<8, 4>(kind, pack_panel_avx2, w, rows, k, a, m, y, kernel);
+}
+
+}  // namespace
+
+void gemm_blocks_x86(BlockFormat format, bool vnni, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m,
+                     float* y) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* x = static_cast<const uint8_t*>(xq);
+  switch (format) {
+    case BlockFormat::Q4_0: {
+      const Activations a = activations_q8_0(x, m, k, 8);
+      return vnni ? gemm_vnni<false>(Weights::Q4_0, wb, rows, k, a, m, y) : gemm_avx2<true, false>(Weights::Q4_0, wb, rows, k, a, m, y);
+    }
+    case BlockFormat::Q8_0: {
+      if (vnni) return gemm_vnni<false>(Weights::Q8_0Offset, wb, rows, k, activations_q8_0(x, m, k, 128), m, y);
+      return gemm_avx2<false, false>(Weights::Q8_0Magnitude, wb, rows, k, activations_q8_0(x, m, k, 0), m, y);
+    }
+    case BlockFormat::Q4_K: {
+      const Activations a = activations_q8_K(x, m, k);
+      return vnni ? gemm_vnni<true>(Weights::Q4_K, wb, rows, k, a, m, y) : gemm_avx2<true, true>(Weights::Q4_K, wb, rows, k, a, m, y);
+    }
+    default: FOUNDRY_CHECK(false, "gemm_blocks_x86: no integer GEMM for this format");
+  }
+}
+
+#else
+
+void gemm_blocks_x86(BlockFormat, bool, const void*, int64_t, int64_t, const void*, int64_t, float*) {}
+
+#endif
+
+}  // namespace foundry::quant
