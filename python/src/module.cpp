@@ -289,6 +289,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("manual_seed", [](uint64_t seed) { manual_seed(seed); });
   m.def("get_num_threads", &get_num_threads);
   m.def("set_num_threads", &set_num_threads);
+  m.def("threads_in_use", &threads_in_use);
+  m.def("set_pool_adapts_to_load", &set_pool_adapts_to_load, py::arg("on"));
   m.def("is_grad_enabled", &autograd::is_grad_enabled);
   m.def("_set_grad_enabled", &autograd::set_grad_enabled);
   m.def("_is_inference_mode", &autograd::is_inference_mode);

@@ -8,8 +8,11 @@
 // is thread 0 and waits only for chunks already claimed, never for a worker to turn up. On a
 // machine where another process holds a core, a worker that lost its time slice therefore costs
 // little: the running threads take its chunks (OpenMP's fork/join waited for every team member at
-// every region, and 2 threads ran slower than 1 beside a busy process). Idle workers spin briefly
-// for the next job, as a model's next kernel is usually microseconds away, then sleep on a futex.
+// every region, and 2 threads ran slower than 1 beside a busy process). What it still cost there
+// (a preempted worker holds the job's end until it runs again; two threads share what one would
+// have alone) goes when the other programs' runnable threads leave fewer than 2 cores: jobs then
+// run on the caller alone until cores free up (cores_taken). Idle workers spin briefly for the
+// next job, as a model's next kernel is usually microseconds away, then sleep on a futex.
 #include "foundry/core/parallel.h"
 
 #include <omp.h>
@@ -18,9 +21,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -48,8 +54,20 @@ constexpr int64_t kMaxChunks = (int64_t(1) << 20) - 1;
 // between two kernels of a model's step (a bench_infer run slept 40 times in 3314 jobs), shorter
 // than a scheduler time slice.
 constexpr auto kSpin = std::chrono::microseconds(200);
+// How often the caller looks at the machine's load (cores_taken): a read of /proc/loadavg, ~10 us;
+// two looks decide, so a prompt's prefill (~100 ms) is mostly run the right way.
+constexpr auto kLoadCheck = std::chrono::milliseconds(20);
 
 thread_local bool tls_in_region = false;
+
+// set_pool_adapts_to_load's switch: on unless FOUNDRY_POOL_ADAPT=0.
+std::atomic<bool>& adapts_to_load() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("FOUNDRY_POOL_ADAPT");
+    return !(v && std::string(v) == "0");
+  }()};
+  return on;
+}
 
 class Pool {
  public:
@@ -73,6 +91,26 @@ class Pool {
       return;
     }
     if (forked_.exchange(false)) restart_after_fork();
+    if (cores_taken()) {
+      // The other programs leave this one a single core: the job's chunks, the same ones the
+      // threads would run (so every result is the same bits whatever the load), one after the
+      // other on the caller, oneDNN and OpenBLAS inside them on this thread too.
+      const int omp_threads = omp_get_max_threads();
+      if (omp_threads != 1) omp_set_num_threads(1);
+      tls_in_region = true;
+      std::exception_ptr error;
+      for (int64_t b = begin; b < end && !error; b += chunk) {
+        try {
+          fn(b, std::min(end, b + chunk));
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      tls_in_region = false;
+      if (omp_threads != 1) omp_set_num_threads(omp_threads);
+      if (error) std::rethrow_exception(error);
+      return;
+    }
     begin_ = begin;
     end_ = end;
     chunk_ = chunk;
@@ -148,6 +186,45 @@ class Pool {
     tls_in_region = outer;
   }
 
+  // Whether other programs' runnable threads leave this process fewer than 2 of the machine's
+  // cores, looked at every kLoadCheck (from the caller, under run_mu_): the kernel's count of
+  // runnable threads (/proc/loadavg) less this pool's own (the caller, and the workers not asleep).
+  // Beside a busy process on 2 cores, 2 threads get 2/3 of a core each, and a worker preempted
+  // inside a chunk it claimed holds the job's end for a time slice; the caller alone gets a whole
+  // core. A hypervisor's stalls of a vCPU are not runnable threads of this machine, so a quiet
+  // run is never sent alone (timing the workers' stalls could not tell the two apart: quiet
+  // decode lost 23%). Two looks in a row decide to go alone, one to come back.
+  bool cores_taken() {
+    if (!adapts_to_load().load(std::memory_order_relaxed)) {
+      taken_once_ = false;
+      alone_.store(false, std::memory_order_relaxed);
+      return false;
+    }
+    const bool alone = alone_.load(std::memory_order_relaxed);
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_load_check_) return alone;
+    next_load_check_ = now + kLoadCheck;
+    const int runnable = runnable_threads();
+    if (runnable < 0) return alone;
+    const int mine = 1 + std::max(0, threads_ - 1 - sleepers_.load(std::memory_order_relaxed));
+    const bool short_of_cores = cores_ - std::max(0, runnable - mine) < 2;
+    const bool now_alone = short_of_cores && (alone || taken_once_);
+    taken_once_ = short_of_cores;
+    alone_.store(now_alone, std::memory_order_relaxed);
+    return now_alone;
+  }
+
+  // Runnable threads on the machine now (the 4th field of /proc/loadavg, "running/total"), or -1.
+  static int runnable_threads() {
+    FILE* f = std::fopen("/proc/loadavg", "re");
+    if (!f) return -1;
+    double a, b, c;
+    int running = -1, total;
+    if (std::fscanf(f, "%lf %lf %lf %d/%d", &a, &b, &c, &running, &total) != 5) running = -1;
+    std::fclose(f);
+    return running;
+  }
+
   // Runs chunks of job `job`: group `me` first, then what may be taken from the others. The job's
   // fields are read only after a claim succeeds: the caller does not return (and the next job
   // does not overwrite them) before every claimed chunk is counted done.
@@ -195,6 +272,9 @@ class Pool {
 
   void start(int threads) {
     threads_ = std::max(1, threads);
+    cores_ = std::max(1, int(std::thread::hardware_concurrency()));
+    taken_once_ = false;
+    alone_.store(false);
     groups_ = std::make_unique<Group[]>(size_t(threads_));
     stopping_ = false;
     const uint32_t seen = job_.load(std::memory_order_acquire);
@@ -230,6 +310,17 @@ class Pool {
   std::unique_ptr<Group[]> groups_;
   alignas(64) std::mutex run_mu_;  // one job at a time
   uint64_t jobs_ = 0;              // jobs started (under run_mu_)
+  // cores_taken()'s state (under run_mu_): the machine's cores, whether to run jobs on the caller
+  // alone, whether the last look found the cores taken, and when to look next.
+  int cores_ = 1;
+  bool taken_once_ = false;
+
+ public:
+  // Read by threads_in_use() from any thread; written under run_mu_.
+  std::atomic<bool> alone_{false};
+
+ private:
+  std::chrono::steady_clock::time_point next_load_check_{};
   std::exception_ptr error_;
   alignas(64) std::atomic<uint32_t> job_{0};  // the latest job's number: what idle workers watch
   std::atomic<bool> stopping_{false};
@@ -270,6 +361,14 @@ void set_num_threads(int n) {
 }
 
 bool in_parallel_region() { return tls_in_region || omp_in_parallel(); }
+
+void set_pool_adapts_to_load(bool on) { adapts_to_load().store(on); }
+
+int threads_in_use() {
+  if (in_parallel_region()) return 1;
+  Pool& p = pool();
+  return p.alone_.load(std::memory_order_relaxed) ? 1 : p.threads();
+}
 
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& fn) {

@@ -2,9 +2,13 @@
 // shorter than half the grain, exceptions carried to the caller, nested and concurrent callers,
 // resizing, and a fork()ed child.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -19,10 +23,18 @@ using namespace foundry;
 
 namespace {
 
+// A pool of n threads that uses them whatever else runs on the machine (ctest runs two test
+// programs at once; the tests below count the threads that took part).
 struct ThreadsScope {
   int saved = get_num_threads();
-  explicit ThreadsScope(int n) { set_num_threads(n); }
-  ~ThreadsScope() { set_num_threads(saved); }
+  explicit ThreadsScope(int n, bool adapts_to_load = false) {
+    set_num_threads(n);
+    set_pool_adapts_to_load(adapts_to_load);
+  }
+  ~ThreadsScope() {
+    set_num_threads(saved);
+    set_pool_adapts_to_load(true);
+  }
 };
 
 // Checks that each index of [begin, end) is visited once, and that no chunk but the last is
@@ -98,6 +110,7 @@ TEST(ThreadPool, EveryWorkerOfAResizedPoolTakesTheFirstJob) {
   // The first job after a resize has one chunk per thread, and each chunk waits until all have
   // started: a worker whose thread began after the job was published must still take its chunk
   // (CI's sanitizer build, where threads start slowly, hung on one that did not).
+  ThreadsScope scope(2);
   const int saved = get_num_threads();
   for (int round = 0; round < 40; ++round) {
     const int threads = 2 + round % 3;
@@ -209,4 +222,62 @@ TEST(ThreadPool, ForkedChildRunsJobs) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// Beside programs that keep every core but one busy, jobs run on the caller alone (every chunk,
+// the same chunks as with the workers), as with one thread; once they stop, the workers take part
+// again.
+TEST(ThreadPool, RunsOnTheCallerAloneWhileOtherProgramsHoldTheCores) {
+  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) std::fclose(f);
+  else GTEST_SKIP() << "no /proc/loadavg here: the pool never goes alone";
+  ThreadsScope scope(2, true);
+  const int cores = std::max(1, int(std::thread::hardware_concurrency()));
+  std::vector<pid_t> busy;
+  for (int i = 0; i + 1 < cores; ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0)
+      for (volatile uint64_t spin = 0;; spin = spin + 1) {
+      }
+    busy.push_back(pid);
+  }
+  // The threads that ran a job of 8 chunks of 1 ms, and the chunks' count.
+  const auto job = [] {
+    std::mutex mu;
+    std::set<std::thread::id> ids;
+    int chunks = 0;
+    parallel_for(0, 8, 1, [&](int64_t b, int64_t e) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::lock_guard<std::mutex> lock(mu);
+      ids.insert(std::this_thread::get_id());
+      chunks += int(e - b);
+    });
+    return std::make_pair(ids, chunks);
+  };
+  bool alone = false;
+  for (auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5); !alone && std::chrono::steady_clock::now() < give_up;) {
+    job();
+    alone = threads_in_use() == 1;
+  }
+  const auto [ids, chunks] = job();
+  for (pid_t pid : busy) kill(pid, SIGKILL);
+  for (pid_t pid : busy) waitpid(pid, nullptr, 0);
+  ASSERT_TRUE(alone) << "the pool never ran alone beside " << cores - 1 << " busy processes on " << cores << " cores";
+  EXPECT_EQ(chunks, 8);
+  EXPECT_EQ(ids.size(), 1u);
+  EXPECT_EQ(*ids.begin(), std::this_thread::get_id());
+  EXPECT_EQ(get_num_threads(), 2);  // the pool keeps its size
+  if (cores < 2) return;
+  bool shared = false;
+  for (auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5); !shared && std::chrono::steady_clock::now() < give_up;)
+    shared = job().first.size() == 2 && threads_in_use() == 2;
+  if (!shared) {  // other test programs may hold the cores now; only a quiet machine must share
+    int running = -1, total = 0;
+    double a, b, c;
+    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+      if (std::fscanf(f, "%lf %lf %lf %d/%d", &a, &b, &c, &running, &total) != 5) running = -1;
+      std::fclose(f);
+    }
+    EXPECT_GE(running, cores) << "the workers never took part again on a quiet machine";
+  }
 }

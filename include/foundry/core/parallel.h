@@ -11,6 +11,15 @@ namespace foundry {
 /// Threads used by kernels, BLAS and oneDNN (default: OMP_NUM_THREADS or the core count).
 int get_num_threads();
 void set_num_threads(int n);
+/// Whether jobs run on the calling thread alone while other programs' runnable threads leave this
+/// process fewer than 2 of the machine's cores (looked at every 20 ms in /proc/loadavg; on by
+/// default, FOUNDRY_POOL_ADAPT=0 in the environment turns it off): beside a busy process on 2
+/// cores, one thread with a core to itself outruns two that share the rest. The job's chunks stay
+/// the ones the threads would run, so results are the same bits either way.
+void set_pool_adapts_to_load(bool on);
+/// Threads the jobs run on now: 1 inside a parallel region or while the pool runs them on the
+/// caller alone (set_pool_adapts_to_load), else get_num_threads().
+int threads_in_use();
 /// True inside a parallel region (nested regions run serially).
 bool in_parallel_region();
 
