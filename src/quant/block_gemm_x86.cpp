@@ -158,9 +158,12 @@ FOUNDRY_AVX2_TARGET inline void transpose4(const __m256i (&z)[4], __m256i (&o)[4
 // row j + 4l, so the transpose puts row j + 4l in lane 4l + j.
 FOUNDRY_VNNI_TARGET inline void rows16_bytes16(const uint8_t* const (&q)[16], __m512i (&o)[4]) {
   __m512i z[4];
-  for (int j = 0; j < 4; ++j) {
-    z[j] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[j])));
-    for (int l = 1; l < 4; ++l) z[j] = _mm512_inserti32x4(z[j], _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[j + 4 * l])), l);
+  const auto row = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[i])); };
+  for (int j = 0; j < 4; ++j) {  // the lane numbers spelled out: clang wants them constant
+    z[j] = _mm512_castsi128_si512(row(j));
+    z[j] = _mm512_inserti32x4(z[j], row(j + 4), 1);
+    z[j] = _mm512_inserti32x4(z[j], row(j + 8), 2);
+    z[j] = _mm512_inserti32x4(z[j], row(j + 12), 3);
   }
   transpose4(z, o);
 }
