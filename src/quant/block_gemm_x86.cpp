@@ -371,6 +371,7 @@ FOUNDRY_AVX2_TARGET void tile_avx2(const Panel& p, const Tile& x, float* y, int6
     __m256i w[kStepsPerBlock];
     for (int s = 0; s < kStepsPerBlock; ++s) w[s] = _mm256_loadu_si256(lv + s);
     const __m256 ws = _mm256_loadu_ps(p.scales.data() + b * 8);
+    const __m256 wm = kMins ? _mm256_loadu_ps(p.mins.data() + b * 8) : _mm256_setzero_ps();
     #pragma GCC unroll 4
     for (int c = 0; c < N; ++c) {
       const int8_t* a = x.levels + c * x.k + b * 32;
@@ -391,8 +392,7 @@ FOUNDRY_AVX2_TARGET void tile_avx2(const Panel& p, const Tile& x, float* y, int6
         }
       }
       acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, _mm256_set1_ps(x.scale[at])), acc[c]);
-      if constexpr (kMins)
-        acc[c] = _mm256_fmadd_ps(_mm256_loadu_ps(p.mins.data() + b * 8), _mm256_set1_ps(x.level_sum[at]), acc[c]);
+      if constexpr (kMins) acc[c] = _mm256_fmadd_ps(wm, _mm256_set1_ps(x.level_sum[at]), acc[c]);
     }
   }
   for (int c = 0; c < N; ++c) {
