@@ -82,8 +82,7 @@ class Pool {
     start(threads);
   }
 
-  void run(int64_t begin, int64_t end, int64_t chunk, int64_t nchunks,
-           const std::function<void(int64_t, int64_t)>& fn) {
+  void run(int64_t begin, int64_t end, int64_t chunk, int64_t nchunks, const RangeFn& fn) {
     std::unique_lock<std::mutex> lock(run_mu_, std::try_to_lock);
     if (!lock.owns_lock() || threads_ <= 1) {
       // Another thread of the program holds the pool (two callers at once): run here, serially.
@@ -174,7 +173,7 @@ class Pool {
     return -1;
   }
 
-  static void run_serial(int64_t begin, int64_t end, const std::function<void(int64_t, int64_t)>& fn) {
+  static void run_serial(int64_t begin, int64_t end, const RangeFn& fn) {
     const bool outer = tls_in_region;
     tls_in_region = true;
     try {
@@ -326,7 +325,7 @@ class Pool {
   std::atomic<bool> stopping_{false};
   std::atomic<int> sleepers_{0};
   int64_t begin_ = 0, end_ = 0, chunk_ = 1;  // the job: written before job_ is published
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  const RangeFn* fn_ = nullptr;
   alignas(64) std::atomic<int64_t> done_{0};  // chunks finished, counted by whoever ran them
   alignas(64) std::mutex error_mu_;
 
@@ -370,13 +369,11 @@ int threads_in_use() {
   return p.alone_.load(std::memory_order_relaxed) ? 1 : p.threads();
 }
 
-void parallel_for(int64_t begin, int64_t end, int64_t grain,
-                  const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_for(int64_t begin, int64_t end, int64_t grain, RangeFn fn) {
   parallel_for(begin, end, grain, kChunksPerThread, fn);
 }
 
-void parallel_for(int64_t begin, int64_t end, int64_t grain, int chunks_per_thread,
-                  const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_for(int64_t begin, int64_t end, int64_t grain, int chunks_per_thread, RangeFn fn) {
   if (begin >= end) return;
   const int64_t n = end - begin;
   grain = std::max<int64_t>(grain, 1);

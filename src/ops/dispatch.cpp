@@ -141,6 +141,7 @@ void complete_args(const OpDef& op, std::vector<Value>& values) {
   const Schema& s = op.schema;
   FOUNDRY_CHECK_AS(TypeError, values.size() <= s.params.size(), "{}() takes {} arguments but {} were given",
                    s.name, s.params.size(), values.size());
+  values.reserve(s.params.size());  // one allocation for the defaults, not one per doubling
   for (size_t i = values.size(); i < s.params.size(); ++i) {
     if (!s.params[i].has_default)
       raise<TypeError>("{}() missing required argument '{}'", s.name, s.params[i].name);

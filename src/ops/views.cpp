@@ -171,6 +171,33 @@ Tensor select_impl(const Tensor& x, int64_t dim, int64_t index) {
   return view_of(x, sizes, strides, offset);
 }
 
+Tensor transpose_impl(const Tensor& x, int64_t dim0, int64_t dim1) {
+  if (x.dim() == 0) return view_of(x, {}, {}, x.storage_offset());
+  const int64_t d0 = wrap_dim(dim0, x.dim(), "transpose"), d1 = wrap_dim(dim1, x.dim(), "transpose");
+  Shape sizes(x.sizes()), strides(x.strides());
+  std::swap(sizes[size_t(d0)], sizes[size_t(d1)]);
+  std::swap(strides[size_t(d0)], strides[size_t(d1)]);
+  return view_of(x, sizes, strides, x.storage_offset());
+}
+
+Tensor unsqueeze_impl(const Tensor& x, int64_t dim) {
+  const int64_t d = wrap_dim(dim, x.dim() + 1, "unsqueeze");
+  Shape sizes(x.sizes()), strides(x.strides());
+  const int64_t st = d < x.dim() ? x.size(d) * x.stride(d) : 1;
+  sizes.insert(size_t(d), 1);
+  strides.insert(size_t(d), st);
+  return view_of(x, sizes, strides, x.storage_offset());
+}
+
+// narrow's dim, start (a negative one from the end) and length, checked.
+std::tuple<int64_t, int64_t, int64_t> narrow_range(const Tensor& x, int64_t dim, int64_t start, int64_t len) {
+  const int64_t d = wrap_dim(dim, x.dim(), "narrow"), n = x.size(d), given = start;
+  if (start < 0) start += n;
+  FOUNDRY_CHECK_AS(IndexError, start >= 0 && len >= 0 && start + len <= n,
+                   "narrow: start ({}) + length ({}) exceeds dimension size ({})", given, len, n);
+  return {d, start, len};
+}
+
 Tensor diagonal_impl(const Tensor& x, int64_t offset, int64_t dim1, int64_t dim2) {
   FOUNDRY_CHECK_AS(ValueError, x.dim() >= 2, "diagonal: expected a tensor with at least 2 dims, got {}", x.dim());
   dim1 = wrap_dim(dim1, x.dim(), "diagonal");
@@ -235,10 +262,29 @@ Shape broadcast_shapes(IntList a, IntList b, const char* op) {
   return out;
 }
 
-Tensor view(const Tensor& x, IntList size) { return ops::call1(FOUNDRY_OP("view"), {x, size}); }
-Tensor reshape(const Tensor& x, IntList shape) { return ops::call1(FOUNDRY_OP("reshape"), {x, shape}); }
+// Without a backward to record, the common views are built here by the ops' own shape rules,
+// skipping the registry's argument checking and dispatch: a decode step makes ~100 of them a token
+// (split heads, merge heads), and their dispatch was ~1% of it. The same tensors either way.
+namespace {
+bool records_view(const Tensor& x) { return !x.defined() || (autograd::is_grad_enabled() && x.requires_grad()); }
+}  // namespace
+
+Tensor view(const Tensor& x, IntList size) {
+  if (!records_view(x)) return view_impl(x, size);
+  return ops::call1(FOUNDRY_OP("view"), {x, size});
+}
+Tensor reshape(const Tensor& x, IntList shape) {
+  if (!records_view(x)) {
+    const Shape s = infer_size(shape, x.numel(), "reshape");
+    if (compute_view_strides(x.sizes(), x.strides(), s)) return view_impl(x, s);
+  }
+  return ops::call1(FOUNDRY_OP("reshape"), {x, shape});
+}
 Tensor permute(const Tensor& x, IntList dims) { return ops::call1(FOUNDRY_OP("permute"), {x, dims}); }
-Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) { return ops::call1(FOUNDRY_OP("transpose"), {x, d0, d1}); }
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
+  if (!records_view(x)) return transpose_impl(x, d0, d1);
+  return ops::call1(FOUNDRY_OP("transpose"), {x, d0, d1});
+}
 Tensor t(const Tensor& x) { return ops::call1(FOUNDRY_OP("t"), {x}); }
 Tensor movedim(const Tensor& x, IntList source, IntList destination) {
   return ops::call1(FOUNDRY_OP("movedim"), {x, source, destination});
@@ -246,15 +292,25 @@ Tensor movedim(const Tensor& x, IntList source, IntList destination) {
 Tensor expand(const Tensor& x, IntList size) { return ops::call1(FOUNDRY_OP("expand"), {x, size}); }
 Tensor broadcast_to(const Tensor& x, IntList size) { return ops::call1(FOUNDRY_OP("broadcast_to"), {x, size}); }
 Tensor squeeze(const Tensor& x, OptInt dim) { return ops::call1(FOUNDRY_OP("squeeze"), {x, dim}); }
-Tensor unsqueeze(const Tensor& x, int64_t dim) { return ops::call1(FOUNDRY_OP("unsqueeze"), {x, dim}); }
+Tensor unsqueeze(const Tensor& x, int64_t dim) {
+  if (!records_view(x)) return unsqueeze_impl(x, dim);
+  return ops::call1(FOUNDRY_OP("unsqueeze"), {x, dim});
+}
 Tensor flatten(const Tensor& x, int64_t s, int64_t e) { return ops::call1(FOUNDRY_OP("flatten"), {x, s, e}); }
 Tensor unflatten(const Tensor& x, int64_t dim, IntList sizes) {
   return ops::call1(FOUNDRY_OP("unflatten"), {x, dim, sizes});
 }
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
+  if (!records_view(x) && x.dim() > 0) {
+    const auto [d, s, len] = narrow_range(x, dim, start, length);
+    return slice_impl(x, d, s, s + len, 1);
+  }
   return ops::call1(FOUNDRY_OP("narrow"), {x, dim, start, length});
 }
-Tensor select(const Tensor& x, int64_t dim, int64_t index) { return ops::call1(FOUNDRY_OP("select"), {x, dim, index}); }
+Tensor select(const Tensor& x, int64_t dim, int64_t index) {
+  if (!records_view(x)) return select_impl(x, dim, index);
+  return ops::call1(FOUNDRY_OP("select"), {x, dim, index});
+}
 Tensor slice(const Tensor& x, int64_t dim, OptInt start, OptInt end, int64_t step) {
   return ops::call1(FOUNDRY_OP("slice"), {x, dim, start, end, step});
 }
@@ -264,7 +320,11 @@ Tensor diagonal(const Tensor& x, int64_t offset, int64_t d1, int64_t d2) {
 Tensor as_strided(const Tensor& x, IntList size, IntList stride, OptInt storage_offset) {
   return ops::call1(FOUNDRY_OP("as_strided"), {x, size, stride, storage_offset});
 }
-Tensor to(const Tensor& x, DType dtype) { return ops::call1(FOUNDRY_OP("to"), {x, dtype}); }
+Tensor to(const Tensor& x, DType dtype) {
+  // As PyTorch: the tensor itself when the dtype matches (the op would return it too, after its dispatch).
+  if (x.defined() && x.dtype() == dtype) return x;
+  return ops::call1(FOUNDRY_OP("to"), {x, dtype});
+}
 Tensor clone(const Tensor& x) { return ops::call1(FOUNDRY_OP("clone"), {x}); }
 Tensor contiguous(const Tensor& x) {
   if (x.is_contiguous()) return x;
@@ -394,15 +454,7 @@ void register_view_ops(Registry& r) {
          .doc = "Swaps two dimensions.",
          .kind = OpDef::Kind::View,
          .forward =
-             [](const Args& a) {
-               const Tensor& x = a.tensor(0);
-               if (x.dim() == 0) return std::vector<Tensor>{view_of(x, {}, {}, x.storage_offset())};
-               int64_t d0 = wrap_dim(a[1].to_int(), x.dim(), "transpose"), d1 = wrap_dim(a[2].to_int(), x.dim(), "transpose");
-               std::vector<int64_t> perm(size_t(x.dim()));
-               std::iota(perm.begin(), perm.end(), 0);
-               std::swap(perm[size_t(d0)], perm[size_t(d1)]);
-               return std::vector<Tensor>{permute_impl(x, perm)};
-             },
+             [](const Args& a) { return std::vector<Tensor>{transpose_impl(a.tensor(0), a[1].to_int(), a[2].to_int())}; },
          .backward =
              [](BackwardContext& c) {
                return std::vector<Tensor>{c.grad().transpose(c.int_arg("dim0"), c.int_arg("dim1"))};
@@ -520,15 +572,7 @@ void register_view_ops(Registry& r) {
          .doc = "Inserts a size-1 dim.",
          .kind = OpDef::Kind::View,
          .forward =
-             [](const Args& a) {
-               const Tensor& x = a.tensor(0);
-               int64_t d = wrap_dim(a[1].to_int(), x.dim() + 1, "unsqueeze");
-               Shape sizes(x.sizes()), strides(x.strides());
-               int64_t st = d < x.dim() ? x.size(d) * x.stride(d) : 1;
-               sizes.insert(size_t(d), 1);
-               strides.insert(size_t(d), st);
-               return std::vector<Tensor>{view_of(x, sizes, strides, x.storage_offset())};
-             },
+             [](const Args& a) { return std::vector<Tensor>{unsqueeze_impl(a.tensor(0), a[1].to_int())}; },
          .backward = [](BackwardContext& c) { return std::vector<Tensor>{c.grad().reshape(c.input_sizes("input"))}; },
          .dtypes = kAllTypes,
          .samples =
@@ -591,12 +635,7 @@ void register_view_ops(Registry& r) {
          .forward =
              [](const Args& a) {
                const Tensor& x = a.tensor(0);
-               int64_t d = wrap_dim(a[1].to_int(), x.dim(), "narrow");
-               int64_t start = a[2].to_int(), len = a[3].to_int();
-               int64_t n = x.size(d);
-               if (start < 0) start += n;
-               FOUNDRY_CHECK_AS(IndexError, start >= 0 && len >= 0 && start + len <= n,
-                                "narrow: start ({}) + length ({}) exceeds dimension size ({})", a[2].to_int(), len, n);
+               const auto [d, start, len] = narrow_range(x, a[1].to_int(), a[2].to_int(), a[3].to_int());
                return std::vector<Tensor>{slice(x, d, start, start + len, 1)};
              },
          .dtypes = kAllTypes,

@@ -305,16 +305,18 @@ const BlockFormatTraits& traits(BlockFormat format) {
 }
 
 const BlockFormatTraits& traits(const std::string& name) {
-  auto lowered = [](std::string s) {
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-    return s;
+  // Case-insensitive, without building strings: decode looks its cache's format up every layer.
+  auto same = [&name](const char* known) {
+    size_t i = 0;
+    for (; known[i] && i < name.size(); ++i)
+      if (std::tolower(static_cast<unsigned char>(name[i])) != std::tolower(static_cast<unsigned char>(known[i])))
+        return false;
+    return !known[i] && i == name.size();
   };
-  const std::string lower = lowered(name);
+  for (const auto& t : block_formats())
+    if (same(t.name)) return t;
   std::string known;
-  for (const auto& t : block_formats()) {
-    if (lower == lowered(t.name)) return t;
-    known += (known.empty() ? "" : ", ") + std::string(t.name);
-  }
+  for (const auto& t : block_formats()) known += (known.empty() ? "" : ", ") + std::string(t.name);
   raise<ValueError>("unknown block format '{}' (known: {})", name, known);
 }
 

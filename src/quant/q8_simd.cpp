@@ -512,13 +512,18 @@ const float* fp16_table() {
   return table.data();
 }
 
-std::vector<float> block_scales(const uint8_t* q, int64_t k) {
-  std::vector<float> s(static_cast<size_t>(k / 32));
+void block_scales_into(const uint8_t* q, int64_t k, std::vector<float>& s) {
+  s.resize(static_cast<size_t>(k / 32));
   for (int64_t b = 0; b < k / 32; ++b) {
     uint16_t h;
     std::memcpy(&h, q + b * 34, 2);
     s[size_t(b)] = fp16_table()[h];
   }
+}
+
+std::vector<float> block_scales(const uint8_t* q, int64_t k) {
+  std::vector<float> s;
+  block_scales_into(q, k, s);
   return s;
 }
 
@@ -640,19 +645,40 @@ struct RowKernel {
 };
 
 // The Highway kernel for t's format (simd_row_dot), or the table's scalar dot where it has none.
+// What a product's row ranges read, one per thread and reused (a product is prepared and run to its
+// end before its thread prepares the next): the kernels' std::functions capture one pointer to it,
+// which they hold without allocating.
+struct PreparedRow {
+  const BlockFormatTraits* t = nullptr;
+  RowDot dot = nullptr;
+  const uint8_t* xb = nullptr;
+  std::vector<float> xs;  // a q8_0 row's block scales as float32; the f16 row widened
+  int64_t k = 0, row_bytes = 0;
+};
+
+PreparedRow& prepared_row(const BlockFormatTraits& t, int64_t k, const void* xq) {
+  thread_local PreparedRow p;
+  p.t = &t;
+  p.dot = nullptr;
+  p.xb = static_cast<const uint8_t*>(xq);
+  p.k = k;
+  p.row_bytes = quantized_bytes(t, 1, k);
+  p.xs.clear();
+  return p;
+}
+
 RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
-  const int64_t row_bytes = quantized_bytes(t, 1, k);
-  const auto* xb = static_cast<const uint8_t*>(xq);
-  if (const RowDot dot = simd_row_dot(t.format)) {
+  PreparedRow& p = prepared_row(t, k, xq);
+  const PreparedRow* pp = &p;
+  if ((p.dot = simd_row_dot(t.format))) {
     // The K-quants' q8_K rows carry float scales; a q8_0 row's are converted once here.
-    auto xs = std::make_shared<const std::vector<float>>(t.dot_format == BlockFormat::Q8_0 ? block_scales(xb, k)
-                                                                                           : std::vector<float>());
-    return {[dot, xb, xs, k, row_bytes](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-      for (int64_t r = r0; r < r1; ++r) y[r] = dot(w + r * row_bytes, xb, xs->data(), fp16_table(), k);
+    if (t.dot_format == BlockFormat::Q8_0) block_scales_into(p.xb, k, p.xs);
+    return {[pp](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+      for (int64_t r = r0; r < r1; ++r) y[r] = pp->dot(w + r * pp->row_bytes, pp->xb, pp->xs.data(), fp16_table(), pp->k);
     }};
   }
-  return {[&t, xb, k, row_bytes](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-    for (int64_t r = r0; r < r1; ++r) y[r] = t.dot(w + r * row_bytes, xb, k);
+  return {[pp](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+    for (int64_t r = r0; r < r1; ++r) y[r] = pp->t->dot(w + r * pp->row_bytes, pp->xb, pp->k);
   }};
 }
 
@@ -677,10 +703,12 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
   }
   if (t.format == BlockFormat::F16) {
     // The activation row widened to float32 once per product, then one stream per row.
-    auto xf = std::make_shared<std::vector<float>>(static_cast<size_t>(k));
-    kernels::convert_f16_to_f32(static_cast<const uint16_t*>(xq), xf->data(), k);
-    return {[xf, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-      HWY_DYNAMIC_DISPATCH(GemvF16Rows)(w, r0, r1, xf->data(), k, y);
+    PreparedRow& p = prepared_row(t, k, xq);
+    p.xs.resize(static_cast<size_t>(k));
+    kernels::convert_f16_to_f32(static_cast<const uint16_t*>(xq), p.xs.data(), k);
+    const PreparedRow* pp = &p;
+    return {[pp](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+      HWY_DYNAMIC_DISPATCH(GemvF16Rows)(w, r0, r1, pp->xs.data(), pp->k, y);
     }};
   }
   return highway_row_kernel(t, k, xq);
@@ -689,8 +717,11 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
 // The targets' rows (`row_bytes` each) split over the threads as one job, in chunks of whole row
 // groups.
 void run_rows(const RowKernel& kernel, int64_t row_bytes, std::span<const GemvTarget> targets) {
-  // The targets' row groups numbered one after the other: first[i] is target i's first.
-  std::vector<int64_t> first(targets.size() + 1, 0);
+  // The targets' row groups numbered one after the other: first[i] is target i's first (reused:
+  // decode runs several products a layer).
+  thread_local std::vector<int64_t> firsts;
+  std::vector<int64_t>& first = firsts;  // the caller's, captured by the chunks (a thread_local is never captured)
+  first.assign(targets.size() + 1, 0);
   for (size_t i = 0; i < targets.size(); ++i) first[i + 1] = first[i] + (targets[i].rows + kernel.group - 1) / kernel.group;
   const int64_t grain = std::max<int64_t>(1, kernel.chunk_bytes / std::max<int64_t>(kernel.group * row_bytes, 1));
   parallel_for(0, first.back(), grain, kernel.chunks_per_thread, [&](int64_t b, int64_t e) {

@@ -69,16 +69,14 @@ struct Q8_0Step {
   static constexpr int64_t kBytes = kQ8Bytes, kBlocks = 2;
   using Y = __m512i;
 
-  FOUNDRY_VNNI_TARGET static PreparedActivation prepare(const uint8_t* xq, int64_t k) {
+  FOUNDRY_VNNI_TARGET static void prepare(const uint8_t* xq, int64_t k, PreparedActivation& a) {
     const int64_t steps = k / 32 / kBlocks;
-    PreparedActivation a;
     a.levels.resize(size_t(steps * 64));
     a.scales.resize(size_t(steps * 16));
     for (int64_t b = 0; b < steps * kBlocks; ++b) {
       std::memcpy(a.levels.data() + b * 32, xq + b * kQ8Bytes + 2, 32);
       std::fill_n(a.scales.begin() + b * 8, 8, activation_scale(xq, b));
     }
-    return a;
   }
   FOUNDRY_VNNI_TARGET static Y load(const PreparedActivation& a, int64_t c) {
     return _mm512_loadu_si512(a.levels.data() + c * 64);
@@ -117,9 +115,8 @@ struct Q4_0Step {
     __m512i low, high;
   };
 
-  FOUNDRY_VNNI_TARGET static PreparedActivation prepare(const uint8_t* xq, int64_t k) {
+  FOUNDRY_VNNI_TARGET static void prepare(const uint8_t* xq, int64_t k, PreparedActivation& a) {
     const int64_t steps = k / 32 / kBlocks;
-    PreparedActivation a;
     a.levels.resize(size_t(steps * 128));
     a.scales.resize(size_t(steps * 16));
     a.eight_y.resize(size_t(steps * 16));
@@ -135,7 +132,6 @@ struct Q4_0Step {
         a.eight_y[size_t(b * 4 + l)] = 8 * sum;
       }
     }
-    return a;
   }
   FOUNDRY_VNNI_TARGET static Y load(const PreparedActivation& a, int64_t c) {
     return {_mm512_loadu_si512(a.levels.data() + c * 128), _mm512_loadu_si512(a.levels.data() + c * 128 + 64)};
@@ -222,11 +218,24 @@ void vnni_rows(const uint8_t* w, const PreparedActivation& a, const uint8_t* xq,
   for (; r < r1; ++r) dot_rows<Step, 1>(w + r * row_bytes, row_bytes, ahead, a, xq, k, y + r);
 }
 
+// The activation as a product's row ranges read it. One per thread, reused: a product is prepared
+// and run to its end before its thread prepares the next (five allocations a product otherwise).
+struct PreparedProduct {
+  const uint8_t* xq = nullptr;
+  int64_t k = 0;
+  PreparedActivation a;
+};
+
 template <class Step>
 GemvRowRange prepared_rows(const void* xq, int64_t k) {
-  const auto* x = static_cast<const uint8_t*>(xq);
-  auto a = std::make_shared<const PreparedActivation>(Step::prepare(x, k));
-  return [x, a, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) { vnni_rows<Step>(w, *a, x, k, r0, r1, y); };
+  thread_local PreparedProduct p;
+  p.xq = static_cast<const uint8_t*>(xq);
+  p.k = k;
+  Step::prepare(p.xq, k, p.a);
+  const PreparedProduct* pp = &p;  // the only capture: std::function keeps it without allocating
+  return [pp](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+    vnni_rows<Step>(w, pp->a, pp->xq, pp->k, r0, r1, y);
+  };
 }
 
 }  // namespace

@@ -21,7 +21,8 @@ void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, floa
 /// calling thread; r0 a multiple of 4 (the kernels' row group). What gemv splits over threads.
 using GemvRowRange = std::function<void(const uint8_t* w, int64_t rows, int64_t r0, int64_t r1, float* y)>;
 /// The q8_0 (`q4_0` false) or q4_0 VNNI kernel with xq, a q8_0 row of k values, prepared once;
-/// xq must outlive the result (its leftover blocks are read in place).
+/// xq must outlive the result (its leftover blocks are read in place), which is valid until the
+/// calling thread prepares its next product (the prepared row is the thread's, reused).
 GemvRowRange gemv_vnni_rows(bool q4_0, const void* xq, int64_t k);
 
 /// The CPU runs AVX2 + FMA + F16C, and this build has the kernels (k_gemv_x86.cpp).

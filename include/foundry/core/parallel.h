@@ -5,8 +5,27 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <type_traits>
 
 namespace foundry {
+
+/// What parallel_for runs: a reference to a callable taking a range [begin, end), valid while the
+/// call runs (parallel_for returns only when every chunk is done). Nothing is copied or allocated:
+/// a std::function of a lambda capturing more than two references allocated on every call, and a
+/// decode step makes dozens of calls a layer.
+class RangeFn {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, RangeFn>>>
+  RangeFn(F&& f)  // NOLINT(google-explicit-constructor): lambdas convert as they did to std::function
+      : callable_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* c, int64_t b, int64_t e) { (*static_cast<std::remove_reference_t<F>*>(c))(b, e); }) {}
+  void operator()(int64_t begin, int64_t end) const { call_(callable_, begin, end); }
+
+ private:
+  void* callable_;
+  void (*call_)(void*, int64_t, int64_t);
+};
 
 /// Threads used by kernels, BLAS and oneDNN (default: OMP_NUM_THREADS or the core count).
 int get_num_threads();
@@ -26,13 +45,11 @@ bool in_parallel_region();
 /// Calls fn(begin, end) on disjoint chunks covering [begin, end), a few per thread. A range of
 /// at most `grain` stays on the calling thread, and no chunk is shorter than half the grain.
 /// Exceptions thrown by fn are rethrown here.
-void parallel_for(int64_t begin, int64_t end, int64_t grain,
-                  const std::function<void(int64_t, int64_t)>& fn);
+void parallel_for(int64_t begin, int64_t end, int64_t grain, RangeFn fn);
 /// The same with up to `chunks_per_thread` chunks per thread (the default is 4). Finer chunks let
 /// the threads finish closer together where a chunk costs nothing to start: the float32
 /// matrix-vector products of decoding, whose last chunk otherwise leaves one thread waiting.
-void parallel_for(int64_t begin, int64_t end, int64_t grain, int chunks_per_thread,
-                  const std::function<void(int64_t, int64_t)>& fn);
+void parallel_for(int64_t begin, int64_t end, int64_t grain, int chunks_per_thread, RangeFn fn);
 
 /// Elements of work below which an elementwise kernel stays on one thread.
 inline constexpr int64_t kGrainSize = 32768;

@@ -1,5 +1,6 @@
 #include "models/hf/blocks.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "foundry/autograd/grad_mode.h"
@@ -226,16 +227,46 @@ Tensor SparseMoE::forward(const Tensor& x) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
+namespace {
+
+// Whether the mask leaves every position in: undefined, or no zero in it. Read in place (a decode
+// step's mask grows by a column each token, and the ops that check it were ~1% of the step);
+// false for a layout not read here, which takes the general path to the same numbers.
+bool no_padding(const Tensor& attention_mask) {
+  if (!attention_mask.defined()) return true;
+  if (!attention_mask.is_contiguous()) return false;
+  const int64_t n = attention_mask.numel();
+  auto none_zero = [n](const auto* v) { return std::find(v, v + n, 0) == v + n; };
+  switch (attention_mask.dtype()) {
+    case DType::Int64: return none_zero(attention_mask.data<int64_t>());
+    case DType::Int32: return none_zero(attention_mask.data<int32_t>());
+    case DType::Bool: return none_zero(static_cast<const uint8_t*>(attention_mask.data_ptr()));
+    default: return false;
+  }
+}
+
+// positions_from_mask for a mask without padding: past, past + 1, ... in every row.
+Tensor consecutive_positions(int64_t B, int64_t past, int64_t T) {
+  std::vector<int64_t> pos(size_t(B * T));
+  for (int64_t i = 0; i < B * T; ++i) pos[size_t(i)] = past + i % T;
+  return tensor<int64_t>(pos, {B, T});
+}
+
+}  // namespace
+
 LayerContext layer_context(const ModelConfig& c, const Tensor& input_ids, const Tensor& attention_mask, KVCache* cache,
                            DType dtype, const AttentionPositions& p) {
   const auto [B, T, past, mask] = begin_forward(c, input_ids, attention_mask, cache);
   LayerContext ctx;
   ctx.B = B, ctx.T = T, ctx.past = past, ctx.mask = mask, ctx.cache = cache;
-  ctx.positions = positions_from_mask(mask, T);
+  const bool every_position = no_padding(attention_mask);
+  ctx.positions = every_position ? consecutive_positions(B, past, T) : positions_from_mask(mask, T);
   if (p.rotary_dims > 0) std::tie(ctx.cos, ctx.sin) = rope_tables(c, ctx.positions, p.rotary_dims, dtype);
   ctx.causal = !cache && T > 1 && !p.alibi_scale && (p.window == 0 || T - 1 <= p.window) &&
-               (!attention_mask.defined() || all(mask).item<bool>());
-  if (!ctx.causal) {
+               (every_position || all(mask).item<bool>());
+  if (!ctx.causal && every_position && T == 1 && !p.alibi_scale && (p.window == 0 || past <= p.window)) {
+    ctx.bias = zeros({B, 1, 1, past + 1}, dtype);  // one query that sees every position: attention_bias's zeros
+  } else if (!ctx.causal) {
     ctx.bias = attention_bias(mask, T, p.window, dtype);
     if (p.alibi_scale) ctx.bias = ctx.bias + alibi_bias(mask, c.num_heads, *p.alibi_scale, dtype);  // [B, H, T, S]
   }

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -121,11 +122,14 @@ class WeightProducts {
  private:
   /// w's quantized rows, made on first use under the format; null when w stays dense.
   const std::shared_ptr<Quantized>& quantized(const Tensor& w, bool transposed) const;
+  /// The quantized rows a product of x with w reads: adopted or already made, else (float32 x)
+  /// made now; null when w stays dense. One map lookup when they exist.
+  const Quantized* lookup(const Tensor& x, const Tensor& w, bool transposed) const;
   /// Whether the format quantizes w (one is set and w's rows are whole blocks of it).
   bool format_applies(const Tensor& w, bool transposed) const;
   std::string format_;
   std::string prefill_ = "auto";
-  mutable std::map<const void*, std::shared_ptr<Quantized>> quantized_;
+  mutable std::unordered_map<const void*, std::shared_ptr<Quantized>> quantized_;  // by weight impl: one lookup per product
   mutable HugePageChunks chunks_;  // where quantized copies are made
 };
 

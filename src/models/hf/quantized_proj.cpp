@@ -293,9 +293,12 @@ std::vector<Tensor> decode_products(const Tensor& xc, IntList x_sizes, const qua
     out.push_back(empty(IntList(shape), DType::Float32));
   }
   const auto& act = quant::traits(t.dot_format);
-  std::vector<uint8_t> xq(static_cast<size_t>(quant::quantized_bytes(act, 1, k)));
+  // Reused across calls (decode makes several a layer): no allocation per product.
+  thread_local std::vector<uint8_t> xq;
+  thread_local std::vector<quant::GemvTarget> targets;
+  xq.resize(static_cast<size_t>(quant::quantized_bytes(act, 1, k)));
+  targets.resize(mats.size());
   const quant::RowQuantizer quantize = activation_quantizer(act);
-  std::vector<quant::GemvTarget> targets(mats.size());
   for (int64_t r = 0, m = xc.numel() / k; r < m; ++r) {
     quantize(xc.data<float>() + r * k, xq.data(), k);
     for (size_t i = 0; i < mats.size(); ++i) targets[i] = {mats[i].data, mats[i].rows, out[i].data<float>() + r * mats[i].rows};
@@ -359,8 +362,15 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
 
 }  // namespace
 
+// The weight's quantized copy: adopted bytes, or (float32 activations) one made on first use.
+const WeightProducts::Quantized* WeightProducts::lookup(const Tensor& x, const Tensor& w, bool transposed) const {
+  auto it = quantized_.find(w.impl());
+  if (it != quantized_.end()) return it->second.get();
+  return x.dtype() == DType::Float32 ? quantized(w, transposed).get() : nullptr;
+}
+
 Tensor WeightProducts::product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const {
-  const Quantized* q = x.dtype() == DType::Float32 || quantized_.count(w.impl()) ? quantized(w, transposed).get() : nullptr;
+  const Quantized* q = lookup(x, w, transposed);
   if (q) return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_);
   return dense(x, w, b, transposed);
 }
@@ -370,7 +380,7 @@ std::vector<Tensor> WeightProducts::products(const Tensor& x,
                                              bool transposed) const {
   std::vector<const Quantized*> qs;
   for (const auto& [w, b] : weights) {
-    const Quantized* q = x.dtype() == DType::Float32 || quantized_.count(w->impl()) ? quantized(*w, transposed).get() : nullptr;
+    const Quantized* q = lookup(x, *w, transposed);
     if (!q || (!qs.empty() && (q->format != qs.front()->format || q->k != qs.front()->k))) break;
     qs.push_back(q);
   }
