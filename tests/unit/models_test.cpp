@@ -339,8 +339,9 @@ TEST(Models, WeightProductsOfOneInputEqualOneProductAtATime) {
   for (const char* format : {"q8_0", "q4_0", "q4_K", "q6_K", "nf4", "f16", "bf16"}) {
     models::hf::WeightProducts products;
     products.set_format(format);
-    std::vector<std::pair<const Tensor*, const Tensor*>> weights;
-    for (size_t i = 0; i < w.size(); ++i) weights.emplace_back(&w[i], &b[i]);
+    std::vector<models::hf::WeightProducts::Memo> memos(w.size());
+    std::vector<models::hf::WeightProducts::Operand> weights;
+    for (size_t i = 0; i < w.size(); ++i) weights.push_back({&w[i], &b[i], &memos[i]});
     for (int64_t m : {int64_t(1), int64_t(3), int64_t(20)}) {
       const Tensor x = randn({1, m, k});
       const std::vector<Tensor> together = products.products(x, weights, false);
@@ -349,4 +350,25 @@ TEST(Models, WeightProductsOfOneInputEqualOneProductAtATime) {
         EXPECT_TRUE(equal(together[i], products.product(x, w[i], b[i], false))) << format << " m " << m << " matrix " << i;
     }
   }
+}
+
+// A Linear's memo of its weight's quantized rows goes stale when the products change format: the
+// next product reads the new format's rows, as one without a memo does.
+TEST(Models, WeightProductMemoFollowsTheFormat) {
+  autograd::NoGradGuard no_grad;
+  manual_seed(6);
+  const Tensor w = randn({32, 128}), x = randn({1, 1, 128});
+  models::hf::WeightProducts products;
+  models::hf::WeightProducts::Memo memo;
+  products.set_format("q4_0");
+  const Tensor q4 = products.product(x, w, Tensor(), false, &memo);
+  EXPECT_EQ(memo.weight, w.impl());
+  EXPECT_TRUE(equal(products.product(x, w, Tensor(), false, &memo), q4));
+  products.set_format("q8_0");
+  const Tensor q8 = products.product(x, w, Tensor(), false, &memo);
+  EXPECT_TRUE(equal(q8, products.product(x, w, Tensor(), false)));
+  EXPECT_FALSE(equal(q8, q4));
+  // A memo made for one weight is not used for another.
+  const Tensor w2 = randn({32, 128});
+  EXPECT_TRUE(equal(products.product(x, w2, Tensor(), false, &memo), products.product(x, w2, Tensor(), false)));
 }

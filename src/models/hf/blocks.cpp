@@ -85,7 +85,7 @@ Tensor Linear::base_forward(const Tensor& x) {
     // tiles, as the recorded products do, not with inference's bf16 prefill or q8 activations.
     if (is_training() && products_->quantized_for(weight, transposed_))
       return products_->differentiable_product(x, weight, bias, transposed_);
-    return products_->product(x, weight, bias, transposed_);
+    return products_->product(x, weight, bias, transposed_, &memo_);
   }
   if (products_->quantized_for(weight, transposed_)) {
     if (weight.requires_grad())
@@ -99,11 +99,12 @@ Tensor Linear::base_forward(const Tensor& x) {
 
 std::vector<Tensor> Linear::forward_each(const Tensor& x, const std::vector<Linear*>& projections) {
   bool together = true;
-  std::vector<std::pair<const Tensor*, const Tensor*>> weights;
+  std::vector<WeightProducts::Operand> weights;
+  weights.reserve(projections.size());
   for (Linear* p : projections) {
     together = together && !p->adapter_ && !p->is_training() && !records(x, p->weight, p->bias) &&
                p->products_ == projections.front()->products_ && p->transposed_ == projections.front()->transposed_;
-    weights.emplace_back(&p->weight, &p->bias);
+    weights.push_back({&p->weight, &p->bias, &p->memo_});
   }
   if (together && !projections.empty())
     return projections.front()->products_->products(x, weights, projections.front()->transposed_);

@@ -123,6 +123,7 @@ class Linear : public nn::Module {
  private:
   bool transposed_ = false;
   std::shared_ptr<WeightProducts> products_;
+  mutable WeightProducts::Memo memo_;  // where products_ keeps this weight's quantized rows
   LinearAdapter* adapter_ = nullptr;
 };
 

@@ -93,12 +93,27 @@ class HugePageChunks {
 /// Used when autograd does not record; see quantized_proj.cpp.
 class WeightProducts {
  public:
-  Tensor product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const;
-  /// product(x, w_i, b_i, transposed) for each (weight, bias) pair: one input's projections (a
-  /// layer's q, k and v; gate and up). Where all are quantized in one format and x has few rows
-  /// (decode), x is quantized once and the matrices run as one parallel job; the same numbers.
-  std::vector<Tensor> products(const Tensor& x, const std::vector<std::pair<const Tensor*, const Tensor*>>& weights,
-                               bool transposed) const;
+  /// One weight's quantized rows (owned, or adopted bytes kept alive).
+  struct Quantized;
+  /// A weight's quantized rows as its caller (a Linear) last found them: products then skip the
+  /// map, whose nodes decode's weight streaming evicts from the cache between tokens (its lookups
+  /// were ~0.4% of a q4_0 decode step). Valid while the weight and the products' generation hold.
+  struct Memo {
+    const void* weight = nullptr;
+    const Quantized* q = nullptr;
+    uint64_t generation = 0;
+  };
+  /// A product's weight, bias (may be undefined) and the caller's memo (may be null).
+  struct Operand {
+    const Tensor* w;
+    const Tensor* b;
+    Memo* memo = nullptr;
+  };
+  Tensor product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed, Memo* memo = nullptr) const;
+  /// product(x, w_i, b_i, transposed) for each operand: one input's projections (a layer's q, k
+  /// and v; gate and up). Where all are quantized in one format and x has few rows (decode), x is
+  /// quantized once and the matrices run as one parallel job; the same numbers.
+  std::vector<Tensor> products(const Tensor& x, const std::vector<Operand>& weights, bool transposed) const;
   /// The float product (differentiable): x W^T + b, or x W + b when transposed.
   static Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed);
   void set_format(const std::string& format);
@@ -116,15 +131,13 @@ class WeightProducts {
   /// W (a frozen base, QLoRA). Forward and backward dequantize W a tile of rows at a time.
   Tensor differentiable_product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const;
 
- /// One weight's quantized rows (owned, or adopted bytes kept alive).
-  struct Quantized;
-
  private:
   /// w's quantized rows, made on first use under the format; null when w stays dense.
   const std::shared_ptr<Quantized>& quantized(const Tensor& w, bool transposed) const;
   /// The quantized rows a product of x with w reads: adopted or already made, else (float32 x)
   /// made now; null when w stays dense. One map lookup when they exist.
-  const Quantized* lookup(const Tensor& x, const Tensor& w, bool transposed) const;
+  const Quantized* lookup(const Tensor& x, const Tensor& w, bool transposed, Memo* memo) const;
+  uint64_t generation_ = 1;  // bumped when entries of quantized_ go or change: memos made before are stale
   /// Whether the format quantizes w (one is set and w's rows are whole blocks of it).
   bool format_applies(const Tensor& w, bool transposed) const;
   std::string format_;

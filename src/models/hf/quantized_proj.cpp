@@ -98,6 +98,7 @@ void WeightProducts::set_format(const std::string& format) {
       raise<ValueError>("q8_K is the K-quants' activation format, not a weight format");
   }
   format_ = format;
+  ++generation_;
   for (auto it = quantized_.begin(); it != quantized_.end();)
     it = it->second->owned ? quantized_.erase(it) : std::next(it);
   chunks_.reset();  // copies made from now on start a chunk of their own
@@ -117,6 +118,7 @@ void WeightProducts::adopt(const Tensor& weight, const std::string& format, cons
   q->keepalive = bytes;
   q->data = static_cast<const uint8_t*>(bytes.data_ptr());
   quantized_[weight.impl()] = std::move(q);
+  ++generation_;  // a memo may point at the rows this replaced
 }
 
 // Drops the resident pages wholly inside a memory-mapped weight (clean file pages: reading them
@@ -287,6 +289,7 @@ struct QuantizedRows {
 std::vector<Tensor> decode_products(const Tensor& xc, IntList x_sizes, const quant::BlockFormatTraits& t, int64_t k,
                                     const std::vector<QuantizedRows>& mats) {
   std::vector<Tensor> out;
+  out.reserve(mats.size());
   for (const QuantizedRows& q : mats) {
     Shape shape(x_sizes);
     shape.back() = q.rows;
@@ -363,39 +366,43 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
 }  // namespace
 
 // The weight's quantized copy: adopted bytes, or (float32 activations) one made on first use.
-const WeightProducts::Quantized* WeightProducts::lookup(const Tensor& x, const Tensor& w, bool transposed) const {
-  auto it = quantized_.find(w.impl());
-  if (it != quantized_.end()) return it->second.get();
-  return x.dtype() == DType::Float32 ? quantized(w, transposed).get() : nullptr;
+const WeightProducts::Quantized* WeightProducts::lookup(const Tensor& x, const Tensor& w, bool transposed,
+                                                        Memo* memo) const {
+  if (memo && memo->q && memo->weight == w.impl() && memo->generation == generation_) return memo->q;
+  const Quantized* q = nullptr;
+  if (auto it = quantized_.find(w.impl()); it != quantized_.end()) q = it->second.get();
+  else if (x.dtype() == DType::Float32) q = quantized(w, transposed).get();
+  if (memo && q) *memo = {w.impl(), q, generation_};
+  return q;
 }
 
-Tensor WeightProducts::product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) const {
-  const Quantized* q = lookup(x, w, transposed);
+Tensor WeightProducts::product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed, Memo* memo) const {
+  const Quantized* q = lookup(x, w, transposed, memo);
   if (q) return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_);
   return dense(x, w, b, transposed);
 }
 
-std::vector<Tensor> WeightProducts::products(const Tensor& x,
-                                             const std::vector<std::pair<const Tensor*, const Tensor*>>& weights,
-                                             bool transposed) const {
+std::vector<Tensor> WeightProducts::products(const Tensor& x, const std::vector<Operand>& weights, bool transposed) const {
   std::vector<const Quantized*> qs;
-  for (const auto& [w, b] : weights) {
-    const Quantized* q = lookup(x, *w, transposed);
+  qs.reserve(weights.size());
+  for (const Operand& o : weights) {
+    const Quantized* q = lookup(x, *o.w, transposed, o.memo);
     if (!q || (!qs.empty() && (q->format != qs.front()->format || q->k != qs.front()->k))) break;
     qs.push_back(q);
   }
   const int64_t k = x.size(-1), m = x.numel() / std::max<int64_t>(k, 1);
   std::vector<Tensor> out;
   if (qs.size() != weights.size() || weights.size() < 2 || m > CausalLM::kQuantizedMaxRows || k != qs.front()->k) {
-    for (const auto& [w, b] : weights) out.push_back(product(x, *w, *b, transposed));
+    for (const Operand& o : weights) out.push_back(product(x, *o.w, *o.b, transposed, o.memo));
     return out;
   }
   // quantized_product's decode path, with one activation row quantized for all the matrices.
   autograd::NoGradGuard no_grad;
   std::vector<QuantizedRows> mats;
+  mats.reserve(qs.size());
   for (const Quantized* q : qs) mats.push_back({q->data, q->rows});
   out = decode_products(x.to(DType::Float32).contiguous(), x.sizes(), *qs.front()->format, k, mats);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = finish_product(out[i], *weights[i].second, x.dtype());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = finish_product(out[i], *weights[i].b, x.dtype());
   return out;
 }
 
