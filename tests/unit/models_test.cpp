@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <tuple>
@@ -371,4 +373,25 @@ TEST(Models, WeightProductMemoFollowsTheFormat) {
   // A memo made for one weight is not used for another.
   const Tensor w2 = randn({32, 128});
   EXPECT_TRUE(equal(products.product(x, w2, Tensor(), false, &memo), products.product(x, w2, Tensor(), false)));
+}
+
+// Greedy choose_token is std::max_element's answer on every layout the SIMD scan meets: lengths
+// around its 4- and 16-wide steps, ties (the first wins), -0 / +0, NaNs after the first value
+// (passed over) and a leading NaN (index 0, as max_element with < gives).
+TEST(Generate, GreedyTokenIsTheFirstLargestScore) {
+  const models::GenerationConfig greedy;
+  Generator gen(11);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n : {1, 3, 4, 5, 15, 16, 17, 31, 33, 100, 32000}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      std::vector<float> s = randint(-3, 4, {n}, DType::Int64, &gen).to(DType::Float32).to_vector<float>();
+      if (trial == 1) s.assign(size_t(n), 0.f);                       // all tied
+      if (trial == 2) for (size_t i = 0; i < s.size(); i += 2) s[i] = -0.f;  // signed zeros among zeros
+      if (trial == 3 && n > 2) s[size_t(n / 2)] = nan;                // a NaN after the first value
+      if (trial == 4) s[0] = nan;                                     // a leading NaN
+      if (trial == 5) s.back() = 100.f;                               // the maximum in the tail
+      const int64_t want = std::max_element(s.begin(), s.end()) - s.begin();
+      EXPECT_EQ(models::choose_token(s, greedy, nullptr), want) << "n " << n << " trial " << trial;
+    }
+  }
 }
