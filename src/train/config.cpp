@@ -37,6 +37,8 @@ struct TomlParserInvariant : std::logic_error {
 #include <toml++/toml.h>
 #pragma GCC diagnostic pop
 
+#include <cctype>
+
 #include "foundry/core/error.h"
 #include "foundry/io/atomic_file.h"
 #include "foundry/train/trainer.h"
@@ -160,6 +162,15 @@ size_t check_multiline_backslash(const std::string& text, size_t i, size_t& line
   return j - 1;
 }
 
+// A quote right after a bare key or value character ("1\"x\"") starts no string for toml++: it
+// reads on through the token, so a non-ASCII character there must be refused like any other in code
+// (toml++'s value scanner reached an unreachable branch on one: found by the train_toml fuzzer).
+bool glued_to_bare_token(const std::string& text, size_t i) {
+  if (i == 0) return false;
+  const unsigned char p = static_cast<unsigned char>(text[i - 1]);
+  return std::isalnum(p) || p == '_' || p == '-' || p == '+' || p == ':';
+}
+
 void check_toml_before_parsing(const std::string& text, const std::string& path) {
   enum class In { Code, Basic, Literal, MultiBasic, MultiLiteral, Comment } in = In::Code;
   size_t lineno = 1;
@@ -197,7 +208,7 @@ void check_toml_before_parsing(const std::string& text, const std::string& path)
     }
     if (c == '#') {
       in = In::Comment;
-    } else if (c == '"' || c == '\'') {
+    } else if ((c == '"' || c == '\'') && !glued_to_bare_token(text, i)) {
       const bool multi = at(i, c == '"' ? "\"\"\"" : "'''");
       in = c == '"' ? (multi ? In::MultiBasic : In::Basic) : (multi ? In::MultiLiteral : In::Literal);
       if (multi) i += 2;
