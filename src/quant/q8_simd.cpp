@@ -20,7 +20,7 @@
 #include "foundry/core/numeric.h"
 #include "foundry/core/parallel.h"
 #include "foundry/quant/weight_only.h"
-#include "kernels/cpu/bf16_gemv.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/unary.h"
 #include "quant/formats_internal.h"
 #include "quant/q8_kernels.h"
@@ -684,15 +684,6 @@ RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* 
 
 // The fastest kernel this CPU has for t.
 RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
-  static const bool bf16_native = kernels::avx512_bf16_available() && std::getenv("FOUNDRY_DISABLE_AVX512_BF16") == nullptr;
-  if (bf16_native && t.format == BlockFormat::BF16) {
-    // ~32 KB per chunk and up to 16 chunks per thread, as the float32 gemv: finer chunks even out
-    // the threads' shares; the prefetch runs on past a chunk's end into the matrix's next rows.
-    return {[xq, k](const uint8_t* w, int64_t rows, int64_t r0, int64_t r1, float* y) {
-              kernels::gemv_bf16_avx512_rows(w, rows, k, k, xq, r0, r1, y);
-            },
-            4, 32768, 16};
-  }
   if (use_vnni() && (t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0))
     return {gemv_vnni_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
   if (has_integer_gemm(t)) {
@@ -701,12 +692,19 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
             },
             4};
   }
-  if (t.format == BlockFormat::F16) {
+  if (t.format == BlockFormat::F16 || t.format == BlockFormat::BF16) {
     // The activation row widened to float32 once per product, then one stream per row.
     PreparedRow& p = prepared_row(t, k, xq);
     p.xs.resize(static_cast<size_t>(k));
-    kernels::convert_f16_to_f32(static_cast<const uint16_t*>(xq), p.xs.data(), k);
+    const auto* x16 = static_cast<const uint16_t*>(xq);
     const PreparedRow* pp = &p;
+    if (t.format == BlockFormat::BF16) {
+      kernels::convert_bf16_to_f32(x16, p.xs.data(), k);
+      return {[pp](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+        kernels::gemv_rows_bf16_range(reinterpret_cast<const uint16_t*>(w), pp->k, r0, r1, pp->k, pp->xs.data(), y);
+      }};
+    }
+    kernels::convert_f16_to_f32(x16, p.xs.data(), k);
     return {[pp](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
       HWY_DYNAMIC_DISPATCH(GemvF16Rows)(w, r0, r1, pp->xs.data(), pp->k, y);
     }};

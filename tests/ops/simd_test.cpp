@@ -19,7 +19,7 @@
 #include "foundry/quant/block_formats.h"
 #include "quant/q8_kernels.h"
 #include "quant/vnni_gemv.h"
-#include "kernels/cpu/bf16_gemv.h"
+#include "kernels/cpu/gemm.h"
 #include "each_target.h"
 
 using namespace foundry;
@@ -373,17 +373,15 @@ TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
   if (kernels == 0) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this CPU";
 }
 
-// The AVX-512 BF16 kernel (vdpbf16ps) against the table's scalar bf16 dot, with row lengths that
-// end in a partial 32-value step and one shorter than a step.
-TEST(QuantKernels, Bf16GemvMatchesScalarReference) {
-  if (!foundry::kernels::avx512_bf16_available()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+// The bf16 rows kernel (every target) against the table's scalar bf16 dot, threads splitting the
+// rows: row lengths around the vector steps and one shorter than a vector, rows further apart than k
+// (a strided weight). The activation is quantized to bf16 and widened, as decode's products do.
+TEST_P(EachTarget, Bf16GemvMatchesScalarReference) {
   std::mt19937 rng(16);
   std::normal_distribution<float> nd(0.f, 1.f);
   const auto& t = foundry::quant::traits("bf16");
-  // Rows in groups of four plus leftovers, k with and without a 32-step and a masked tail, rows
-  // further apart than k (a strided weight).
   for (auto [rows, k, pad] : {std::tuple<int64_t, int64_t, int64_t>{13, 768, 0}, {13, 200, 0}, {13, 7, 0}, {67, 96, 0},
-                              {67, 33, 5}, {130, 768, 64}}) {
+                              {67, 33, 5}, {130, 768, 64}, {700, 64, 0}}) {
     const int64_t ld = k + pad;
     std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
     for (float& v : w) v = nd(rng);
@@ -391,8 +389,9 @@ TEST(QuantKernels, Bf16GemvMatchesScalarReference) {
     std::vector<uint8_t> wq(static_cast<size_t>(rows * ld * 2), 0xFF), xq(static_cast<size_t>(k * 2));
     for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * ld * 2, k);
     t.quantize(x.data(), xq.data(), k);
-    std::vector<float> y(static_cast<size_t>(rows));
-    foundry::kernels::gemv_bf16_avx512(wq.data(), rows, k, ld, xq.data(), y.data());
+    std::vector<float> xf(static_cast<size_t>(k)), y(static_cast<size_t>(rows), -1.f);
+    foundry::kernels::convert_bf16_to_f32(reinterpret_cast<const uint16_t*>(xq.data()), xf.data(), k);
+    foundry::kernels::gemv_rows_bf16(reinterpret_cast<const uint16_t*>(wq.data()), ld, rows, k, xf.data(), y.data());
     for (int64_t r = 0; r < rows; ++r) {
       float scale = 0.f;
       for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);

@@ -18,8 +18,8 @@
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
-#include "kernels/cpu/bf16_gemv.h"
 #include "kernels/cpu/dtype_dispatch.h"
+#include "kernels/cpu/unary.h"
 
 // OpenBLAS (Fortran BLAS interface, LP64).
 extern "C" {
@@ -515,15 +515,17 @@ void gemm_gemv_f32(const Mat& A, const Mat& B, float* C, int64_t batch, int64_t 
 // ---- bfloat16 matrix-vector ----------------------------------------------------------------
 
 // c[1, N] = x[1, K] @ B[K, N] (+ bias) for bf16 with B's columns contiguous (a [N, K] weight read
-// transposed, as a linear layer's): the AVX-512 BF16 kernel, float32 accumulation, one rounding
-// to bf16 as oneDNN's. False where it does not apply (other layouts, alpha / beta, no BF16 ISA).
+// transposed, as a linear layer's): x widened to float32 once, one stream per weight row, float32
+// accumulation, one rounding to bf16 as oneDNN's. False where it does not apply (other layouts,
+// alpha / beta).
 bool gemv_bf16(const Mat& A, const Mat& B, Tensor& c, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
                double beta, const void* bias, int64_t bias_stride) {
-  static const bool available = avx512_bf16_available() && std::getenv("FOUNDRY_DISABLE_AVX512_BF16") == nullptr;
-  if (!available || batch != 1 || M != 1 || alpha != 1.0 || beta != 0.0 || B.row_major || (A.cs != 1 && K > 1))
-    return false;
-  std::vector<float> y(static_cast<size_t>(N));
-  gemv_bf16_avx512(mat_at<BFloat16>(B, 0), N, K, B.ld, mat_at<BFloat16>(A, 0), y.data());
+  if (batch != 1 || M != 1 || alpha != 1.0 || beta != 0.0 || B.row_major || (A.cs != 1 && K > 1)) return false;
+  thread_local std::vector<float> x, y;
+  x.resize(static_cast<size_t>(K));
+  y.resize(static_cast<size_t>(N));
+  convert_bf16_to_f32(reinterpret_cast<const uint16_t*>(mat_at<BFloat16>(A, 0)), x.data(), K);
+  gemv_rows_bf16(reinterpret_cast<const uint16_t*>(mat_at<BFloat16>(B, 0)), B.ld, N, K, x.data(), y.data());
   auto* out = c.data<BFloat16>();
   const auto* b = static_cast<const BFloat16*>(bias);
   for (int64_t n = 0; n < N; ++n) out[n] = BFloat16(b ? y[size_t(n)] + float(b[n * bias_stride]) : y[size_t(n)]);
