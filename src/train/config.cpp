@@ -162,26 +162,38 @@ size_t check_multiline_backslash(const std::string& text, size_t i, size_t& line
   return j - 1;
 }
 
-// A quote opens a string only where TOML puts one: at the start of a line or after whitespace, '=',
-// '[', '{', ',' or '.'. Anywhere else ("1\"x\"", "2\"\"2x") toml++ reads on through the token, so
-// a non-ASCII character there must be refused like any other in code (toml++'s value scanner
-// reached an unreachable branch on one: found twice by the train_toml fuzzer, the second time
-// after a quote glued to a quote that was glued to a number). Valid TOML has no quote elsewhere.
-bool opens_string(const std::string& text, size_t i) {
-  if (i == 0) return true;
-  const char p = text[i - 1];
-  return p == ' ' || p == '\t' || p == '\r' || p == '\n' || p == '=' || p == '[' || p == '{' || p == ',' || p == '.';
-}
-
+// Where a quote opens a string for toml++, and so where a non-ASCII character may stand: toml++
+// 3.3's whitespace test reaches an unreachable branch on U+00A1-U+049A and U+FBC6-U+FEFE (its
+// generated table leaves those ranges to a switch with no case for them), and it runs that test
+// on every character outside strings and comments it scans, so each non-ASCII one there is refused
+// first. In a key (before a line's first '=') a quote opens a string at the start of a line or after
+// whitespace, '[', '{', ',' or '.'. In a value a bare token ("0.1%'x'V='y'", "1['z']") runs on to
+// whitespace, ',', ']', '}' or '#' whatever it holds, quotes, brackets and '=' included, so a quote
+// opens a string only where no token is under way; an array or inline table keeps the value going
+// past line ends. The train_toml fuzzer found each hole in turn ("1\"x\"", "2\"\"2", "0.1%''V='").
+// Valid TOML is read as toml++ reads it, but for a non-ASCII quoted key glued to an inline table's
+// '=' ("{a='x'}" counts as a token): refused, as the trainer's ASCII keys would be anyway.
 void check_toml_before_parsing(const std::string& text, const std::string& path) {
   enum class In { Code, Basic, Literal, MultiBasic, MultiLiteral, Comment } in = In::Code;
   size_t lineno = 1;
+  bool in_value = false;  // after the line's '=' (or inside an array / inline table it opened)
+  bool in_token = false;  // in a value, inside a bare token
+  int depth = 0;          // open arrays and inline tables of the value
   auto at = [&](size_t i, std::string_view s) { return text.compare(i, s.size(), s) == 0; };
+  auto key_quote_opens = [&](size_t i) {
+    if (i == 0) return true;
+    const char p = text[i - 1];
+    return p == ' ' || p == '\t' || p == '\r' || p == '\n' || p == '[' || p == '{' || p == ',' || p == '.';
+  };
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (c == '\n') {
       ++lineno;
       if (in == In::Comment || in == In::Basic || in == In::Literal) in = In::Code;  // (unterminated: toml++ says so)
+      if (in == In::Code) {
+        in_token = false;
+        if (depth == 0) in_value = false;
+      }
       continue;
     }
     switch (in) {
@@ -196,27 +208,47 @@ void check_toml_before_parsing(const std::string& text, const std::string& path)
         } else if (in == In::MultiBasic ? at(i, "\"\"\"") : c == '"') {
           if (in == In::MultiBasic) i += 2;
           in = In::Code;
+          in_token = in_value;  // whatever is glued to a closing quote is no new string
         }
         continue;
       case In::Literal:
       case In::MultiLiteral:
-        if (in == In::MultiLiteral ? at(i, "'''") : c == '\'') {
+        if (in == In::MultiLiteral ? at(i, "\'\'\'") : c == '\'') {
           if (in == In::MultiLiteral) i += 2;
           in = In::Code;
+          in_token = in_value;
         }
         continue;
       case In::Code:
         break;
     }
-    if (c == '#') {
-      in = In::Comment;
-    } else if ((c == '"' || c == '\'') && opens_string(text, i)) {
-      const bool multi = at(i, c == '"' ? "\"\"\"" : "'''");
-      in = c == '"' ? (multi ? In::MultiBasic : In::Basic) : (multi ? In::MultiLiteral : In::Literal);
-      if (multi) i += 2;
-    } else if (static_cast<unsigned char>(c) >= 0x80) {
+    if (static_cast<unsigned char>(c) >= 0x80)
       raise<IOError>("{}: line {}: a non-ASCII character outside a string or comment (keys are ASCII)", path,
                      lineno);
+    const bool quote = c == '"' || c == '\'';
+    if (c == '#') {
+      in = In::Comment;
+      in_token = false;
+    } else if (!in_value) {
+      if (c == '=') in_value = true;
+      else if (quote && !key_quote_opens(i)) continue;
+    } else if (c == ' ' || c == '\t' || c == '\r' || c == ',' || c == ']' || c == '}') {
+      in_token = false;
+      if ((c == ']' || c == '}') && depth > 0) --depth;
+      continue;
+    } else if (in_token) {
+      continue;  // quotes, brackets and '=' inside a bare token are the token's
+    } else if (c == '[' || c == '{') {
+      ++depth;
+      continue;
+    } else if (!quote) {
+      in_token = true;
+      continue;
+    }
+    if (quote && in == In::Code) {
+      const bool multi = at(i, c == '"' ? "\"\"\"" : "\'\'\'");
+      in = c == '"' ? (multi ? In::MultiBasic : In::Basic) : (multi ? In::MultiLiteral : In::Literal);
+      if (multi) i += 2;
     }
   }
 }

@@ -116,6 +116,34 @@ TEST(Trainer, BadConfigsAreClear) {
   EXPECT_THROW(train::load_train_config(p), ValueError);
 }
 
+// toml++ 3.3 aborts on some non-ASCII characters outside strings (U+00E9 and U+FEF6 among them):
+// the pre-parse check refuses those, and must still read such characters inside strings and
+// comments wherever TOML puts them.
+TEST(Trainer, NonAsciiTomlOutsideStringsIsRefusedInsideIsRead) {
+  const std::string p = ::testing::TempDir() + "/unicode.toml";
+  for (const char* ok : {"[track]\nname = \"\xc3\x9c" "berlauf \xef\xbb\xb6\" # caf\xc3\xa9\n",
+                         "[track]\nname='\xc3\xa9t\xc3\xa9'\n",
+                         "[track]\nname = \"\"\"\n\xc3\xa9\n\"\"\"\n",
+                         "[track]\n\"name\" = '''\xc3\xa9'''\n"}) {
+    SCOPED_TRACE(ok);
+    std::ofstream(p, std::ios::trunc) << ok;
+    EXPECT_NO_THROW(train::load_train_config(p));
+  }
+  for (const char* bad : {"[track]\nname = 1\"\xc3\xa9\"\n", "[track]\nname = 2\"\"2\xef\xbb\xb6\n",
+                          "[track]\nname = 0.1%''V='\xc6\xbb'\n", "[track]\nname = 1['\xc3\xa9']\n",
+                          "[track]\nname = [\n  1%'\xc3\xa9',\n]\n", "[track]\nname = 'x'\xc3\xa9\n",
+                          "[track]\nn\xc3\xa4me = 1\n"}) {
+    SCOPED_TRACE(bad);
+    std::ofstream(p, std::ios::trunc) << bad;
+    try {
+      train::load_train_config(p);
+      ADD_FAILURE() << "accepted";
+    } catch (const IOError& e) {
+      EXPECT_NE(std::string(e.what()).find("non-ASCII character outside a string"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // transformers' DataCollatorForLanguageModeling: 15% of the tokens chosen, of those 80% [MASK],
 // 10% a random id, 10% unchanged; labels the chosen ids, -100 elsewhere; reproducible per generator.
 TEST(Train, MaskTokensFollowsTheCollatorsProportions) {
