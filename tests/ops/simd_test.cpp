@@ -4,6 +4,7 @@
 #include <hwy/targets.h>
 
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -13,6 +14,8 @@
 
 #include "foundry/core/numeric.h"
 #include "foundry/core/parallel.h"
+#include "foundry/ops/ops.h"
+#include "foundry/core/tensor.h"
 #include "kernels/cpu/binary.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/unary.h"
@@ -589,3 +592,43 @@ TEST_P(EachTarget, GemvManyEqualsGemvPerMatrix) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, EachTarget, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), target_name);
+
+// Row and column broadcasts over a matrix run as blocks of rows in one SIMD call
+// (kernels/cpu/binary.cpp simd_rows): each element against the scalar formula, float and double,
+// row counts that split unevenly over the threads, and a transposed operand (the run-per-row path).
+TEST_P(EachTarget, BinaryRowBlocksMatchTheScalarFormula) {
+  using namespace foundry;
+  manual_seed(3);
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 19}, {1031, 64}, {5, 3000}}) {
+      Tensor m = randn({rows, cols}).to(dt), row = randn({cols}).to(dt), col = randn({rows, 1}).to(dt);
+      Tensor mt = randn({cols, rows}).to(dt).t();
+      struct Case {
+        Tensor got;
+        Tensor a, b;
+        std::function<double(double, double)> f;
+        double tol;
+      };
+      std::vector<Case> cases = {
+          {add(m, row), m, row, [](double x, double y) { return x + y; }, 0},
+          {add(m, row, 2.5), m, row, [](double x, double y) { return x + 2.5 * y; }, 1e-6},
+          {sub(col, m), col, m, [](double x, double y) { return x - y; }, 0},
+          {mul(m, col), m, col, [](double x, double y) { return x * y; }, 0},
+          {div(row, m), row, m, [](double x, double y) { return x / y; }, 0},
+          {maximum(mt, row), mt, row, [](double x, double y) { return std::max(x, y); }, 0},
+          {fmod(m, row), m, row, [](double x, double y) { return std::fmod(x, y); }, 1e-6}};
+      for (size_t c = 0; c < cases.size(); ++c) {
+        Tensor a = cases[c].a.expand({rows, cols}).to(DType::Float64).contiguous();
+        Tensor b = cases[c].b.expand({rows, cols}).to(DType::Float64).contiguous();
+        std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+        std::vector<double> got = cases[c].got.to(DType::Float64).contiguous().to_vector<double>();
+        for (size_t i = 0; i < got.size(); ++i) {
+          double want = cases[c].f(av[i], bv[i]);
+          if (dt == DType::Float32) want = double(float(want));
+          ASSERT_NEAR(got[i], want, cases[c].tol * (1 + std::fabs(want)) + (dt == DType::Float32 && cases[c].tol == 0 ? 0 : 1e-12))
+              << dtype_name(dt) << " " << rows << "x" << cols << " case " << c << " at " << i;
+        }
+      }
+    }
+  }
+}

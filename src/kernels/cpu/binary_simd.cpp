@@ -14,8 +14,9 @@ namespace foundry::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// One run of n.
 template <class D, class F>
-HWY_INLINE void Loop(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TFromD<D>* out, int64_t n,
+HWY_INLINE void Run(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TFromD<D>* out, int64_t n,
                      bool a_scalar, bool b_scalar, bool stream_hint, F f) {
   using T = hn::TFromD<D>;
   const int64_t N = int64_t(hn::Lanes(d));
@@ -55,31 +56,41 @@ HWY_INLINE void Loop(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TF
   }
 }
 
+// `rows` runs (BinaryRows), in one call: a row broadcast over a matrix paid a dispatch, the op's
+// switch and the loop's setup per row.
+template <class D, class F>
+HWY_INLINE void Loop(D d, const hn::TFromD<D>* a, const hn::TFromD<D>* b, hn::TFromD<D>* out, int64_t n,
+                     bool a_scalar, bool b_scalar, bool stream_hint, const BinaryRows& rows, F f) {
+  for (int64_t r = 0; r < rows.rows; ++r, a += rows.a, b += rows.b, out += rows.out)
+    Run(d, a, b, out, n, a_scalar, b_scalar, stream_hint, f);
+}
+
 template <typename T>
-bool BinaryImpl(BinaryOp op, const T* a, const T* b, T* out, int64_t n, bool as, bool bs, T alpha, bool st) {
+bool BinaryImpl(BinaryOp op, const T* a, const T* b, T* out, int64_t n, bool as, bool bs, T alpha, bool st,
+                const BinaryRows& rows) {
   const hn::ScalableTag<T> d;
   using V = hn::Vec<decltype(d)>;
   const V valpha = hn::Set(d, alpha);
   switch (op) {
     case BinaryOp::Add:
-      if (alpha == T(1)) Loop(d, a, b, out, n, as, bs, st, [](V x, V y) { return hn::Add(x, y); });
-      else Loop(d, a, b, out, n, as, bs, st, [&](V x, V y) { return hn::MulAdd(y, valpha, x); });
+      if (alpha == T(1)) Loop(d, a, b, out, n, as, bs, st, rows, [](V x, V y) { return hn::Add(x, y); });
+      else Loop(d, a, b, out, n, as, bs, st, rows, [&](V x, V y) { return hn::MulAdd(y, valpha, x); });
       return true;
     case BinaryOp::Sub:
-      if (alpha == T(1)) Loop(d, a, b, out, n, as, bs, st, [](V x, V y) { return hn::Sub(x, y); });
-      else Loop(d, a, b, out, n, as, bs, st, [&](V x, V y) { return hn::NegMulAdd(y, valpha, x); });
+      if (alpha == T(1)) Loop(d, a, b, out, n, as, bs, st, rows, [](V x, V y) { return hn::Sub(x, y); });
+      else Loop(d, a, b, out, n, as, bs, st, rows, [&](V x, V y) { return hn::NegMulAdd(y, valpha, x); });
       return true;
-    case BinaryOp::Mul: Loop(d, a, b, out, n, as, bs, st, [](V x, V y) { return hn::Mul(x, y); }); return true;
-    case BinaryOp::Div: Loop(d, a, b, out, n, as, bs, st, [](V x, V y) { return hn::Div(x, y); }); return true;
+    case BinaryOp::Mul: Loop(d, a, b, out, n, as, bs, st, rows, [](V x, V y) { return hn::Mul(x, y); }); return true;
+    case BinaryOp::Div: Loop(d, a, b, out, n, as, bs, st, rows, [](V x, V y) { return hn::Div(x, y); }); return true;
     case BinaryOp::Maximum:
       // NaN-propagating: a NaN in either operand gives NaN.
-      Loop(d, a, b, out, n, as, bs, st, [&](V x, V y) {
+      Loop(d, a, b, out, n, as, bs, st, rows, [&](V x, V y) {
         auto nan = hn::Or(hn::IsNaN(x), hn::IsNaN(y));
         return hn::IfThenElse(nan, hn::Add(x, y), hn::Max(x, y));
       });
       return true;
     case BinaryOp::Minimum:
-      Loop(d, a, b, out, n, as, bs, st, [&](V x, V y) {
+      Loop(d, a, b, out, n, as, bs, st, rows, [&](V x, V y) {
         auto nan = hn::Or(hn::IsNaN(x), hn::IsNaN(y));
         return hn::IfThenElse(nan, hn::Add(x, y), hn::Min(x, y));
       });
@@ -87,13 +98,13 @@ bool BinaryImpl(BinaryOp op, const T* a, const T* b, T* out, int64_t n, bool as,
     case BinaryOp::GeluBackward:
       // a is the incoming gradient, b the input x. Non-finite x takes the scalar path.
       if constexpr (sizeof(T) == 4) {
-        Loop(d, a, b, out, n, as, bs, st, [&](V g, V x) { return hn::Mul(g, GeluGradF(d, x)); });
+        Loop(d, a, b, out, n, as, bs, st, rows, [&](V g, V x) { return hn::Mul(g, GeluGradF(d, x)); });
         return true;
       }
       return false;
     case BinaryOp::GeluTanhBackward:
       if constexpr (sizeof(T) == 4) {
-        Loop(d, a, b, out, n, as, bs, st, [&](V g, V x) { return hn::Mul(g, GeluTanhGradF(d, x)); });
+        Loop(d, a, b, out, n, as, bs, st, rows, [&](V g, V x) { return hn::Mul(g, GeluTanhGradF(d, x)); });
         return true;
       }
       return false;
@@ -103,12 +114,12 @@ bool BinaryImpl(BinaryOp op, const T* a, const T* b, T* out, int64_t n, bool as,
 }
 
 bool BinaryF32(BinaryOp op, const float* a, const float* b, float* out, int64_t n, bool as, bool bs, float alpha,
-               bool st) {
-  return BinaryImpl<float>(op, a, b, out, n, as, bs, alpha, st);
+               bool st, const BinaryRows& rows) {
+  return BinaryImpl<float>(op, a, b, out, n, as, bs, alpha, st, rows);
 }
 bool BinaryF64(BinaryOp op, const double* a, const double* b, double* out, int64_t n, bool as, bool bs,
-               double alpha, bool st) {
-  return BinaryImpl<double>(op, a, b, out, n, as, bs, alpha, st);
+               double alpha, bool st, const BinaryRows& rows) {
+  return BinaryImpl<double>(op, a, b, out, n, as, bs, alpha, st, rows);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -120,12 +131,12 @@ namespace foundry::kernels {
 HWY_EXPORT(BinaryF32);
 HWY_EXPORT(BinaryF64);
 bool binary_simd_f32(BinaryOp op, const float* a, const float* b, float* out, int64_t n, bool as, bool bs,
-                     float alpha, bool stream) {
-  return HWY_DYNAMIC_DISPATCH(BinaryF32)(op, a, b, out, n, as, bs, alpha, stream);
+                     float alpha, bool stream, BinaryRows rows) {
+  return HWY_DYNAMIC_DISPATCH(BinaryF32)(op, a, b, out, n, as, bs, alpha, stream, rows);
 }
 bool binary_simd_f64(BinaryOp op, const double* a, const double* b, double* out, int64_t n, bool as, bool bs,
-                     double alpha, bool stream) {
-  return HWY_DYNAMIC_DISPATCH(BinaryF64)(op, a, b, out, n, as, bs, alpha, stream);
+                     double alpha, bool stream, BinaryRows rows) {
+  return HWY_DYNAMIC_DISPATCH(BinaryF64)(op, a, b, out, n, as, bs, alpha, stream, rows);
 }
 }  // namespace foundry::kernels
 #endif
