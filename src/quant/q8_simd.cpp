@@ -349,34 +349,6 @@ float DotBF16(const uint8_t* x, const uint8_t* y, int64_t k) {
 #endif
 }
 
-// Rows [r0, r1) of y = W x for f16 weight rows of k values against the f16 activation row widened
-// to float32 once per product (xf): each row one sequential stream, four accumulators (a dot of
-// two f16 rows widened the activation again for every row, 12-18% slower at 1 thread).
-void GemvF16Rows(const uint8_t* w, int64_t r0, int64_t r1, const float* xf, int64_t k, float* y) {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-  const int64_t N = int64_t(hn::Lanes(df));
-  for (int64_t r = r0; r < r1; ++r) {
-    const auto* a = reinterpret_cast<const hwy::float16_t*>(w) + r * k;
-    auto acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
-    int64_t i = 0;
-    for (; i + 4 * N <= k; i += 4 * N) {
-      acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i)), hn::LoadU(df, xf + i), acc0);
-      acc1 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + N)), hn::LoadU(df, xf + i + N), acc1);
-      acc2 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + 2 * N)), hn::LoadU(df, xf + i + 2 * N), acc2);
-      acc3 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + 3 * N)), hn::LoadU(df, xf + i + 3 * N), acc3);
-    }
-    for (; i + N <= k; i += N) acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i)), hn::LoadU(df, xf + i), acc0);
-    float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
-    for (; i < k; ++i) {
-      uint16_t h;
-      std::memcpy(&h, a + i, 2);
-      sum += Half::to_float(h) * xf[i];
-    }
-    y[r] = sum;
-  }
-}
-
 // A float row to q8_0: d = amax / 127 per block, levels x / d rounded. kTiesToEven: to nearest
 // even, as llama.cpp's SIMD quantize_row_q8_0 (activations are not compared byte for byte, and
 // this runs for every product of every decode step); otherwise half away from zero, the
@@ -477,7 +449,6 @@ HWY_EXPORT(DotQ51Q8);
 HWY_EXPORT(DotQ5KQ8K);
 HWY_EXPORT(DotQ6KQ8K);
 HWY_EXPORT(DotBF16);
-HWY_EXPORT(GemvF16Rows);
 HWY_EXPORT(DotNF4Q8);
 HWY_EXPORT(QuantizeRowQ8_0);
 HWY_EXPORT(QuantizeRowQ8_0Exact);
@@ -706,7 +677,7 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
     }
     kernels::convert_f16_to_f32(x16, p.xs.data(), k);
     return {[pp](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-      HWY_DYNAMIC_DISPATCH(GemvF16Rows)(w, r0, r1, pp->xs.data(), pp->k, y);
+      kernels::gemv_rows_f16_range(reinterpret_cast<const uint16_t*>(w), pp->k, r0, r1, pp->k, pp->xs.data(), y);
     }};
   }
   return highway_row_kernel(t, k, xq);

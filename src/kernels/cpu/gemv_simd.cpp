@@ -14,7 +14,10 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <bit>
+#include <type_traits>
 
+#include "foundry/core/numeric.h"
 #include "foundry/core/parallel.h"
 #include "kernels/cpu/gemm.h"
 
@@ -105,31 +108,44 @@ void GemvColsF32(const float* A, int64_t lda, int64_t K, int64_t n0, int64_t n1,
   }
 }
 
-// Rows [r0, r1) of y = A x for bf16 rows (raw bits, lda apart) against a float32 x: each row one
-// sequential stream, widened to float32 (a shift) and multiply-added into four accumulators. On a
-// Zen 5 this streams ~37 GB/s from memory at 1 thread where vdpbf16ps against a bf16 x, four rows
-// at a time with the next rows prefetched, read ~22 (a standalone loop over Llama-110M's matrices;
-// the widening costs nothing beside the memory stream, and x stays float32).
-void GemvRowsBF16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y) {
+// Rows [r0, r1) of y = A x for 16-bit float rows (raw bits, lda apart; H = hwy::bfloat16_t or
+// hwy::float16_t) against a float32 x: each row one sequential stream, widened to float32 (bf16: a
+// shift; f16: vcvtph2ps on x86) and multiply-added into four accumulators. On a Zen 5 the bf16 form
+// streams ~37 GB/s from memory at 1 thread where vdpbf16ps against a bf16 x, four rows at a time
+// with the next rows prefetched, read ~22 (a standalone loop over Llama-110M's matrices; the
+// widening costs nothing beside the memory stream, and x stays float32).
+template <typename H>
+void GemvRows16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y) {
   const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::bfloat16_t, decltype(df)> dbf;
+  const hn::Rebind<H, decltype(df)> dh;
   const int64_t N = int64_t(hn::Lanes(df));
   for (int64_t r = r0; r < r1; ++r) {
-    const auto* a = reinterpret_cast<const hwy::bfloat16_t*>(A + r * lda);
+    const auto* a = reinterpret_cast<const H*>(A + r * lda);
     auto acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
     int64_t i = 0;
     for (; i + 4 * N <= K; i += 4 * N) {
       PrefetchAhead(a + i, 4 * N * sizeof(uint16_t));
-      acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dbf, a + i)), hn::LoadU(df, x + i), acc0);
-      acc1 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dbf, a + i + N)), hn::LoadU(df, x + i + N), acc1);
-      acc2 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dbf, a + i + 2 * N)), hn::LoadU(df, x + i + 2 * N), acc2);
-      acc3 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dbf, a + i + 3 * N)), hn::LoadU(df, x + i + 3 * N), acc3);
+      acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i)), hn::LoadU(df, x + i), acc0);
+      acc1 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + N)), hn::LoadU(df, x + i + N), acc1);
+      acc2 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + 2 * N)), hn::LoadU(df, x + i + 2 * N), acc2);
+      acc3 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + 3 * N)), hn::LoadU(df, x + i + 3 * N), acc3);
     }
-    for (; i + N <= K; i += N) acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dbf, a + i)), hn::LoadU(df, x + i), acc0);
+    for (; i + N <= K; i += N) acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i)), hn::LoadU(df, x + i), acc0);
     float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
-    for (; i < K; ++i) sum += hwy::F32FromBF16(a[i]) * x[i];
+    const uint16_t* bits = A + r * lda;
+    for (; i < K; ++i) {
+      if constexpr (std::is_same_v<H, hwy::bfloat16_t>) sum += std::bit_cast<float>(uint32_t(bits[i]) << 16) * x[i];
+      else sum += Half::to_float(bits[i]) * x[i];
+    }
     y[r] = sum;
   }
+}
+
+void GemvRowsBF16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y) {
+  GemvRows16<hwy::bfloat16_t>(A, lda, r0, r1, K, x, y);
+}
+void GemvRowsF16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y) {
+  GemvRows16<hwy::float16_t>(A, lda, r0, r1, K, x, y);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -141,6 +157,7 @@ namespace foundry::kernels {
 HWY_EXPORT(GemvRowsF32);
 HWY_EXPORT(GemvColsF32);
 HWY_EXPORT(GemvRowsBF16);
+HWY_EXPORT(GemvRowsF16);
 
 namespace {
 // Work per thread chunk: at least ~64K multiply-adds so small products stay on one thread.
@@ -169,6 +186,11 @@ void gemv_rows_f32(const float* A, int64_t lda, int64_t R, int64_t K, const floa
 void gemv_rows_bf16_range(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
                           float* y) {
   HWY_DYNAMIC_DISPATCH(GemvRowsBF16)(A, lda, r0, r1, K, x, y);
+}
+
+void gemv_rows_f16_range(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
+                         float* y) {
+  HWY_DYNAMIC_DISPATCH(GemvRowsF16)(A, lda, r0, r1, K, x, y);
 }
 
 void gemv_rows_bf16(const uint16_t* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y) {
