@@ -615,7 +615,6 @@ struct RowKernel {
   int chunks_per_thread = 4;
 };
 
-// The Highway kernel for t's format (simd_row_dot), or the table's scalar dot where it has none.
 // What a product's row ranges read, one per thread and reused (a product is prepared and run to its
 // end before its thread prepares the next): the kernels' std::functions capture one pointer to it,
 // which they hold without allocating.
@@ -623,7 +622,7 @@ struct PreparedRow {
   const BlockFormatTraits* t = nullptr;
   RowDot dot = nullptr;
   const uint8_t* xb = nullptr;
-  std::vector<float> xs;  // a q8_0 row's block scales as float32; the f16 row widened
+  std::vector<float> xs;  // a q8_0 row's block scales as float32; the f16 / bf16 row widened
   int64_t k = 0, row_bytes = 0;
 };
 
@@ -638,6 +637,7 @@ PreparedRow& prepared_row(const BlockFormatTraits& t, int64_t k, const void* xq)
   return p;
 }
 
+// The Highway kernel for t's format (simd_row_dot), or the table's scalar dot where it has none.
 RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
   PreparedRow& p = prepared_row(t, k, xq);
   const PreparedRow* pp = &p;

@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
-#include <map>
 #include <unordered_map>
 #include <memory>
 #include <string>
