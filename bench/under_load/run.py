@@ -5,7 +5,8 @@ Users run other programs beside ours. With BUSY CPU-bound processes running (def
 `while True: pass`), each workload runs three ways, one process each: quiet with the default
 threads (every core), loaded with 1 thread, loaded with the default threads. The last must be no
 slower than the second: a thread pool whose threads wait for one another collapses when one of
-them loses its core.
+them loses its core. Each loaded figure is the median of BENCH_REPEATS runs (default 3), the two
+thread counts alternating; the quiet one is a single run.
   main job  `foundry train` on examples/shakespeare_char.toml for STEPS steps (default 300; the
             periodic evaluation and the closing sample are turned off, the run starts fresh) against
             the same model, data and optimiser in eager PyTorch (torch_main_job.py): seconds.
@@ -15,6 +16,7 @@ them loses its core.
             and by llama.cpp (`llama-bench -p 128 -n 128` on the same weights as an f32 GGUF written by
             `foundry convert`; left out without ../shared/tools/llama.cpp): tokens/s.
 Usage: /usr/bin/python3 bench/under_load/run.py [BIN_DIR (default build/bin)] [--busy N] [--steps N]
+       (BENCH_REPEATS=N in the environment: loaded runs per figure)
 """
 import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
 _sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
@@ -23,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +42,8 @@ quant = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(quant)  # llama.cpp build, llama-bench runner, tokenizer for the GGUF
 
 PYTHON = "/usr/bin/python3"
+# Loaded figures: the median of this many runs, 1 thread and the default threads alternating.
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 
 
 class Load:
@@ -147,8 +152,12 @@ def main():
     with Load(args.busy):
         for name, _, _, impls in workloads:
             for impl, measure in impls.items():
-                results[(name, impl, "loaded 1")] = measure(1, True)
-                results[(name, impl, "loaded default")] = measure(cores, True)
+                ones, defaults = [], []
+                for r in range(REPEATS):  # alternating, so a change in the host's state hits both
+                    ones.append(measure(1, ("loaded", r)))
+                    defaults.append(measure(cores, ("loaded", r)))
+                results[(name, impl, "loaded 1")] = statistics.median(ones)
+                results[(name, impl, "loaded default")] = statistics.median(defaults)
 
     print(f"| workload | program | quiet, {cores} threads | loaded, 1 thread | loaded, {cores} threads | "
           f"loaded {cores} threads vs loaded 1 thread (goal >= 1.00x) |")
