@@ -325,30 +325,6 @@ float DotNF4Q8(const uint8_t* x, const uint8_t* y, const float* y_scales, const 
   }
 }
 
-// Rows of 16-bit floats: bf16 pairs multiply-added into float32 lanes, f16 widened to float32.
-float DotBF16(const uint8_t* x, const uint8_t* y, int64_t k) {
-#if HWY_TARGET == HWY_SCALAR
-  return detail::dot_bf16(x, y, k);
-#else
-  const hn::ScalableTag<float> df;
-  const hn::Repartition<hwy::bfloat16_t, decltype(df)> dbf;
-  const int64_t N = int64_t(hn::Lanes(dbf));
-  const auto* xb = reinterpret_cast<const hwy::bfloat16_t*>(x);
-  const auto* yb = reinterpret_cast<const hwy::bfloat16_t*>(y);
-  // Two independent pairs of accumulators: one chain of multiply-adds waits on its latency.
-  auto sum0 = hn::Zero(df), sum1 = hn::Zero(df), sum2 = hn::Zero(df), sum3 = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + 2 * N <= k; i += 2 * N) {
-    sum0 = hn::ReorderWidenMulAccumulate(df, hn::LoadU(dbf, xb + i), hn::LoadU(dbf, yb + i), sum0, sum1);
-    sum2 = hn::ReorderWidenMulAccumulate(df, hn::LoadU(dbf, xb + i + N), hn::LoadU(dbf, yb + i + N), sum2, sum3);
-  }
-  for (; i + N <= k; i += N) sum0 = hn::ReorderWidenMulAccumulate(df, hn::LoadU(dbf, xb + i), hn::LoadU(dbf, yb + i), sum0, sum1);
-  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(sum0, sum1), hn::Add(sum2, sum3))));
-  for (; i < k; ++i) sum += hwy::F32FromBF16(xb[i]) * hwy::F32FromBF16(yb[i]);
-  return sum;
-#endif
-}
-
 // A float row to q8_0: d = amax / 127 per block, levels x / d rounded. kTiesToEven: to nearest
 // even, as llama.cpp's SIMD quantize_row_q8_0 (activations are not compared byte for byte, and
 // this runs for every product of every decode step); otherwise half away from zero, the
@@ -448,7 +424,6 @@ HWY_EXPORT(DotQ50Q8);
 HWY_EXPORT(DotQ51Q8);
 HWY_EXPORT(DotQ5KQ8K);
 HWY_EXPORT(DotQ6KQ8K);
-HWY_EXPORT(DotBF16);
 HWY_EXPORT(DotNF4Q8);
 HWY_EXPORT(QuantizeRowQ8_0);
 HWY_EXPORT(QuantizeRowQ8_0Exact);
@@ -546,9 +521,6 @@ RowDot simd_row_dot(BlockFormat f) {
     };
     case BlockFormat::NF4: return [](const uint8_t* a, const uint8_t* b, const float* s, const float*, int64_t n) {
       return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(a, b, s, nf4_codebook(), n);
-    };
-    case BlockFormat::BF16: return [](const uint8_t* a, const uint8_t* b, const float*, const float*, int64_t n) {
-      return HWY_DYNAMIC_DISPATCH(DotBF16)(a, b, n);
     };
     default: return nullptr;
   }
@@ -665,19 +637,14 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
   }
   if (t.format == BlockFormat::F16 || t.format == BlockFormat::BF16) {
     // The activation row widened to float32 once per product, then one stream per row.
+    const bool bf16 = t.format == BlockFormat::BF16;
     PreparedRow& p = prepared_row(t, k, xq);
     p.xs.resize(static_cast<size_t>(k));
-    const auto* x16 = static_cast<const uint16_t*>(xq);
+    (bf16 ? kernels::convert_bf16_to_f32 : kernels::convert_f16_to_f32)(static_cast<const uint16_t*>(xq), p.xs.data(), k);
     const PreparedRow* pp = &p;
-    if (t.format == BlockFormat::BF16) {
-      kernels::convert_bf16_to_f32(x16, p.xs.data(), k);
-      return {[pp](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-        kernels::gemv_rows_bf16_range(reinterpret_cast<const uint16_t*>(w), pp->k, r0, r1, pp->k, pp->xs.data(), y);
-      }};
-    }
-    kernels::convert_f16_to_f32(x16, p.xs.data(), k);
-    return {[pp](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-      kernels::gemv_rows_f16_range(reinterpret_cast<const uint16_t*>(w), pp->k, r0, r1, pp->k, pp->xs.data(), y);
+    const auto rows16 = bf16 ? kernels::gemv_rows_bf16_range : kernels::gemv_rows_f16_range;
+    return {[pp, rows16](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+      rows16(reinterpret_cast<const uint16_t*>(w), pp->k, r0, r1, pp->k, pp->xs.data(), y);
     }};
   }
   return highway_row_kernel(t, k, xq);

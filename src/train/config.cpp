@@ -37,8 +37,6 @@ struct TomlParserInvariant : std::logic_error {
 #include <toml++/toml.h>
 #pragma GCC diagnostic pop
 
-#include <cctype>
-
 #include "foundry/core/error.h"
 #include "foundry/io/atomic_file.h"
 #include "foundry/train/trainer.h"
@@ -213,7 +211,7 @@ void check_toml_before_parsing(const std::string& text, const std::string& path)
         continue;
       case In::Literal:
       case In::MultiLiteral:
-        if (in == In::MultiLiteral ? at(i, "\'\'\'") : c == '\'') {
+        if (in == In::MultiLiteral ? at(i, "'''") : c == '\'') {
           if (in == In::MultiLiteral) i += 2;
           in = In::Code;
           in_token = in_value;
@@ -245,8 +243,8 @@ void check_toml_before_parsing(const std::string& text, const std::string& path)
       in_token = true;
       continue;
     }
-    if (quote && in == In::Code) {
-      const bool multi = at(i, c == '"' ? "\"\"\"" : "\'\'\'");
+    if (quote) {
+      const bool multi = at(i, c == '"' ? "\"\"\"" : "'''");
       in = c == '"' ? (multi ? In::MultiBasic : In::Basic) : (multi ? In::MultiLiteral : In::Literal);
       if (multi) i += 2;
     }

@@ -243,9 +243,8 @@ bool try_simd(BinaryOp op, char** data, const int64_t* s, int64_t n, T alpha, bo
 
 // Two dimensions left after coalescing, each inner run contiguous or one value (a row or column
 // broadcast over a matrix, a bias added to every row): threads take blocks of whole rows and each
-// block is one call of the SIMD kernel, not one per row (that paid a dispatch and the loop's setup
-// per row; [2048, 2048] + [2048] at 2 threads ran ~7% behind PyTorch's). False where it does not
-// apply, before any work.
+// block is one call of the SIMD kernel, not one per row (each paid a dispatch, the op's switch and
+// the loop's setup). False where it does not apply, before any work.
 template <typename T>
 bool simd_rows(BinaryOp op, const StridedLoop& loop, T alpha, bool stream) {
   constexpr int64_t w = sizeof(T);

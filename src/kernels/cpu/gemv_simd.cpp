@@ -44,9 +44,8 @@ HWY_INLINE void PrefetchAhead(const void* p, size_t bytes) {
 }
 
 // Rows [r0, r1) of y = alpha * A x + beta * y (+ bias): each row one sequential stream into four
-// accumulators, the stream prefetched ahead (PrefetchAhead). `rows` (the matrix's) is unused: the
-// prefetch runs on into the next rows whatever they are.
-void GemvRowsF32(const float* A, int64_t lda, int64_t r0, int64_t r1, int64_t /*rows*/, int64_t K, const float* x,
+// accumulators, the stream prefetched ahead (PrefetchAhead, which runs on into the next rows).
+void GemvRowsF32(const float* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
                  float* y, float alpha, float beta, const float* bias) {
   const hn::ScalableTag<float> d;
   const int64_t N = int64_t(hn::Lanes(d));
@@ -173,13 +172,13 @@ constexpr int kGemvChunksPerThread = 16;
 void gemv_rows_f32(const float* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y, float alpha,
                    float beta, const float* bias) {
   if (R * K <= kGemvGrainMacs) {  // as before the finer chunks: small products stay on one thread
-    HWY_DYNAMIC_DISPATCH(GemvRowsF32)(A, lda, 0, R, R, K, x, y, alpha, beta, bias);
+    HWY_DYNAMIC_DISPATCH(GemvRowsF32)(A, lda, 0, R, K, x, y, alpha, beta, bias);
     return;
   }
   int64_t grain = std::max<int64_t>(4, kGemvGrainRowMacs / std::max<int64_t>(K, 1));
   grain = (grain + 3) / 4 * 4;
   parallel_for(0, R, grain, kGemvChunksPerThread, [&](int64_t b, int64_t e) {
-    HWY_DYNAMIC_DISPATCH(GemvRowsF32)(A, lda, b, e, R, K, x, y, alpha, beta, bias);
+    HWY_DYNAMIC_DISPATCH(GemvRowsF32)(A, lda, b, e, K, x, y, alpha, beta, bias);
   });
 }
 
