@@ -39,9 +39,9 @@ CLASSES = [
              r"pvm_|kmem_|memset|_dl_relocate|native_set_pmd|__madvise"),
     ("products", r"dot_rows|vnni_rows|GemvF16Rows|dot4_bf16|dot_bf16_row|GemvRowsF32|gemv|Gemv|::prepare|QuantizeRow|"
                  r"quantize_row|DotQ|Dot4|dot4|q4_K_rows|dot_q4_K|Q4K|q8_K|Q8K|gemm|run_rows"),
-    ("attention", r"Tile<|DecodeAttention|decode_attention|streaming_attention|append_and_attend|store_rows|"
+    ("attention", r"Tile<|top12|DecodeAttention|decode_attention|streaming_attention|append_and_attend|store_rows|"
                   r"ConvertF32ToF16|ConvertF32ToBF16|__expf|Half::from_float"),
-    ("small kernels", r"RmsNorm|rms_norm|rope_rows|RopeRows|silu_mul|SiluMul|binary_kernel|BinaryImpl|Run<hwy|"
+    ("small kernels", r"RmsNorm|rms_norm|residual_add|UnaryImpl|rope_rows|RopeRows|silu_mul|SiluMul|binary_kernel|BinaryImpl|Run<hwy|"
                       r"choose_token|first_max_index|argmax|embedding|Embedding|index_select|Softmax|RowSum|AddRms|Rope"),
     ("pool", r"Pool::|parallel_for|sched_yield|futex|WaitFor|pthread_mutex|lll_mutex"),
 ]

@@ -112,6 +112,12 @@ std::vector<float> log_softmax_row(const float* x, int64_t n) {
 struct Batch {
   int64_t rows = 0, width = 0;
   std::vector<int64_t> ids, mask;
+  /// The attention mask, or none when no row is padded: a mask of ones means no mask (as in HF),
+  /// and without one a decode step neither grows nor compares it.
+  Tensor mask_tensor() const {
+    if (std::all_of(mask.begin(), mask.end(), [](int64_t m) { return m == 1; })) return Tensor();
+    return tensor<int64_t>(mask, {rows, width});
+  }
 };
 
 // Left-pads `prompts` (each repeated `copies` times) so every row's last token shares a column.
@@ -188,7 +194,7 @@ GenerationResult beam_search(CausalLM& model, const std::vector<std::vector<int6
   const int64_t R = batch.rows;
   GenerationResult res;
   KVCache cache = model.make_cache(R, batch.width + cfg.max_new_tokens);
-  Tensor mask = tensor<int64_t>(batch.mask, {R, batch.width});
+  Tensor mask = batch.mask_tensor();
   auto t0 = std::chrono::steady_clock::now();
   Tensor logits = model.forward(tensor<int64_t>(batch.ids, {R, batch.width}), mask, &cache, 1);
   res.prefill_seconds = seconds_since(t0);
@@ -257,7 +263,7 @@ GenerationResult beam_search(CausalLM& model, const std::vector<std::vector<int6
     cache.reorder(next_rows);
     ++generated;
     if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }) || generated >= cfg.max_new_tokens) break;
-    mask = cat({mask, ones({R, 1}, DType::Int64)}, 1);
+    if (mask.defined()) mask = cat({mask, ones({R, 1}, DType::Int64)}, 1);
     logits = model.forward(tensor<int64_t>(next_tokens, {R, 1}), mask, &cache, 1);
     res.decode_steps++;
   }
@@ -437,7 +443,7 @@ GenerationResult sample_rows(CausalLM& model, const std::vector<std::vector<int6
     input = tensor<int64_t>(rest, {1, int64_t(rest.size())});
     reuse->tokens.insert(reuse->tokens.end(), rest.begin(), rest.end());
   } else {
-    mask = tensor<int64_t>(batch.mask, {B, batch.width});
+    mask = batch.mask_tensor();
     input = tensor<int64_t>(batch.ids, {B, batch.width});
   }
   auto t0 = std::chrono::steady_clock::now();

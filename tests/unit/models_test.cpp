@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <filesystem>
@@ -287,6 +288,60 @@ TEST(Models, FusedHalfStepsEqualThePerOpPath) {
     // float32 tables are rounded to x's dtype first, as apply_rope does.
     Tensor per_op_f32 = hf::apply_rope(hf::split_heads(x, heads), cos(angles), sin(angles)).transpose(1, 2).reshape({B, T, C});
     EXPECT_TRUE(same_bits(hf::rope_rows_(x.clone(), heads, cos(angles), sin(angles)), per_op_f32));
+  }
+}
+
+// The decode step's direct calls (no op dispatch): the residual add in place, the RMS norm through
+// the op's kernel and the rotary tables written straight out give the ops' own bits.
+TEST(Models, DecodeStepDirectCallsEqualTheOps) {
+  namespace hf = models::hf;
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.dtype() == b.dtype() && a.sizes() == b.sizes() &&
+           std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), size_t(a.nbytes())) == 0;
+  };
+  manual_seed(5);
+  for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t C = 96;
+    Tensor h = (randn({2, 3, C}) * 3).to(dt), delta = randn({2, 3, C}).to(dt), w = (randn({C}) + 1).to(dt);
+    Tensor in_place = h.clone();
+    const void* storage = in_place.data_ptr();
+    Tensor sum = hf::residual_add_(in_place, delta);
+    EXPECT_EQ(sum.data_ptr(), storage);
+    EXPECT_TRUE(same_bits(sum, h + delta));
+    EXPECT_TRUE(same_bits(hf::rms_norm_rows(h, w, 1e-5), rms_norm(h, {C}, w, 1e-5)));
+    // A weight of another dtype goes through the op (which casts it).
+    EXPECT_TRUE(same_bits(hf::rms_norm_rows(h, w.to(DType::Float64), 1e-5), rms_norm(h, {C}, w.to(DType::Float64), 1e-5)));
+  }
+  // A non-contiguous delta: the add op's broadcasting path, same values.
+  Tensor h = randn({4, 8}), delta = randn({8, 4}).t();
+  Tensor expect = h + delta;
+  EXPECT_TRUE(same_bits(hf::residual_add_(h, delta), expect));
+
+  // The tables against HF's formula as tensor ops: inv_freq = 1 / base ** (arange(0, rot, 2) / rot)
+  // in float32 (divided by the factor for "linear"), freqs = positions.float() * inv_freq,
+  // cos / sin of cat(freqs, freqs).
+  for (const std::string rope_type : {"", "linear"}) {
+    SCOPED_TRACE(rope_type);
+    models::ModelConfig c;
+    c.rope_theta = 500000.0;
+    c.rope_type = rope_type;
+    c.rope_factor = 4.0;
+    const int64_t rot = 32, half = rot / 2;
+    std::vector<float> inv(static_cast<size_t>(half));
+    for (int64_t i = 0; i < half; ++i) {
+      inv[size_t(i)] = float(1.0 / std::pow(c.rope_theta, double(float(2 * i) / float(rot))));
+      if (rope_type == "linear") inv[size_t(i)] = float(inv[size_t(i)] / c.rope_factor);
+    }
+    Tensor positions = tensor<int64_t>({0, 1, 2, 7, 100, 4095}, {2, 3});
+    Tensor freqs = positions.to(DType::Float32).unsqueeze(2) * tensor<float>(inv, {1, 1, half});
+    Tensor emb = cat({freqs, freqs}, 2).unsqueeze(1);
+    for (DType dt : {DType::Float32, DType::BFloat16}) {
+      SCOPED_TRACE(dtype_name(dt));
+      auto [cos_t, sin_t] = hf::rope_tables(c, positions, rot, dt);
+      EXPECT_TRUE(same_bits(cos_t, cos(emb).to(dt)));
+      EXPECT_TRUE(same_bits(sin_t, sin(emb).to(dt)));
+    }
   }
 }
 

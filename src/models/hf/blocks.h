@@ -253,13 +253,20 @@ Tensor rope_heads(const Tensor& x, int64_t heads, const LayerContext& ctx);
 /// h = layer(h), through autograd::checkpoint when the model's gradient checkpointing is on, it
 /// trains and autograd records.
 Tensor checkpointed(const CausalLM& model, const std::function<Tensor(const Tensor&)>& layer, const Tensor& h);
+/// Whether checkpointed() recomputes in backward (checkpointing on, training, grad enabled).
+bool checkpoints(const CausalLM& model);
 
 /// Every layer over h in turn (layer->forward(h, ctx, index), each checkpointed when enabled), then
 /// the cache advanced and the last `last_positions` positions kept (end_layers).
 template <class Layer>
 Tensor run_layers(const CausalLM& model, const std::vector<std::shared_ptr<Layer>>& layers, const LayerContext& ctx,
                   Tensor h, int64_t last_positions) {
+  const bool recompute = checkpoints(model);
   for (size_t i = 0; i < layers.size(); ++i) {
+    if (!recompute) {  // a plain call: the closure below copies the context and allocates, every layer of every token
+      h = layers[i]->forward(h, ctx, int64_t(i));
+      continue;
+    }
     std::shared_ptr<Layer> layer = layers[i];
     h = checkpointed(model, [layer, ctx, i](const Tensor& x) { return layer->forward(x, ctx, int64_t(i)); }, h);
   }

@@ -60,8 +60,12 @@ CausalLMOutput CausalLM::operator()(const Tensor& input_ids, const Tensor& atten
 
 namespace hf {
 
+bool checkpoints(const CausalLM& model) {
+  return model.gradient_checkpointing() && model.is_training() && autograd::is_grad_enabled();
+}
+
 Tensor checkpointed(const CausalLM& model, const std::function<Tensor(const Tensor&)>& layer, const Tensor& h) {
-  if (!model.gradient_checkpointing() || !model.is_training() || !autograd::is_grad_enabled()) return layer(h);
+  if (!checkpoints(model)) return layer(h);
   // The first pass runs without recording, where blocks may update their input in place (the
   // fused residual + norm): give them a copy, so the input saved for the recomputation stays intact.
   return autograd::checkpoint(

@@ -19,6 +19,7 @@
 #include "foundry/quant/block_formats.h"
 #include "models/hf/quantized_checkpoint.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/norm.h"
 #include "kernels/cpu/unary.h"
 #include "quant/q8_kernels.h"
 
@@ -349,10 +350,23 @@ std::pair<Tensor, Tensor> rope_tables(const ModelConfig& c, const Tensor& positi
     }
     inv[size_t(i)] = f;
   }
-  Tensor inv_freq = tensor<float>(inv, {1, 1, half});
-  Tensor freqs = positions.to(DType::Float32).unsqueeze(2) * inv_freq;  // [B, T, half]
-  Tensor emb = cat({freqs, freqs}, 2).unsqueeze(1);                      // [B, 1, T, rot]
-  return {cos(emb).to(dtype), sin(emb).to(dtype)};
+  // HF's cos / sin of cat(freqs, freqs) with freqs = positions.float() * inv_freq, [B, 1, T, rot],
+  // written straight into the tables: the same float products and the cos / sin ops' own kernels
+  // (the same bits), without the six tensor ops a decode step ran for them.
+  const Tensor pos = positions.to(DType::Int64).contiguous();
+  const int64_t* p = pos.data<int64_t>();
+  const int64_t rows = pos.numel();
+  Tensor cos_t = empty({positions.size(0), 1, positions.size(1), rot_dim}, DType::Float32);
+  Tensor sin_t = empty({positions.size(0), 1, positions.size(1), rot_dim}, DType::Float32);
+  float* cp = cos_t.data<float>();
+  float* sp = sin_t.data<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < half; ++i)
+      cp[r * rot_dim + i] = cp[r * rot_dim + half + i] = float(p[r]) * inv[size_t(i)];
+  std::copy(cp, cp + rows * rot_dim, sp);
+  kernels::unary_f32(kernels::UnaryOp::Cos, cp, cp, rows * rot_dim, {});
+  kernels::unary_f32(kernels::UnaryOp::Sin, sp, sp, rows * rot_dim, {});
+  return {cos_t.to(dtype), sin_t.to(dtype)};
 }
 
 Tensor apply_rope(const Tensor& x, const Tensor& cos_in, const Tensor& sin_in) {
@@ -381,8 +395,7 @@ uint16_t* half_data(Tensor& t) { return static_cast<uint16_t*>(t.data_ptr()); }
 // that round where the per-op path stores a 16-bit result (the same bits as that path; a bf16
 // model's decode step ran ~30 more tensor ops per layer without them, 14% of its 2-thread time).
 
-Tensor add_rms_norm_(Tensor& h, const Tensor& delta, const Tensor& w, double eps) {
-  const int64_t C = h.size(-1);
+Tensor residual_add_(Tensor& h, const Tensor& delta) {
   if (const kernels::HalfConvert* hc = kernels::half_convert(h.dtype()); hc && same_contiguous_rows(h, delta)) {
     uint16_t* hp = half_data(h);
     const uint16_t* dp = half_data(delta);
@@ -396,12 +409,30 @@ Tensor add_rms_norm_(Tensor& h, const Tensor& delta, const Tensor& w, double eps
         hc->narrow(x, hp + i, m);
       }
     });
-    return rms_norm(h, {C}, w, eps);
-  }
-  if (h.dtype() != DType::Float32 || !same_contiguous_rows(h, delta) || w.dtype() != DType::Float32 || !w.is_contiguous()) {
+  } else if (h.dtype() == DType::Float32 && same_contiguous_rows(h, delta)) {
+    float* hp = h.data<float>();
+    const float* dp = delta.data<float>();
+    parallel_for(0, h.numel(), 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hp[i] += dp[i];
+    });
+  } else {
     h = h + delta;
-    return rms_norm(h, {C}, w, eps);
   }
+  return h;
+}
+
+Tensor rms_norm_rows(const Tensor& x, const Tensor& w, double eps) {
+  const int64_t C = w.numel();
+  if (x.dim() == 0 || x.size(-1) != C || w.dim() != 1 || x.dtype() != w.dtype()) return rms_norm(x, {C}, w, eps);
+  Shape stats(x.sizes());
+  stats.back() = 1;
+  return kernels::rms_norm_forward(x, C, w, eps, stats)[0];
+}
+
+Tensor add_rms_norm_(Tensor& h, const Tensor& delta, const Tensor& w, double eps) {
+  const int64_t C = h.size(-1);
+  if (h.dtype() != DType::Float32 || !same_contiguous_rows(h, delta) || w.dtype() != DType::Float32 || !w.is_contiguous())
+    return rms_norm_rows(residual_add_(h, delta), w, eps);
   Tensor out = empty(h.sizes(), DType::Float32);
   float* hp = h.data<float>();
   const float* dp = delta.data<float>();

@@ -182,6 +182,11 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b
 // float32, or Float16 / BFloat16 rounded as the unfused ops round, else the unfused ops):
 /// h += delta in place, then returns rms_norm(h) * w over the last dimension (one pass per row).
 Tensor add_rms_norm_(Tensor& h, const Tensor& delta, const Tensor& w, double eps);
+/// h += delta in place (the residual stream's add, rounded as the add op); returns h.
+Tensor residual_add_(Tensor& h, const Tensor& delta);
+/// rms_norm(x) * w over the last dimension: the rms_norm op's kernel without the dispatcher (two
+/// dispatch levels, ~1.9 us a call in a decode step that runs one or two a layer).
+Tensor rms_norm_rows(const Tensor& x, const Tensor& w, double eps);
 /// silu(g) * u, written over g (a temporary of the caller).
 Tensor silu_mul_(Tensor g, const Tensor& u);
 /// Rotary embedding applied in place to x [B, T, heads * D] (projection output, before

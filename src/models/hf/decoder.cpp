@@ -37,7 +37,8 @@ class DecoderLayer : public nn::Module {
   Tensor forward(Tensor h, const LayerContext& ctx, int64_t layer) {
     Tensor x = input_layernorm->forward(h);
     x = post_attention_layernorm->add_and_norm(h, self_attn->forward(x, ctx, layer));  // h += attention
-    return h + (moe ? moe->forward(x) : mlp->forward(x));
+    Tensor delta = moe ? moe->forward(x) : mlp->forward(x);
+    return records(h, delta) ? h + delta : residual_add_(h, delta);
   }
   std::shared_ptr<DecoderAttention> self_attn;
   std::shared_ptr<GatedMLP> mlp;

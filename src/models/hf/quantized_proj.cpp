@@ -326,8 +326,9 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
   out_shape.back() = rows_out;
   Tensor out;
   const PrefillMath math = m > CausalLM::kQuantizedMaxRows ? prefill_math(prefill, t) : PrefillMath::Integer;
-  if (math == PrefillMath::Integer && quant::has_integer_gemm(t)) {
-    // Decode's numbers on every row: integer dot products against the rows quantized as decode does.
+  if (math == PrefillMath::Integer && quant::has_integer_gemm(t) && m > 1) {
+    // Decode's numbers on every row: integer dot products against the rows quantized as decode does
+    // (one row is decode's own call below, without a quantized row allocated per product).
     out = empty(out_shape, DType::Float32);
     const std::vector<uint8_t> xq = quantized_activations(xc, t, m, k);
     quant::gemm_integer(t, w, rows_out, k, xq.data(), m, out.data<float>());
