@@ -104,9 +104,20 @@ struct Engine::Impl {
     worker.join();
   }
 
+  // A request's end is told to its client after the step's stats snapshot (tell_finished), so a
+  // client that saw its request end reads stats() without it (active, blocks in use).
   void finish(Sequence& s, const std::string& reason) {
-    if (s.req.on_finish) s.req.on_finish(reason, int64_t(s.prompt_len), s.cached);
+    if (s.req.on_finish)
+      finished.push_back([done = s.req.on_finish, reason, prompt = int64_t(s.prompt_len), cached = s.cached] {
+        done(reason, prompt, cached);
+      });
   }
+  void tell_finished() {
+    std::vector<std::function<void()>> now;
+    now.swap(finished);
+    for (auto& f : now) f();
+  }
+  std::vector<std::function<void()>> finished;
 
   // Frees blocks only the prefix cache holds, least recently used first, until `need` are free.
   bool make_room(int64_t need) {
@@ -286,8 +297,11 @@ struct Engine::Impl {
             break;
           }
       step();
-      std::lock_guard<std::mutex> lock(mu);
-      snapshot();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        snapshot();
+      }
+      tell_finished();
     }
     std::vector<std::unique_ptr<Sequence>> left;
     {
@@ -300,6 +314,11 @@ struct Engine::Impl {
     for (auto& s : active) finish(*s, "cancelled"), cache.remove_sequence(s->id);
     for (auto& s : left) finish(*s, "cancelled");
     active.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      snapshot();
+    }
+    tell_finished();
   }
 
   // The numbers stats() reports, copied under the mutex (the worker owns what they count).

@@ -106,6 +106,32 @@ TEST(ServeEngine, ConcurrentGreedyRequestsEqualEachRunAlone) {
   EXPECT_EQ(st.kv_blocks_used, st.kv_blocks_cached);
 }
 
+// A client told that its request ended reads stats() without it: the end is told after the
+// step's snapshot (read in the callback itself, as a server's handler may).
+TEST(ServeEngine, StatsNoLongerCountARequestWhenItsEndIsTold) {
+  serve::Engine engine(*model(), serve::EngineOptions{});
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  serve::EngineStats seen;
+  serve::Request r;
+  r.prompt = {7, 8, 9, 10};
+  r.sampling.max_new_tokens = 3;
+  r.on_finish = [&](const std::string&, int64_t, int64_t) {
+    serve::EngineStats st = engine.stats();
+    std::lock_guard<std::mutex> lock(mu);
+    seen = st;
+    done = true;
+    cv.notify_all();
+  };
+  ASSERT_GE(engine.submit(std::move(r)), 0);
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
+  EXPECT_EQ(seen.active, 0);
+  EXPECT_EQ(seen.generated_tokens, 3);
+  EXPECT_EQ(seen.kv_blocks_used, seen.kv_blocks_cached);
+}
+
 TEST(ServeEngine, CancellationQueueLimitAndBadPrompts) {
   serve::EngineOptions o;
   o.parallel = 1;

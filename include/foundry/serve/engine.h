@@ -57,7 +57,7 @@ struct Request {
   /// Called after each token with the generated tokens; true ends the request with "stop" (stop strings).
   std::function<bool(const std::vector<int64_t>&)> should_stop;
   /// Exactly once: "stop", "length", "cancelled" or "error: ..." and the numbers of prompt tokens and
-  /// prompt tokens served from the prefix cache.
+  /// prompt tokens served from the prefix cache; by then stats() no longer counts the request active.
   std::function<void(const std::string& finish_reason, int64_t prompt_tokens, int64_t cached_tokens)> on_finish;
 };
 

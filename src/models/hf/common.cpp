@@ -18,6 +18,7 @@
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
 #include "models/hf/quantized_checkpoint.h"
+#include "kernels/cpu/binary.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/unary.h"
@@ -352,7 +353,7 @@ std::pair<Tensor, Tensor> rope_tables(const ModelConfig& c, const Tensor& positi
   }
   // HF's cos / sin of cat(freqs, freqs) with freqs = positions.float() * inv_freq, [B, 1, T, rot],
   // written straight into the tables: the same float products and the cos / sin ops' own kernels
-  // (the same bits), without the six tensor ops a decode step ran for them.
+  // (the same bits), without the five tensor ops a decode step ran for them.
   const Tensor pos = positions.to(DType::Int64).contiguous();
   const int64_t* p = pos.data<int64_t>();
   const int64_t rows = pos.numel();
@@ -412,8 +413,8 @@ Tensor residual_add_(Tensor& h, const Tensor& delta) {
   } else if (h.dtype() == DType::Float32 && same_contiguous_rows(h, delta)) {
     float* hp = h.data<float>();
     const float* dp = delta.data<float>();
-    parallel_for(0, h.numel(), 4096, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) hp[i] += dp[i];
+    parallel_for(0, h.numel(), 4096, [&](int64_t b, int64_t e) {  // the add op's SIMD kernel (Add has one), in place
+      kernels::binary_simd_f32(kernels::BinaryOp::Add, hp + b, dp + b, hp + b, e - b, false, false, 1.f);
     });
   } else {
     h = h + delta;
