@@ -260,6 +260,46 @@ TEST(Gemm, PerThreadBlocks) {
   }
 }
 
+// A Linear's product (B stored as [N, K]) cut into per-thread column blocks gives the bits of the
+// whole product: each block is computed into a dense buffer (a strided one picked another kernel,
+// with other last bits). So the cut may follow the pool's load, and results do not depend on the
+// thread count. Bias, beta and batches must still land in their columns.
+TEST(Gemm, ColumnBlocksKeepTheWholeProductsBits) {
+  struct Case {
+    int64_t M, K, N;
+  };
+  for (Case c : {Case{128, 768, 768}, Case{64, 300, 520}, Case{7, 768, 2048}, Case{33, 130, 4000}}) {
+    Tensor x = rnd({c.M, c.K}, DType::Float32), w = rnd({c.N, c.K}, DType::Float32);
+    Tensor bias = rnd({c.N}, DType::Float32), acc = rnd({c.M, c.N}, DType::Float32);
+    Tensor one, one_bias, one_acc;
+    {
+      ThreadsGuard tg(1);
+      one = linear(x, w);
+      one_bias = linear(x, w, bias);
+      one_acc = addmm(acc, x, w.t(), 0.5, 2);
+    }
+    EXPECT_CLOSE(one, naive_mm(x, w.t()), 1e-3);
+    EXPECT_CLOSE(one_acc, acc.to(DType::Float64) * Scalar(0.5) + naive_mm(x, w.t()) * Scalar(2.0), 2e-3);
+    for (int threads : {2, 3}) {
+      ThreadsGuard tg(threads);
+      std::string at = std::to_string(c.M) + "x" + std::to_string(c.K) + "x" + std::to_string(c.N) + ", " +
+                       std::to_string(threads) + " threads";
+      EXPECT_TRUE(equal(linear(x, w), one)) << at;
+      EXPECT_TRUE(equal(linear(x, w, bias), one_bias)) << at;
+      EXPECT_TRUE(equal(addmm(acc, x, w.t(), 0.5, 2), one_acc)) << at;
+    }
+  }
+  Tensor xs = rnd({3, 40, 96}, DType::Float32), ws = rnd({3, 600, 96}, DType::Float32);
+  Tensor batched;
+  {
+    ThreadsGuard tg(1);
+    batched = bmm(xs, ws.transpose(1, 2));
+  }
+  for (int64_t i = 0; i < 3; ++i) EXPECT_CLOSE(batched.select(0, i), naive_mm(xs.select(0, i), ws.select(0, i).t()), 1e-3);
+  ThreadsGuard tg(2);
+  EXPECT_TRUE(equal(bmm(xs, ws.transpose(1, 2)), batched));
+}
+
 // A product whose shape was first run whole on two threads, then as a per-thread row block of
 // the same shape: oneDNN's own primitive cache must not hand the block the two-thread kernel
 // (it crashed when sampling a GPT after training).

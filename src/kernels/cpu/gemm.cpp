@@ -371,8 +371,16 @@ struct ScratchBuffer {
 constexpr int64_t kDnnlMaxN = 1536;
 
 // One block of the output computed by one primitive call: rows [m0, m0 + mc), columns [n0, n0 + nc).
+// A block narrower than the output and small enough (kStageBytes) is computed into a dense buffer
+// and copied out (staged): for a destination with a row stride wider than its rows oneDNN runs
+// its gemm:jit kernel, for a dense one brgemm, which on Llama-110M's prefill cut in two was 6%
+// faster at 1 thread (the two halves one after the other) and 2.7% at 2, and gives other last
+// bits. Staged, a block's values are bit for bit the columns of the whole product wherever B is
+// stored as [N, K] (a Linear's weight): measured with oneDNN's AVX-512, AVX2 and SSE4.1 kernels
+// (ONEDNN_MAX_CPU_ISA), held by test Gemm.ColumnBlocksKeepTheWholeProductsBits.
 struct Tile {
   int64_t m0, mc, n0, nc;
+  bool staged;
   std::shared_ptr<DnnlEntry> e;
 };
 
@@ -402,58 +410,95 @@ void dnnl_execute(const DnnlEntry& e, const char* a, const char* b, char* c, con
   stream.wait();
 }
 
-// With several threads, the output is cut into one block per thread (columns when there are
-// enough, else rows), each run by a single-threaded primitive: one fork/join per product and no
-// barriers inside it. On a busy machine (other processes on the cores) that is what keeps a
-// thread that loses its time slice from stalling the other at every internal barrier; on an idle
-// one it matches oneDNN's own split (measured, docs/decisions.md). A product too small to split
-// runs on the calling thread alone.
-bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
-               double beta, const void* bias, DType dtype, DType out_dtype) {
-  const int64_t esize = itemsize(dtype), out_size = itemsize(out_dtype);
-  const int nt = current_threads();
+// Column blocks are staged (computed dense, then copied out) up to this size: beyond it the copy
+// costs more than the dense kernel gains (main job's 1024 x 128 x 384 at 2 threads: 250 us strided,
+// 283 staged; 128 x 2048 x 768: 1199 strided, 1025 staged; measured).
+constexpr int64_t kStageBytes = 512 * 1024;
+
+// The output's blocks for `nt` threads: one group of tiles per thread (columns when there are
+// enough, else rows), each group's tiles no wider than kDnnlMaxN where B is row-major.
+std::vector<std::vector<Tile>> plan_tiles(const Mat& B, int64_t batch, int64_t M, int64_t N, int64_t out_size,
+                                          int nt) {
   std::vector<std::pair<int64_t, int64_t>> mparts = {{0, M}}, nparts = {{0, N}};
-  bool per_thread = false;
   if (nt > 1) {
-    if (N >= 128 * nt) {
-      nparts = split_range(N, nt, 16);
-      per_thread = true;
-    } else if (M >= 32 * nt) {
-      mparts = split_range(M, nt, 8);
-      per_thread = true;
-    }
+    if (N >= 128 * nt) nparts = split_range(N, nt, 16);
+    else if (M >= 32 * nt) mparts = split_range(M, nt, 8);
   }
-  // Each thread's block, further cut into column chunks no wider than kDnnlMaxN.
   std::vector<std::vector<Tile>> work;
   for (auto [m0, mc] : mparts)
     for (auto [n0, nc] : nparts) {
       std::vector<Tile> tiles;
       int64_t parts = B.row_major && nc > kDnnlMaxN ? (nc + kDnnlMaxN - 1) / kDnnlMaxN : 1;
-      for (auto [c0, cw] : split_range(nc, parts, 16)) tiles.push_back({m0, mc, n0 + c0, cw, nullptr});
+      for (auto [c0, cw] : split_range(nc, parts, 16))
+        tiles.push_back({m0, mc, n0 + c0, cw, cw != N && batch * mc * cw * out_size <= kStageBytes, nullptr});
       work.push_back(std::move(tiles));
     }
+  return work;
+}
+
+// With several threads, the output is cut into one block per thread (columns when there are
+// enough, else rows), each run by a single-threaded primitive: one fork/join per product and no
+// barriers inside it. On a busy machine (other processes on the cores) that is what keeps a
+// thread that loses its time slice from stalling the other at every internal barrier; on an idle
+// one it matches oneDNN's own split (measured, docs/decisions.md). A product too small to split
+// runs on the calling thread alone. Where every block is dense or staged and B is stored as
+// [N, K] (a Linear's weight), the blocks have the whole product's bits (see Tile), so the cut
+// follows the threads the pool runs now: while other programs leave it one core
+// (threads_in_use() == 1) the product is one block, not two run one after the other.
+bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
+               double beta, const void* bias, DType dtype, DType out_dtype) {
+  const int64_t esize = itemsize(dtype), out_size = itemsize(out_dtype);
+  const int nt = current_threads();
+  std::vector<std::vector<Tile>> work = plan_tiles(B, batch, M, N, out_size, nt);
+  if (nt > 1 && !B.row_major && threads_in_use() < nt) {
+    bool same_bits = true;
+    for (const auto& tiles : work)
+      for (const Tile& t : tiles) same_bits = same_bits && (t.nc == N || t.staged);
+    if (same_bits) work = plan_tiles(B, batch, M, N, out_size, threads_in_use());
+  }
+  const bool per_thread = work.size() > 1;
   // All primitives first (a few shapes), so a rejected one falls back before any work is done.
   std::shared_ptr<DnnlEntry> last;
+  bool last_staged = false;
   for (auto& tiles : work)
     for (Tile& t : tiles) {
-      if (last && last->a.data.dims[1] == t.mc && last->c.data.dims[2] == t.nc) {
+      if (last && last->a.data.dims[1] == t.mc && last->c.data.dims[2] == t.nc && last_staged == t.staged) {
         t.e = last;
         continue;
       }
       Mat At = A, Bt = B;
       At.rows = t.mc;
       Bt.cols = t.nc;
-      t.e = dnnl_primitive(At, Bt, batch, t.mc, t.nc, K, N, M * N, alpha, beta, bias != nullptr, dtype, out_dtype);
+      const int64_t ldc = t.staged ? t.nc : N, c_bs = t.staged ? t.mc * t.nc : M * N;
+      t.e = dnnl_primitive(At, Bt, batch, t.mc, t.nc, K, ldc, c_bs, alpha, beta, bias != nullptr, dtype, out_dtype);
       if (!t.e->ok) return false;
       last = t.e;
+      last_staged = t.staged;
     }
   auto run = [&](const std::vector<Tile>& tiles) {
-    for (const Tile& t : tiles)
-      dnnl_execute(*t.e, A.ptr + t.m0 * A.rs * esize, B.ptr + t.n0 * B.cs * esize,
-                   static_cast<char*>(C) + (t.m0 * N + t.n0) * out_size,
-                   bias ? static_cast<const char*>(bias) + t.n0 * out_size : nullptr);
+    for (const Tile& t : tiles) {
+      const char* a = A.ptr + t.m0 * A.rs * esize;
+      const char* b = B.ptr + t.n0 * B.cs * esize;
+      const char* tile_bias = bias ? static_cast<const char*>(bias) + t.n0 * out_size : nullptr;
+      char* c = static_cast<char*>(C) + (t.m0 * N + t.n0) * out_size;
+      if (!t.staged) {
+        dnnl_execute(*t.e, a, b, c, tile_bias);
+        continue;
+      }
+      thread_local ScratchBuffer staging;
+      const size_t row_bytes = size_t(t.nc * out_size);
+      char* dense = static_cast<char*>(staging.get(size_t(batch * t.mc) * row_bytes));
+      auto for_each_row = [&](auto&& fn) {
+        for (int64_t bi = 0; bi < batch; ++bi)
+          for (int64_t r = 0; r < t.mc; ++r)
+            fn(c + (bi * M + r) * N * out_size, dense + size_t(bi * t.mc + r) * row_bytes);
+      };
+      if (beta != 0.0) for_each_row([&](char* out, char* d) { std::memcpy(d, out, row_bytes); });
+      dnnl_execute(*t.e, a, b, dense, tile_bias);
+      for_each_row([&](char* out, const char* d) { std::memcpy(out, d, row_bytes); });
+    }
   };
-  if (per_thread && work.size() > 1) {
+  if (per_thread) {
     parallel_for(0, int64_t(work.size()), 1, [&](int64_t w0, int64_t w1) {
       for (int64_t w = w0; w < w1; ++w) run(work[size_t(w)]);
     });
