@@ -296,8 +296,16 @@ TEST(Gemm, ColumnBlocksKeepTheWholeProductsBits) {
     batched = bmm(xs, ws.transpose(1, 2));
   }
   for (int64_t i = 0; i < 3; ++i) EXPECT_CLOSE(batched.select(0, i), naive_mm(xs.select(0, i), ws.select(0, i).t()), 1e-3);
+  // bfloat16 operands (the quantized formats' prefill dequantizes to bf16 for oneDNN)
+  Tensor xh = rnd({128, 768}, DType::Float32).to(DType::BFloat16), wh = rnd({2048, 768}, DType::Float32).to(DType::BFloat16);
+  Tensor half_one;
+  {
+    ThreadsGuard tg(1);
+    half_one = linear(xh, wh);
+  }
   ThreadsGuard tg(2);
   EXPECT_TRUE(equal(bmm(xs, ws.transpose(1, 2)), batched));
+  EXPECT_TRUE(equal(linear(xh, wh), half_one));
 }
 
 // A product whose shape was first run whole on two threads, then as a per-thread row block of
