@@ -21,6 +21,7 @@
 
 #include "foundry/core/parallel.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/scratch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace foundry::kernels {
@@ -123,32 +124,28 @@ void Transpose(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t r
     }
 }
 
-// Shared per-call preparation: transposed keys (and values for the backward), padded copies.
-struct Prepared {
-  int64_t N, Sp, Ep, Evp;
-  std::vector<float> kt, vt, vp, qp, kp, dop;  // empty when unused
-  const float* v_use;
-  int64_t ldv;
-  const float* q_use;
-  const float* k_use;
-  const float* do_use;
-};
-
 // A [BH][rows][cols] tensor copied into [BH][rows][ld] (zero padded), or used in place.
-const float* Padded(const float* src, int64_t BH, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& buf) {
+const float* Padded(const float* src, int64_t BH, int64_t rows, int64_t cols, int64_t ld, ScratchArray<float>& buf) {
   if (ld == cols) return src;
-  buf.assign(size_t(BH * rows * ld), 0.0f);
+  buf = ScratchArray<float>(size_t(BH * rows * ld));
   parallel_for(0, BH * rows, 4096 / std::max<int64_t>(cols, 1) + 1, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) std::memcpy(buf.data() + r * ld, src + r * cols, size_t(cols) * sizeof(float));
+    for (int64_t r = b; r < e; ++r) {
+      std::memcpy(buf.data() + r * ld, src + r * cols, size_t(cols) * sizeof(float));
+      std::fill(buf.data() + r * ld + cols, buf.data() + (r + 1) * ld, 0.0f);
+    }
   });
   return buf.data();
 }
 
 // [BH][rows][cols] -> [BH][cols][Sp] (zero padded columns).
-void TransposeAll(const float* src, int64_t BH, int64_t rows, int64_t cols, int64_t Sp, std::vector<float>& dst) {
-  dst.assign(size_t(BH * cols * Sp), 0.0f);
+void TransposeAll(const float* src, int64_t BH, int64_t rows, int64_t cols, int64_t Sp, ScratchArray<float>& dst) {
+  dst = ScratchArray<float>(size_t(BH * cols * Sp));
   parallel_for(0, BH, 1, [&](int64_t b, int64_t e) {
-    for (int64_t bh = b; bh < e; ++bh) Transpose(src + bh * rows * cols, cols, dst.data() + bh * cols * Sp, Sp, rows, cols);
+    for (int64_t bh = b; bh < e; ++bh) {
+      float* out = dst.data() + bh * cols * Sp;
+      Transpose(src + bh * rows * cols, cols, out, Sp, rows, cols);
+      for (int64_t c = 0; c < cols; ++c) std::fill(out + c * Sp + rows, out + (c + 1) * Sp, 0.0f);
+    }
   });
 }
 
@@ -239,7 +236,7 @@ void AttentionForwardF32(const float* q, const float* k, const float* v, float* 
   const int64_t N = int64_t(hn::Lanes(d));
   const int64_t BH = s.BH, L = s.L, S = s.S, E = s.E, Ev = s.Ev;
   const int64_t Sp = RoundUp(S, kBlk), Evp = RoundUp(Ev, N);
-  std::vector<float> kt, vp;
+  ScratchArray<float> kt, vp;
   TransposeAll(k, BH, S, E, Sp, kt);
   const float* vv = Padded(v, BH, S, Ev, Evp, vp);
   const int64_t nq = (L + kBlk - 1) / kBlk;
@@ -345,7 +342,7 @@ void AttentionBackwardF32(const float* q, const float* k, const float* v, const 
   const int64_t N = int64_t(hn::Lanes(d));
   const int64_t BH = s.BH, L = s.L, S = s.S, E = s.E, Ev = s.Ev;
   const int64_t Sp = RoundUp(S, kBlk), Ep = RoundUp(E, N), Evp = RoundUp(Ev, N);
-  std::vector<float> kt, vt, qp_buf, kp_buf, dop_buf, Dbuf(size_t(BH * L));
+  ScratchArray<float> kt, vt, qp_buf, kp_buf, dop_buf, Dbuf(size_t(BH * L));
   TransposeAll(k, BH, S, E, Sp, kt);
   TransposeAll(v, BH, S, Ev, Sp, vt);
   const float* qp = Padded(q, BH, L, E, Ep, qp_buf);
@@ -363,7 +360,9 @@ void AttentionBackwardF32(const float* q, const float* k, const float* v, const 
   // A row whose scores all sit near the lowest float (a finite mask over every key, as HF's masks
   // give a padding query) has lse = m + log(l) rounded to m, so exp(s - lse) would be 1 for every
   // key instead of 1 / l: such rows rebuild P from their own max and sum.
-  std::vector<float> fix_m(size_t(BH * L), 0.0f), fix_inv(size_t(BH * L), 0.0f);
+  ScratchArray<float> fix_m(size_t(BH * L)), fix_inv(size_t(BH * L));
+  std::fill(fix_m.data(), fix_m.data() + BH * L, 0.0f);
+  std::fill(fix_inv.data(), fix_inv.data() + BH * L, 0.0f);
   parallel_for(0, BH * L, 64, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       if (!std::isfinite(lse[r]) || std::fabs(lse[r]) < 1e7f) continue;
