@@ -24,6 +24,7 @@
 
 #include "foundry/core/error.h"
 #include "foundry/core/parallel.h"
+#include "kernels/cpu/scratch.h"
 #include "quant/formats_internal.h"
 #include "quant/vnni_gemv.h"
 
@@ -63,18 +64,20 @@ enum class Weights { Q4_0, Q8_0Offset, Q8_0Magnitude, Q4_K };
 // The activation rows as the kernels read them: levels [m, k] one after another, and per row and
 // 32-value block its scale, the int32 sum's start (the weight offset times the block's level sum,
 // negated) and, for q4_K, the scale times the level sum (the minimum's term).
+// From the caching allocator: fresh vectors of a prefill's size were page-faulted in and
+// zero-filled at every product.
 struct Activations {
-  std::vector<int8_t> levels;
-  std::vector<float> scale, level_sum;
-  std::vector<int32_t> start;
+  kernels::ScratchArray<int8_t> levels;
+  kernels::ScratchArray<float> scale, level_sum;
+  kernels::ScratchArray<int32_t> start;
 };
 
 Activations activations_q8_0(const uint8_t* xq, int64_t m, int64_t k, int32_t offset) {
   const int64_t blocks = k / 32;
   Activations a;
-  a.levels.resize(size_t(m * k));
-  a.scale.resize(size_t(m * blocks));
-  a.start.resize(size_t(m * blocks));
+  a.levels = kernels::ScratchArray<int8_t>(size_t(m * k));
+  a.scale = kernels::ScratchArray<float>(size_t(m * blocks));
+  a.start = kernels::ScratchArray<int32_t>(size_t(m * blocks));
   for (int64_t i = 0; i < m * blocks; ++i) {
     const uint8_t* block = xq + i * kQ8Bytes;
     a.scale[size_t(i)] = half_at(block);
@@ -90,10 +93,11 @@ Activations activations_q8_0(const uint8_t* xq, int64_t m, int64_t k, int32_t of
 Activations activations_q8_K(const uint8_t* xq, int64_t m, int64_t k) {
   const int64_t superblocks = k / detail::kQK_K, blocks = k / 32;
   Activations a;
-  a.levels.resize(size_t(m * k));
-  a.scale.resize(size_t(m * blocks));
-  a.level_sum.resize(size_t(m * blocks));
-  a.start.assign(size_t(m * blocks), 0);
+  a.levels = kernels::ScratchArray<int8_t>(size_t(m * k));
+  a.scale = kernels::ScratchArray<float>(size_t(m * blocks));
+  a.level_sum = kernels::ScratchArray<float>(size_t(m * blocks));
+  a.start = kernels::ScratchArray<int32_t>(size_t(m * blocks));
+  std::fill(a.start.data(), a.start.data() + m * blocks, 0);
   for (int64_t i = 0; i < m * superblocks; ++i) {
     const uint8_t* block = xq + i * detail::kQ8_KBytes;
     float d;
@@ -438,7 +442,7 @@ void gemm_panels(Weights kind, PackPanel pack, const uint8_t* w, int64_t rows, i
       }
       for (int64_t c0 = 0; c0 < m; c0 += kTile) {
         const Tile x{a.levels.data() + c0 * k, k, a.scale.data() + c0 * blocks, a.start.data() + c0 * blocks,
-                     a.level_sum.empty() ? nullptr : a.level_sum.data() + c0 * blocks, blocks};
+                     a.level_sum.size() == 0 ? nullptr : a.level_sum.data() + c0 * blocks, blocks};
         run_tile<kTile>(int(std::min<int64_t>(kTile, m - c0)),
                         [&]<int N>() { kernel.template operator()<N>(p, x, y + c0 * rows + r0, rows, int(n)); });
       }

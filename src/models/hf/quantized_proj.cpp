@@ -34,6 +34,7 @@
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/unary.h"
 #include "models/hf/common.h"
 #include "quant/q8_kernels.h"
@@ -222,10 +223,11 @@ quant::RowQuantizer activation_quantizer(const quant::BlockFormatTraits& act) {
 }
 
 // Rows of x quantized to t's dot format, as decode quantizes its one row.
-std::vector<uint8_t> quantized_activations(const Tensor& xc, const quant::BlockFormatTraits& t, int64_t m, int64_t k) {
+kernels::ScratchArray<uint8_t> quantized_activations(const Tensor& xc, const quant::BlockFormatTraits& t, int64_t m,
+                                                    int64_t k) {
   const auto& act = quant::traits(t.dot_format);
   const int64_t act_bytes = quant::quantized_bytes(act, 1, k);
-  std::vector<uint8_t> xq(static_cast<size_t>(m * act_bytes));
+  kernels::ScratchArray<uint8_t> xq(static_cast<size_t>(m * act_bytes));
   const float* x = xc.data<float>();
   const quant::RowQuantizer quantize = activation_quantizer(act);
   parallel_for(0, m, 1, [&](int64_t lo, int64_t hi) {
@@ -330,7 +332,7 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
     // Decode's numbers on every row: integer dot products against the rows quantized as decode does
     // (one row is decode's own call below, without a quantized row allocated per product).
     out = empty(out_shape, DType::Float32);
-    const std::vector<uint8_t> xq = quantized_activations(xc, t, m, k);
+    const kernels::ScratchArray<uint8_t> xq = quantized_activations(xc, t, m, k);
     quant::gemm_integer(t, w, rows_out, k, xq.data(), m, out.data<float>());
   } else if (math == PrefillMath::Integer) {
     out = decode_products(xc, x.sizes(), t, k, {{w, rows_out}})[0];
