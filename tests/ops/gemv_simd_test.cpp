@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "foundry/core/parallel.h"
@@ -66,6 +68,31 @@ TEST_P(GemvEachTarget, MatchesScalarTwins) {
   kernels::gemv_rows_f32(A.data(), 2, 2, 2, x.data(), y.data(), 1.f, 0.f, nullptr);
   EXPECT_TRUE(std::isnan(y[0]));  // 0 * inf
   EXPECT_TRUE(std::isinf(y[1]));
+}
+
+// The bf16 columns form (GPT-2's Conv1D weights in a bf16 checkpoint) against a double sum over
+// the exactly widened weights: strips' vector and tail columns, row counts off the four-row step.
+TEST_P(GemvEachTarget, BF16ColumnsMatchDoubleSums) {
+  for (int64_t K : {1, 3, 4, 7, 64, 301}) {
+    for (int64_t N : {1, 15, 16, 17, 100, 1030, 2304}) {
+      const int64_t lda = N + 3;
+      auto Af = values(size_t(K * lda), uint32_t(K * 31 + N));
+      std::vector<uint16_t> A(Af.size());
+      for (size_t i = 0; i < A.size(); ++i) A[i] = uint16_t(std::bit_cast<uint32_t>(Af[i] / 1000.0f) >> 16);
+      auto x = values(size_t(K), 5);
+      std::vector<float> y(size_t(N), -1.0f);
+      kernels::gemv_cols_bf16(A.data(), lda, K, N, x.data(), y.data());
+      for (int64_t n = 0; n < N; ++n) {
+        double want = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double w = double(std::bit_cast<float>(uint32_t(A[size_t(k * lda + n)]) << 16));
+          want += double(x[size_t(k)]) * w;
+          mag += std::fabs(double(x[size_t(k)]) * w);
+        }
+        ASSERT_NEAR(y[size_t(n)], want, 1e-6 * mag + 1e-6) << "K=" << K << " N=" << N << " n=" << n;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, GemvEachTarget, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),

@@ -308,6 +308,20 @@ TEST(Gemm, ColumnBlocksKeepTheWholeProductsBits) {
   EXPECT_TRUE(equal(linear(xh, wh), half_one));
 }
 
+// One bf16 row times a row-major bf16 matrix (a GPT-2 Conv1D weight in a bf16 checkpoint) runs
+// the columns gemv: against the double product of the same bf16 values, with and without bias.
+TEST(Gemm, BF16RowTimesRowMajorMatrix) {
+  Tensor x = rnd({1, 300}, DType::Float32).to(DType::BFloat16), w = rnd({300, 520}, DType::Float32).to(DType::BFloat16);
+  Tensor bias = rnd({520}, DType::Float32).to(DType::BFloat16);
+  Tensor want = naive_mm(x, w);
+  for (int threads : {1, 2}) {
+    ThreadsGuard tg(threads);
+    // the output rounded to bf16 once: half an ulp is 0.0625 for values in [16, 32)
+    EXPECT_CLOSE(mm(x, w).to(DType::Float64), want, 0.07);
+    EXPECT_CLOSE(addmm(bias, x, w).to(DType::Float64), want + bias.to(DType::Float64), 0.07);
+  }
+}
+
 // A product whose shape was first run whole on two threads, then as a per-thread row block of
 // the same shape: oneDNN's own primitive cache must not hand the block the two-thread kernel
 // (it crashed when sampling a GPT after training).

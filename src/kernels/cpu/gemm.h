@@ -54,6 +54,8 @@ void gemv_cols_f32(const float* A, int64_t lda, int64_t K, int64_t N, const floa
 /// y[r] = sum_k bf16(A[r * lda + k]) * x[k], r < R: bf16 rows (raw bits) against a float32 x (a
 /// bf16 activation widened once), float32 accumulation; threads split the rows.
 void gemv_rows_bf16(const uint16_t* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y);
+/// y[N] = x[K] A for bf16 A [K, N] row-major (row stride lda), float32 accumulation.
+void gemv_cols_bf16(const uint16_t* A, int64_t lda, int64_t K, int64_t N, const float* x, float* y);
 /// Rows [r0, r1) of the same on the calling thread (a caller that splits the rows itself), and the
 /// same for f16 rows.
 void gemv_rows_f16_range(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
