@@ -14,6 +14,7 @@
 // run on the caller alone until cores free up (cores_taken). Idle workers spin briefly for the
 // next job, as a model's next kernel is usually microseconds away, then sleep on a futex.
 #include "foundry/core/parallel.h"
+#include "core/parallel_testing.h"
 
 #include <omp.h>
 #include <pthread.h>
@@ -66,6 +67,12 @@ std::atomic<bool>& adapts_to_load() {
     const char* v = std::getenv("FOUNDRY_POOL_ADAPT");
     return !(v && std::string(v) == "0");
   }()};
+  return on;
+}
+
+// testing::force_pool_alone's switch.
+std::atomic<bool>& forced_alone() {
+  static std::atomic<bool> on{false};
   return on;
 }
 
@@ -194,6 +201,10 @@ class Pool {
   // run is never sent alone (timing the workers' stalls could not tell the two apart: quiet
   // decode lost 23%). Two looks in a row decide to go alone, one to come back.
   bool cores_taken() {
+    if (forced_alone().load(std::memory_order_relaxed)) {
+      alone_.store(true, std::memory_order_relaxed);
+      return true;
+    }
     if (!adapts_to_load().load(std::memory_order_relaxed)) {
       taken_once_ = false;
       alone_.store(false, std::memory_order_relaxed);
@@ -362,6 +373,13 @@ void set_num_threads(int n) {
 bool in_parallel_region() { return tls_in_region || omp_in_parallel(); }
 
 void set_pool_adapts_to_load(bool on) { adapts_to_load().store(on); }
+
+namespace testing {
+void force_pool_alone(bool on) {
+  forced_alone().store(on);
+  pool().alone_.store(on, std::memory_order_relaxed);
+}
+}  // namespace testing
 
 int threads_in_use() {
   if (in_parallel_region()) return 1;

@@ -11,6 +11,7 @@
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
 #include "foundry/ops/registry.h"
+#include "../../src/core/parallel_testing.h"
 #include "../../src/kernels/cpu/gemm.h"  // kernel-level tests (internal header)
 
 namespace foundry {
@@ -306,6 +307,28 @@ TEST(Gemm, ColumnBlocksKeepTheWholeProductsBits) {
   ThreadsGuard tg(2);
   EXPECT_TRUE(equal(bmm(xs, ws.transpose(1, 2)), batched));
   EXPECT_TRUE(equal(linear(xh, wh), half_one));
+}
+
+// While the pool runs alone (other programs on the cores), a GEMM whose column blocks keep the
+// bits runs as one block; every product must give the same bits as with the threads: column
+// blocks (staged), row blocks (other bits as one block: they stay cut), wide strided blocks of a
+// training step, a row-major B.
+TEST(Gemm, ProductsKeepTheirBitsWhenThePoolRunsAlone) {
+  ThreadsGuard tg(2);
+  struct Case {
+    int64_t M, K, N;
+    bool weight;  // B stored [N, K] (a Linear's weight) or [K, N]
+  };
+  for (Case c : {Case{128, 768, 768, true}, Case{128, 768, 200, true}, Case{1024, 128, 384, true},
+                 Case{128, 768, 768, false}, Case{7, 768, 2048, true}}) {
+    Tensor x = rnd({c.M, c.K}, DType::Float32);
+    Tensor b = c.weight ? rnd({c.N, c.K}, DType::Float32).t() : rnd({c.K, c.N}, DType::Float32);
+    Tensor threaded = mm(x, b), alone;
+    testing::force_pool_alone(true);
+    alone = mm(x, b);
+    testing::force_pool_alone(false);
+    EXPECT_TRUE(equal(threaded, alone)) << c.M << "x" << c.K << "x" << c.N << (c.weight ? " weight" : "");
+  }
 }
 
 // One bf16 row times a row-major bf16 matrix (a GPT-2 Conv1D weight in a bf16 checkpoint) runs

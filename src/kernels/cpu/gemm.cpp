@@ -441,7 +441,7 @@ std::vector<std::vector<Tile>> plan_tiles(const Mat& B, int64_t batch, int64_t M
 // barriers inside it. On a busy machine (other processes on the cores) that is what keeps a
 // thread that loses its time slice from stalling the other at every internal barrier; on an idle
 // one it matches oneDNN's own split (measured, docs/decisions.md). A product too small to split
-// runs on the calling thread alone. Where every block is dense or staged and B is stored as
+// runs on the calling thread alone. Where every block is a staged column block and B is stored as
 // [N, K] (a Linear's weight), the blocks have the whole product's bits (see Tile), so the cut
 // follows the threads the pool runs now: while other programs leave it one core
 // (threads_in_use() == 1) the product is one block, not two run one after the other.
@@ -452,8 +452,8 @@ bool gemm_dnnl(const Mat& A, const Mat& B, void* C, int64_t batch, int64_t M, in
   std::vector<std::vector<Tile>> work = plan_tiles(B, batch, M, N, out_size, nt);
   if (nt > 1 && !B.row_major && threads_in_use() < nt) {
     bool same_bits = true;
-    for (const auto& tiles : work)
-      for (const Tile& t : tiles) same_bits = same_bits && (t.nc == N || t.staged);
+    for (const auto& tiles : work)  // row blocks do not keep the bits (128x768x200: other last bits)
+      for (const Tile& t : tiles) same_bits = same_bits && (t.staged || (t.nc == N && t.mc == M));
     if (same_bits) work = plan_tiles(B, batch, M, N, out_size, threads_in_use());
   }
   const bool per_thread = work.size() > 1;
