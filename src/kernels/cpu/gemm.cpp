@@ -561,8 +561,8 @@ void gemm_gemv_f32(const Mat& A, const Mat& B, float* C, int64_t batch, int64_t 
 
 // c[1, N] = x[1, K] @ B[K, N] (+ bias) for bf16: x widened to float32 once, float32 accumulation,
 // one rounding to bf16 as oneDNN's. B's columns contiguous (a [N, K] weight read transposed, as a
-// linear layer's): one stream per weight row; B row-major (GPT-2's Conv1D [in, out]): strips of
-// columns (oneDNN's bf16 brgemm for one row read 45% of the bandwidth the rows form reads).
+// linear layer's): one stream per weight row; B row-major (GPT-2's Conv1D [in, out]): blocks of
+// whole rows (oneDNN's bf16 brgemm for one row read 45% of the bandwidth the rows form reads).
 // False where it does not apply (other layouts, alpha / beta).
 bool gemv_bf16(const Mat& A, const Mat& B, Tensor& c, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
                double beta, const void* bias, int64_t bias_stride) {

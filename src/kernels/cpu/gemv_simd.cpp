@@ -152,7 +152,7 @@ void GemvColsBF16(const uint16_t* A, int64_t lda, int64_t K, int64_t n0, int64_t
   auto row = [&](int64_t k, int64_t j) {
     return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(A + k * lda + j)));
   };
-  auto widen = [](uint16_t bits) { return std::bit_cast<float>(uint32_t(bits) << 16); };
+  auto widen = [](uint16_t bits) { return float(BFloat16::from_bits(bits)); };
   for (int64_t s0 = n0; s0 < n1; s0 += kStrip) {
     const int64_t W = std::min(kStrip, n1 - s0);
     const int64_t Wv = W - W % N;
@@ -175,20 +175,7 @@ void GemvColsBF16(const uint16_t* A, int64_t lda, int64_t K, int64_t n0, int64_t
       for (int64_t j = Wv; j < W; ++j)
         for (int64_t i = 0; i < 8; ++i) acc[j] += x[k + i] * widen(A[(k + i) * lda + s0 + j]);
     }
-    for (; k + 4 <= K; k += 4) {
-      const auto x0 = hn::Set(d, x[k]), x1 = hn::Set(d, x[k + 1]), x2 = hn::Set(d, x[k + 2]), x3 = hn::Set(d, x[k + 3]);
-      for (int64_t j = 0; j < Wv; j += N) {
-        auto v = hn::Load(d, acc + j);
-        v = hn::MulAdd(x0, row(k, s0 + j), v);
-        v = hn::MulAdd(x1, row(k + 1, s0 + j), v);
-        v = hn::MulAdd(x2, row(k + 2, s0 + j), v);
-        v = hn::MulAdd(x3, row(k + 3, s0 + j), v);
-        hn::Store(v, d, acc + j);
-      }
-      for (int64_t j = Wv; j < W; ++j)
-        for (int64_t i = 0; i < 4; ++i) acc[j] += x[k + i] * widen(A[(k + i) * lda + s0 + j]);
-    }
-    for (; k < K; ++k) {
+    for (; k < K; ++k) {  // the matrix's last rows (gemv_cols_bf16's blocks are whole eights)
       const auto x0 = hn::Set(d, x[k]);
       for (int64_t j = 0; j < Wv; j += N) hn::Store(hn::MulAdd(x0, row(k, s0 + j), hn::Load(d, acc + j)), d, acc + j);
       for (int64_t j = Wv; j < W; ++j) acc[j] += x[k] * widen(A[k * lda + s0 + j]);
@@ -263,7 +250,7 @@ void gemv_rows_bf16(const uint16_t* A, int64_t lda, int64_t R, int64_t K, const 
 // oneDNN's), each block's sums into its own partial row, the partials added in block order: the
 // same bits at any thread count.
 void gemv_cols_bf16(const uint16_t* A, int64_t lda, int64_t K, int64_t N, const float* x, float* y) {
-  const int64_t rows_per_block = std::max<int64_t>(4, (kGemvGrainMacs / std::max<int64_t>(N, 1) + 3) / 4 * 4);
+  const int64_t rows_per_block = std::max<int64_t>(8, (kGemvGrainMacs / std::max<int64_t>(N, 1) + 7) / 8 * 8);
   const int64_t blocks = (K + rows_per_block - 1) / rows_per_block;
   if (blocks <= 1) {
     HWY_DYNAMIC_DISPATCH(GemvColsBF16)(A, lda, K, 0, N, x, y);
