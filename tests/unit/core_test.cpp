@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "foundry/core/allocator.h"
 #include "foundry/core/leak_report.h"
@@ -148,6 +150,47 @@ TEST(Allocator, HugeMissHandsCachedBlocksBack) {
   // Later misses of the same class don't: a training loop would refault the evicted blocks each step.
   { Tensor a = empty({4 << 20}, DType::Float32), again = empty({n}, DType::Float32); }
   EXPECT_GE(allocator::stats().cached_bytes, int64_t(16) << 20);
+}
+
+// AddressSanitizer builds hand every object to the heap (it must see each one's end).
+#if defined(__SANITIZE_ADDRESS__)
+#define FOUNDRY_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FOUNDRY_TEST_ASAN 1
+#endif
+#endif
+
+TEST(ObjectCache, TensorObjectsAreReusedOnTheirThread) {
+#ifdef FOUNDRY_TEST_ASAN
+  GTEST_SKIP() << "objects are not recycled under AddressSanitizer";
+#else
+  void* a = detail::object_allocate(sizeof(TensorImpl));
+  detail::object_free(a, sizeof(TensorImpl));
+  void* b = detail::object_allocate(sizeof(TensorImpl));  // the same size class: the block just freed
+  EXPECT_EQ(a, b);
+  detail::object_free(b, sizeof(TensorImpl));
+  void* big = detail::object_allocate(4096);  // past the classes: the heap's
+  detail::object_free(big, 4096);
+#endif
+}
+
+TEST(ObjectCache, TensorsDroppedOnAnotherThreadOrAtItsExitStayIntact) {
+  // Tensors made on one thread and dropped on another (the recycling thread keeps their objects),
+  // a thread that exits holding cached objects, then more tensors here: values stay intact.
+  std::vector<Tensor> made;
+  for (int i = 0; i < 1000; ++i) made.push_back(full({3}, double(i), DType::Float32));
+  std::thread other([&] {
+    for (int i = 0; i < 500; ++i) made[size_t(i)] = Tensor();
+    std::vector<Tensor> own;
+    for (int i = 0; i < 300; ++i) own.push_back(arange(i + 1, DType::Int64));
+    for (int i = 0; i < 300; ++i) EXPECT_EQ(own[size_t(i)].sum().item<int64_t>(), int64_t(i) * (i + 1) / 2);
+  });
+  other.join();
+  for (int i = 500; i < 1000; ++i) EXPECT_EQ(made[size_t(i)].sum().item<double>(), 3.0 * i);
+  std::vector<Tensor> more;
+  for (int i = 0; i < 600; ++i) more.push_back(full({2}, double(i), DType::Float64));
+  for (int i = 0; i < 600; ++i) EXPECT_EQ(more[size_t(i)].sum().item<double>(), 2.0 * i);
 }
 
 TEST(InPlace, BinaryOpsWriteIntoSelfWithoutATemporary) {

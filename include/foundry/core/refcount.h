@@ -2,9 +2,21 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <utility>
 
 namespace foundry {
+
+namespace detail {
+// Memory for the small objects behind every tensor (TensorImpl, StorageImpl), recycled per thread
+// (src/core/object_cache.cpp). An eager step makes and drops hundreds of them at once (a Llama-110M
+// decode token: ~215 tensors, ~570 mallocs), more than glibc's per-thread cache keeps (7 of a
+// size), so most went through malloc's slower bins.
+void* object_allocate(size_t bytes);
+/// Gives back memory from object_allocate(bytes): to this thread's cache, or to the heap when the
+/// cache is full or the thread is exiting.
+void object_free(void* p, size_t bytes) noexcept;
+}  // namespace detail
 
 /// Base of objects owned through Ref<T>; the count lives in the object, so a handle is one pointer.
 class RefCounted {

@@ -23,6 +23,9 @@ class StorageImpl : public RefCounted {
   /// Wraps memory owned elsewhere; `release` runs when the last tensor lets go.
   StorageImpl(void* data, size_t nbytes, Kind kind, std::function<void()> release, bool read_only);
   ~StorageImpl() override;
+  // Recycled per thread, as TensorImpl.
+  static void* operator new(size_t bytes) { return detail::object_allocate(bytes); }
+  static void operator delete(void* p, size_t bytes) noexcept { detail::object_free(p, bytes); }
 
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }

@@ -17,6 +17,10 @@
 #include "foundry/core/tensor.h"
 #include "foundry/nn/module.h"
 
+namespace foundry::quant {
+struct BlockFormatTraits;
+}
+
 namespace foundry::models {
 
 /// What the architectures read from config.json, normalised across their different key names.
@@ -133,6 +137,7 @@ class KVCache {
   int64_t length_ = 0, capacity_ = 0, batch_ = 0, head_dim_ = 0;
   DType dtype_ = DType::Float32;
   std::string format_;
+  const quant::BlockFormatTraits* format_traits_ = nullptr;  // format_'s, looked up once (decode reads it every layer)
   // Paged layout (block_size_ > 0).
   struct Sequence {
     std::vector<int32_t> blocks;

@@ -65,6 +65,7 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capaci
   DType stored = dtype;
   if (!format.empty()) {
     const quant::BlockFormatTraits& t = quant::traits(format);
+    format_traits_ = &t;
     FOUNDRY_CHECK_AS(ValueError, head_dim % t.block_size == 0 && t.format != quant::BlockFormat::Q8_K,
                      "KVCache: head_dim {} is not whole {} blocks ({} values)", head_dim, t.name, t.block_size);
     row = quant::quantized_bytes(t, 1, head_dim);
@@ -91,7 +92,7 @@ void store_rows(const quant::BlockFormatTraits& t, const Tensor& x, Tensor& dst,
 
 Tensor KVCache::read(const Tensor& stored, int64_t length) const {
   if (format_.empty()) return stored.narrow(2, 0, length);
-  const quant::BlockFormatTraits& t = quant::traits(format_);
+  const quant::BlockFormatTraits& t = *format_traits_;
   const int64_t B = stored.size(0), H = stored.size(1), cap = stored.size(2), row = stored.size(3);
   Tensor out = empty({B, H, length, head_dim_}, DType::Float32);
   const auto* src = static_cast<const uint8_t*>(stored.data_ptr());
@@ -115,7 +116,7 @@ void KVCache::store(int64_t layer, const Tensor& k, const Tensor& v) {
     ks.narrow(2, length_, T).copy_(k);
     vs.narrow(2, length_, T).copy_(v);
   } else {
-    const quant::BlockFormatTraits& t = quant::traits(format_);
+    const quant::BlockFormatTraits& t = *format_traits_;
     store_rows(t, k, ks, length_);
     store_rows(t, v, vs, length_);
   }

@@ -112,7 +112,7 @@ Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& 
                    shape_str(q.sizes()), batch_, head_dim_);
   FOUNDRY_CHECK_AS(ValueError, bias.size(-1) == length_ + 1,
                    "KVCache::append_and_attend: bias covers {} positions, the cache {}", bias.size(-1), length_ + 1);
-  const quant::BlockFormatTraits* fmt = format_.empty() ? nullptr : &quant::traits(format_);
+  const quant::BlockFormatTraits* fmt = format_traits_;
   const Tensor& ks = k_[size_t(layer)];
   const Tensor& vs = v_[size_t(layer)];
   const int64_t row = fmt ? ks.size(3) : D * int64_t(itemsize(ks.dtype()));

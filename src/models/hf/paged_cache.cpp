@@ -89,7 +89,7 @@ void KVCache::store_paged(int64_t layer, const Tensor& k, const Tensor& v) {
   const int64_t B = k.size(0), H = k.size(1), T = k.size(2), D = k.size(3);
   FOUNDRY_CHECK_AS(ValueError, B == int64_t(bound_.size()) && H == kv_heads_ && D == head_dim_,
                    "KVCache: keys {} for {} bound sequences", shape_str(k.sizes()), bound_.size());
-  const quant::BlockFormatTraits* fmt = format_.empty() ? nullptr : &quant::traits(format_);
+  const quant::BlockFormatTraits* fmt = format_traits_;
   Tensor kc = (fmt ? k.to(DType::Float32) : k.to(dtype_)).contiguous();
   Tensor vc = (fmt ? v.to(DType::Float32) : v.to(dtype_)).contiguous();
   Tensor& ks = k_[size_t(layer)];
@@ -125,7 +125,7 @@ std::pair<Tensor, Tensor> KVCache::read_paged(int64_t layer, int64_t T) const {
   // Each row's length + T positions, right-aligned in [B, Hkv, S, D] with S = length() + T; the
   // padding on the left is zeros (the caller's mask hides it).
   const int64_t B = int64_t(bound_.size()), H = kv_heads_, D = head_dim_, S = length_ + T;
-  const quant::BlockFormatTraits* fmt = format_.empty() ? nullptr : &quant::traits(format_);
+  const quant::BlockFormatTraits* fmt = format_traits_;
   const DType out_dtype = fmt ? DType::Float32 : dtype_;
   Tensor ko = zeros({B, H, S, D}, out_dtype), vo = zeros({B, H, S, D}, out_dtype);
   const Tensor& ks = k_[size_t(layer)];
