@@ -7,14 +7,16 @@ namespace foundry::detail {
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kRecycle = false;  // AddressSanitizer must see every object's end
-#elif defined(__has_feature)
+#if defined(__has_feature)
 #if __has_feature(address_sanitizer)
-constexpr bool kRecycle = false;
-#else
-constexpr bool kRecycle = true;
+#define FOUNDRY_OBJECTS_ASAN 1
 #endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define FOUNDRY_OBJECTS_ASAN 1
+#endif
+#ifdef FOUNDRY_OBJECTS_ASAN
+constexpr bool kRecycle = false;  // AddressSanitizer must see every object's end
 #else
 constexpr bool kRecycle = true;
 #endif
@@ -52,6 +54,8 @@ thread_local Drain t_drain;
 size_t class_of(size_t bytes) { return (bytes + kClassBytes - 1) / kClassBytes - 1; }
 
 }  // namespace
+
+bool objects_recycled() { return kRecycle; }
 
 void* object_allocate(size_t bytes) {
   const size_t c = class_of(bytes);

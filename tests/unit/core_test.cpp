@@ -152,19 +152,8 @@ TEST(Allocator, HugeMissHandsCachedBlocksBack) {
   EXPECT_GE(allocator::stats().cached_bytes, int64_t(16) << 20);
 }
 
-// AddressSanitizer builds hand every object to the heap (it must see each one's end).
-#if defined(__SANITIZE_ADDRESS__)
-#define FOUNDRY_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FOUNDRY_TEST_ASAN 1
-#endif
-#endif
-
 TEST(ObjectCache, TensorObjectsAreReusedOnTheirThread) {
-#ifdef FOUNDRY_TEST_ASAN
-  GTEST_SKIP() << "objects are not recycled under AddressSanitizer";
-#else
+  if (!detail::objects_recycled()) GTEST_SKIP() << "objects are not recycled under AddressSanitizer";
   void* a = detail::object_allocate(sizeof(TensorImpl));
   detail::object_free(a, sizeof(TensorImpl));
   void* b = detail::object_allocate(sizeof(TensorImpl));  // the same size class: the block just freed
@@ -172,7 +161,6 @@ TEST(ObjectCache, TensorObjectsAreReusedOnTheirThread) {
   detail::object_free(b, sizeof(TensorImpl));
   void* big = detail::object_allocate(4096);  // past the classes: the heap's
   detail::object_free(big, 4096);
-#endif
 }
 
 TEST(ObjectCache, TensorsDroppedOnAnotherThreadOrAtItsExitStayIntact) {

@@ -16,6 +16,8 @@ void* object_allocate(size_t bytes);
 /// Gives back memory from object_allocate(bytes): to this thread's cache, or to the heap when the
 /// cache is full or the thread is exiting.
 void object_free(void* p, size_t bytes) noexcept;
+/// False in AddressSanitizer builds, where every object goes back to the heap.
+bool objects_recycled();
 }  // namespace detail
 
 /// Base of objects owned through Ref<T>; the count lives in the object, so a handle is one pointer.
