@@ -97,17 +97,20 @@ Tensor Linear::base_forward(const Tensor& x) {
   return WeightProducts::dense(x, weight, bias, transposed_);
 }
 
-std::vector<Tensor> Linear::forward_each(const Tensor& x, const std::vector<Linear*>& projections) {
-  bool together = true;
-  std::vector<WeightProducts::Operand> weights;
-  weights.reserve(projections.size());
+std::vector<Tensor> Linear::forward_each(const Tensor& x, std::initializer_list<Linear*> projections) {
+  bool together = projections.size() > 0;
+  SmallVec<WeightProducts::Operand, 4> weights;  // no allocation: decode makes two calls a layer
   for (Linear* p : projections) {
+    Linear* first = *projections.begin();
     together = together && !p->adapter_ && !p->is_training() && !records(x, p->weight, p->bias) &&
-               p->products_ == projections.front()->products_ && p->transposed_ == projections.front()->transposed_;
+               p->products_ == first->products_ && p->transposed_ == first->transposed_;
     weights.push_back({&p->weight, &p->bias, &p->memo_});
   }
-  if (together && !projections.empty())
-    return projections.front()->products_->products(x, weights, projections.front()->transposed_);
+  if (together) {
+    Linear* first = *projections.begin();
+    return first->products_->products(x, std::span<const WeightProducts::Operand>(weights.data(), weights.size()),
+                                      first->transposed_);
+  }
   std::vector<Tensor> out;
   for (Linear* p : projections) out.push_back(p->forward(x));
   return out;

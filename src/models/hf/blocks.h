@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -110,7 +111,7 @@ class Linear : public nn::Module {
   Tensor base_forward(const Tensor& x);
   /// forward(x) of each projection of one input (q, k and v; gate and up): at inference, without
   /// adapters, their weight products run together (WeightProducts::products).
-  static std::vector<Tensor> forward_each(const Tensor& x, const std::vector<Linear*>& projections);
+  static std::vector<Tensor> forward_each(const Tensor& x, std::initializer_list<Linear*> projections);
   void set_adapter(LinearAdapter* adapter) { adapter_ = adapter; }
   LinearAdapter* adapter() const { return adapter_; }
   bool transposed() const { return transposed_; }

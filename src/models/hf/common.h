@@ -8,6 +8,7 @@
 #include <functional>
 #include <unordered_map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -112,7 +113,7 @@ class WeightProducts {
   /// product(x, w_i, b_i, transposed) for each operand: one input's projections (a layer's q, k
   /// and v; gate and up). Where all are quantized in one format and x has few rows (decode), x is
   /// quantized once and the matrices run as one parallel job; the same numbers.
-  std::vector<Tensor> products(const Tensor& x, const std::vector<Operand>& weights, bool transposed) const;
+  std::vector<Tensor> products(const Tensor& x, std::span<const Operand> weights, bool transposed) const;
   /// The float product (differentiable): x W^T + b, or x W + b when transposed.
   static Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed);
   void set_format(const std::string& format);
@@ -180,7 +181,7 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& b
 
 // Inference-only fused kernels (callers use them only when autograd does not record; contiguous
 // float32, or Float16 / BFloat16 rounded as the unfused ops round, else the unfused ops):
-/// h += delta in place, then returns rms_norm(h) * w over the last dimension (one pass per row).
+/// h += delta in place, then returns rms_norm(h) * w over the last dimension.
 Tensor add_rms_norm_(Tensor& h, const Tensor& delta, const Tensor& w, double eps);
 /// h += delta in place (the residual stream's add, rounded as the add op); returns h.
 Tensor residual_add_(Tensor& h, const Tensor& delta);

@@ -289,7 +289,7 @@ struct QuantizedRows {
 // then the matrix-vector products of every matrix with it as one parallel job. Float32 outputs of
 // shape x_sizes with the last dimension each matrix's rows.
 std::vector<Tensor> decode_products(const Tensor& xc, IntList x_sizes, const quant::BlockFormatTraits& t, int64_t k,
-                                    const std::vector<QuantizedRows>& mats) {
+                                    std::span<const QuantizedRows> mats) {
   std::vector<Tensor> out;
   out.reserve(mats.size());
   for (const QuantizedRows& q : mats) {
@@ -335,7 +335,8 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
     const kernels::ScratchArray<uint8_t> xq = quantized_activations(xc, t, m, k);
     quant::gemm_integer(t, w, rows_out, k, xq.data(), m, out.data<float>());
   } else if (math == PrefillMath::Integer) {
-    out = decode_products(xc, x.sizes(), t, k, {{w, rows_out}})[0];
+    const QuantizedRows one{w, rows_out};
+    out = decode_products(xc, x.sizes(), t, k, std::span<const QuantizedRows>(&one, 1))[0];
   } else {
     const bool bf16_gemm = math == PrefillMath::BFloat16;
     Tensor dense;
@@ -385,9 +386,8 @@ Tensor WeightProducts::product(const Tensor& x, const Tensor& w, const Tensor& b
   return dense(x, w, b, transposed);
 }
 
-std::vector<Tensor> WeightProducts::products(const Tensor& x, const std::vector<Operand>& weights, bool transposed) const {
-  std::vector<const Quantized*> qs;
-  qs.reserve(weights.size());
+std::vector<Tensor> WeightProducts::products(const Tensor& x, std::span<const Operand> weights, bool transposed) const {
+  SmallVec<const Quantized*, 4> qs;
   for (const Operand& o : weights) {
     const Quantized* q = lookup(x, *o.w, transposed, o.memo);
     if (!q || (!qs.empty() && (q->format != qs.front()->format || q->k != qs.front()->k))) break;
@@ -401,10 +401,10 @@ std::vector<Tensor> WeightProducts::products(const Tensor& x, const std::vector<
   }
   // quantized_product's decode path, with one activation row quantized for all the matrices.
   autograd::NoGradGuard no_grad;
-  std::vector<QuantizedRows> mats;
-  mats.reserve(qs.size());
+  SmallVec<QuantizedRows, 4> mats;
   for (const Quantized* q : qs) mats.push_back({q->data, q->rows});
-  out = decode_products(x.to(DType::Float32).contiguous(), x.sizes(), *qs.front()->format, k, mats);
+  out = decode_products(x.to(DType::Float32).contiguous(), x.sizes(), *qs.front()->format, k,
+                        std::span<const QuantizedRows>(mats.data(), mats.size()));
   for (size_t i = 0; i < out.size(); ++i) out[i] = finish_product(out[i], *weights[i].b, x.dtype());
   return out;
 }
