@@ -456,6 +456,13 @@ Tensor residual_add_(Tensor& h, const Tensor& delta) {
 Tensor rms_norm_rows(const Tensor& x, const Tensor& w, double eps) {
   const int64_t C = w.numel();
   if (x.dim() == 0 || x.size(-1) != C || w.dim() != 1 || x.dtype() != w.dtype()) return rms_norm(x, {C}, w, eps);
+  if (x.numel() == C && x.dtype() == DType::Float32 && x.is_contiguous() && w.is_contiguous()) {
+    // One row (decode): rms_norm_forward's kernel, without its statistics tensor and result vector.
+    Tensor y = empty(x.sizes(), DType::Float32);
+    float rstd;
+    kernels::rms_norm_rows_f32(x.data<float>(), w.data<float>(), y.data<float>(), &rstd, 1, C, float(eps));
+    return y;
+  }
   Shape stats(x.sizes());
   stats.back() = 1;
   return kernels::rms_norm_forward(x, C, w, eps, stats)[0];
@@ -633,8 +640,11 @@ void parse_rope_scaling(const json& j, ModelConfig& c, bool allow_llama3) {
 }
 
 Tensor split_heads(const Tensor& x, int64_t heads) {
-  const int64_t B = x.size(0), T = x.size(1), HD = x.size(2);
-  return x.reshape({B, T, heads, HD / heads}).transpose(1, 2);
+  const int64_t B = x.size(0), T = x.size(1), HD = x.size(2), D = HD / heads;
+  // The same view built at once where nothing records (decode makes three a layer).
+  if (!records(x) && x.is_contiguous() && HD == heads * D)
+    return make_tensor(x.storage(), {B, heads, T, D}, {T * HD, D, HD, 1}, x.storage_offset(), x.dtype());
+  return x.reshape({B, T, heads, D}).transpose(1, 2);
 }
 
 bool known_activation(const std::string& n) {
