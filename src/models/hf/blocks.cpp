@@ -98,19 +98,18 @@ Tensor Linear::base_forward(const Tensor& x) {
 }
 
 std::vector<Tensor> Linear::forward_each(const Tensor& x, std::initializer_list<Linear*> projections) {
-  bool together = projections.size() > 0;
+  if (projections.size() == 0) return {};
+  const Linear* first = *projections.begin();
+  bool together = true;
   SmallVec<WeightProducts::Operand, 4> weights;  // no allocation: decode makes two calls a layer
   for (Linear* p : projections) {
-    Linear* first = *projections.begin();
     together = together && !p->adapter_ && !p->is_training() && !records(x, p->weight, p->bias) &&
                p->products_ == first->products_ && p->transposed_ == first->transposed_;
     weights.push_back({&p->weight, &p->bias, &p->memo_});
   }
-  if (together) {
-    Linear* first = *projections.begin();
+  if (together)
     return first->products_->products(x, std::span<const WeightProducts::Operand>(weights.data(), weights.size()),
                                       first->transposed_);
-  }
   std::vector<Tensor> out;
   for (Linear* p : projections) out.push_back(p->forward(x));
   return out;
