@@ -5,6 +5,7 @@
 #include <fstream>
 #include <limits>
 #include <numbers>
+#include <optional>
 #include <sstream>
 
 #include "foundry/autograd/grad_mode.h"
@@ -353,20 +354,22 @@ std::vector<float> inverse_frequencies(const ModelConfig& c, double base, int64_
 // inverse_frequencies, remembered for the last base and scaling this thread asked for: a decode step
 // asks again every token (its pow calls were ~0.1% of a q4_0 step).
 const std::vector<float>& cached_inverse_frequencies(const ModelConfig& c, double base, int64_t rot_dim) {
-  struct Entry {
-    double base = 0, factor = 0, low = 0, high = 0;
-    int64_t rot_dim = -1, original = 0;
+  // Everything inverse_frequencies reads.
+  struct Key {
+    double base, factor, low, high;
+    int64_t rot_dim, original;
     std::string type;
-    std::vector<float> inv;
+    bool operator==(const Key&) const = default;
   };
-  thread_local Entry e;
-  if (e.base != base || e.rot_dim != rot_dim || e.factor != c.rope_factor || e.low != c.rope_low_freq_factor ||
-      e.high != c.rope_high_freq_factor || e.original != c.rope_original_max_positions || e.type != c.rope_type) {
-    e.inv = inverse_frequencies(c, base, rot_dim);
-    e.base = base, e.rot_dim = rot_dim, e.factor = c.rope_factor, e.low = c.rope_low_freq_factor;
-    e.high = c.rope_high_freq_factor, e.original = c.rope_original_max_positions, e.type = c.rope_type;
+  thread_local std::optional<Key> last;
+  thread_local std::vector<float> inv;
+  Key key{base, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, rot_dim,
+          c.rope_original_max_positions, c.rope_type};
+  if (!last || !(*last == key)) {
+    inv = inverse_frequencies(c, base, rot_dim);
+    last = std::move(key);
   }
-  return e.inv;
+  return inv;
 }
 
 }  // namespace
@@ -468,9 +471,10 @@ Tensor rms_norm_rows(const Tensor& x, const Tensor& w, double eps) {
   return kernels::rms_norm_forward(x, C, w, eps, stats)[0];
 }
 
-// Two passes over a row that stays in L1, each with its op's SIMD kernel: a fused scalar loop summing
-// squares in double took ~1.7x the two together in a q4_0 decode step (its 12 calls 0.42% of the
-// samples against 0.25% for the 13 of rms_norm_rows), and rounded other than the per-op path.
+// Two passes over a row that stays in L1, each with its op's SIMD kernel: the fused scalar loop
+// summing squares in double it replaces had 1.7x the samples of rms_norm_rows' kernel in a q4_0
+// decode step (its 12 calls 0.42% of the step, the norm kernel's 13 calls 0.25%), and rounded
+// other than the per-op path.
 Tensor add_rms_norm_(Tensor& h, const Tensor& delta, const Tensor& w, double eps) {
   return rms_norm_rows(residual_add_(h, delta), w, eps);
 }
