@@ -56,10 +56,10 @@ struct GemvTarget {
 void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets);
 /// y[i * rows + r] = dot(row r of w, row i of xq) for m activation rows quantized to t.dot_format,
 /// by integer byte dot products (x86 q4_K, q4_0, q8_0: AVX-512 VNNI, else AVX2;
-/// FOUNDRY_DISABLE_VNNI=1 / FOUNDRY_DISABLE_AVX2_KERNELS=1 in the environment skip them). q4_K's
-/// row i equals gemv's on row i; q4_0 / q8_0 sum the same exact per-block integer products in
-/// another float order from 8 rows on (block_gemm_x86.cpp). False, writing nothing, where this CPU
-/// has no such kernel for t (has_integer_gemm).
+/// FOUNDRY_DISABLE_VNNI=1 / FOUNDRY_DISABLE_AVX2_KERNELS=1 in the environment skip them). Below 8
+/// rows, row i is gemv's on row i; from 8 rows on, the same exact per-block integer products summed
+/// in another float order (block_gemm_x86.cpp). False, writing nothing, where this CPU has no such
+/// kernel for t (has_integer_gemm).
 bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y);
 bool has_integer_gemm(const BlockFormatTraits& t);
 /// The integer GEMM beats an AVX-512 BF16 GEMM over dequantized tiles for t on this CPU: q4_0, q8_0
