@@ -1,8 +1,11 @@
 // Foundry side of bench/infer_vs_torch and bench/quant_decode: load an HF folder (or GGUF file),
 // prefill `prefill` tokens, then decode `decode` tokens greedily after a `prompt`-token prompt.
 // Prints one JSON line. `--stream-mb N` instead measures the read bandwidth of summing an N MB
-// float32 array (STREAM-style; the best of 10 passes).
+// float32 array (STREAM-style; the best of 10 passes); `--products FORMAT` times decode's
+// matrix-vector kernels alone over one token of Llama-110M's weights beside a plain sum
+// (products.cpp).
 #include "../bench_main.h"
+#include "products.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +23,8 @@ using namespace foundry;
 static int run(int argc, char** argv) {
   std::string dir, quantize, dtype = "float32", quantized_prefill = "auto", kv_cache;
   int64_t stream_mb = 0;
+  std::string products;
+  int rounds = 30;
   int threads = 1;
   int64_t prefill = 128, prompt = 32, decode = 128, batch = 8, seq = 128;
   for (int i = 1; i < argc; ++i) {
@@ -35,12 +40,18 @@ static int run(int argc, char** argv) {
     else if (a == "--quantized-prefill") quantized_prefill = next();
     else if (a == "--kv-cache") kv_cache = next();
     else if (a == "--stream-mb") stream_mb = std::stoll(next());
+    else if (a == "--products") products = next();
+    else if (a == "--rounds") rounds = std::stoi(next());
     else if (a == "--batch") batch = std::stoll(next());
     else if (a == "--seq") seq = std::stoll(next());
     else bench::unknown_option(a);
   }
   set_num_threads(threads);
   using clock = std::chrono::steady_clock;
+  if (!products.empty()) {
+    if (rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
+    return bench::products_bench(products, rounds);
+  }
   if (stream_mb > 0) {
     Tensor big = ones({stream_mb * 1024 * 1024 / 4});
     double best = 1e9;
@@ -110,6 +121,8 @@ int main(int argc, char** argv) {
       "                   [--quantized-prefill auto|integer|float32|bfloat16] [--kv-cache f16|bf16|q8_0]\n"
       "                   [--dtype float32|native] [--batch N --seq N (encoder folders)]\n"
       "       bench_infer --stream-mb MB [--threads N]   (read bandwidth: sum of an MB-sized array)\n"
+      "       bench_infer --products FMT [--threads N] [--rounds N]   (decode's products over one token of\n"
+      "                   Llama-110M's weights in FMT beside a plain sum of as many bytes, alternating; medians)\n"
       "Prints one JSON line: load_s, prefill_tps, decode_tps, peak_rss_mb (an encoder folder: load_s, seq_per_s,\n"
       "peak_rss_mb).\n", [&] { return run(argc, argv); });
 }
