@@ -14,6 +14,9 @@ critical path; the worker's idle share is time the caller spent on serial work.
 
 Usage: /usr/bin/python3 bench/decode_profile/run.py [build/bin/bench_infer] [--format q4_0|f32|...]
        [--decode N] [--threads 1,2]
+PERF_HZ (default 2000) sets perf's sampling rate: a fast decode gives few samples at 2000 (a 1000-
+token run at ~550 tokens/s: ~3500 a thread, so a 5% share is +-0.4 points); 20000 perturbs the
+step (the pool's share grew from ~7% to ~14% of the caller's samples).
 """
 import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
 _sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
@@ -69,7 +72,7 @@ def profile(binary, folder, fmt, threads, decode, data):
     # A first run without perf gives the load and prefill time to skip.
     first = infer.run(args, threads)
     delay_ms = int(1000 * (first["load_s"] + 0.5)) + 500
-    subprocess.run(["perf", "record", "-q", "-F", "2000", "-D", str(delay_ms), "-o", data, "--", *args], check=True,
+    subprocess.run(["perf", "record", "-q", "-F", os.environ.get("PERF_HZ", "2000"), "-D", str(delay_ms), "-o", data, "--", *args], check=True,
                    capture_output=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
     report = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "pid,sym", "--stdio", "-F",
                              "sample,pid,sym"], check=True, capture_output=True, text=True).stdout
