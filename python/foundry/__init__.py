@@ -16,7 +16,7 @@ from . import _C
 from ._C import Tensor, autograd, dtype, from_numpy, manual_seed, tensor  # noqa: F401
 from ._C import get_num_threads, set_num_threads, threads_in_use, set_pool_adapts_to_load, get_default_dtype, set_default_dtype  # noqa: F401
 from ._C import is_grad_enabled, memory_stats, empty_cache, promote_types  # noqa: F401
-from ._C import reset_peak_memory_stats, memory_allocated, max_memory_allocated  # noqa: F401
+from ._C import reset_peak_memory_stats, memory_allocated, max_memory_allocated, cpu_capability  # noqa: F401
 from ._C import memory_reserved, max_memory_reserved  # noqa: F401
 from ._C import set_tensor_tracking, live_tensor_count, live_tensors_report  # noqa: F401
 from ._C import Tokenizer, Encoding, train_bpe  # noqa: F401

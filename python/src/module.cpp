@@ -8,6 +8,7 @@
 #include "foundry/autograd/autograd.h"
 #include "foundry/autograd/node.h"
 #include "foundry/core/allocator.h"
+#include "foundry/core/cpu.h"
 #include "foundry/core/leak_report.h"
 #include "foundry/core/parallel.h"
 #include "foundry/ops/catalog.h"
@@ -316,6 +317,9 @@ PYBIND11_MODULE(_C, m) {
   }, "allocator statistics: allocated_bytes.all.current / .peak, reserved_bytes.all.current / .peak, "
      "allocation.all.allocated / .freed, inactive_split (cached blocks), ... as torch.cuda.memory_stats names them");
   m.def("reset_peak_memory_stats", &reset_peak_memory_stats);
+  m.def("cpu_capability", &cpu_capability,
+        "the instruction set the SIMD kernels use here (Highway's target name, e.g. AVX3_ZEN4 or AVX2; "
+        "' VNNI' when the AVX-512 VNNI quantized kernels run); FOUNDRY_MAX_ISA=avx2|sse4 caps it");
   m.def("memory_allocated", [] { return allocator::stats().current_bytes; });
   m.def("max_memory_allocated", [] { return allocator::stats().peak_bytes; });
   m.def("memory_reserved", [] { auto s = allocator::stats(); return s.current_bytes + s.cached_bytes; });

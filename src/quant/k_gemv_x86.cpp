@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/isa.h"
 #include "quant/vnni_gemv.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -282,7 +283,7 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
 }  // namespace
 
 bool avx2_available() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool ok = max_isa() != MaxIsa::SSE4 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return ok;  // every AVX2 CPU has F16C
 }
 

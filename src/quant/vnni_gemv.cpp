@@ -11,6 +11,8 @@
 // (from DRAM, see vnni_rows below).
 #include "quant/vnni_gemv.h"
 
+#include "core/isa.h"
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -32,8 +34,9 @@ namespace foundry::quant {
 
 bool vnni_available() {
   // Every AVX-512 CPU has F16C (clang's __builtin_cpu_supports does not know the name).
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+  static const bool ok = max_isa() == MaxIsa::Native && __builtin_cpu_supports("avx512f") &&
+                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("avx512dq") &&
                          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
   return ok;
 }

@@ -508,9 +508,11 @@ TEST_P(EachTarget, FastDequantizersGiveTheReferenceFloats) {
   }
 }
 
-// q4_K / q5_K / q6_K x q8_K, nf4 x q8_0 and the 16-bit float kernels against the table's scalar dots (integer sums exact for q4_K;
-// nf4 sums float products, in another order).
-TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
+// gemv of every format against the table's scalar dots: q4_0 / q8_0 / q4_1 / q5_0 / q5_1 x q8_0,
+// q4_K / q5_K / q6_K x q8_K, nf4 x q8_0 and the 16-bit floats (integer sums exact per block for the
+// byte formats; nf4 sums float products, in another order). Whichever kernel this CPU dispatches
+// to: ctest runs it again under FOUNDRY_MAX_ISA=avx2 and sse4 (the AVX2 and Highway kernels).
+TEST_P(EachTarget, GemvOfEveryFormatMatchesScalarReference) {
   std::mt19937 rng(12);
   std::normal_distribution<float> nd(0.f, 1.f);
   const int64_t rows = 19, k = 256 * 3;
@@ -518,7 +520,7 @@ TEST_P(EachTarget, KQuantAndNF4DotsMatchScalarReference) {
   for (float& v : w) v = nd(rng) * 2.f + 0.3f;
   for (float& v : x) v = nd(rng);
   for (int64_t i = 0; i < 64; ++i) w[size_t(5 * k + i)] = 0.f;  // a zero sub-block and nf4 block
-  for (const char* name : {"q4_K", "q5_K", "q6_K", "nf4", "bf16", "f16", "q4_1", "q5_0", "q5_1"}) {
+  for (const char* name : {"q4_0", "q8_0", "q4_K", "q5_K", "q6_K", "nf4", "bf16", "f16", "q4_1", "q5_0", "q5_1"}) {
     const auto& t = foundry::quant::traits(name);
     const auto& act = foundry::quant::traits(t.dot_format);
     const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);

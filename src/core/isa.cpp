@@ -1,0 +1,52 @@
+#include "core/isa.h"
+#include "foundry/core/cpu.h"
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "hwy/targets.h"
+#include "quant/vnni_gemv.h"
+
+namespace foundry {
+
+MaxIsa max_isa() {
+  static const MaxIsa cap = [] {
+    const char* v = std::getenv("FOUNDRY_MAX_ISA");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "native" || s == "avx512") return MaxIsa::Native;
+    if (s == "avx2") return MaxIsa::AVX2;
+    if (s == "sse4") return MaxIsa::SSE4;
+    std::fprintf(stderr, "foundry: FOUNDRY_MAX_ISA=%s is not one of native, avx512, avx2, sse4; ignored\n", v);
+    return MaxIsa::Native;
+  }();
+  return cap;
+}
+
+std::string cpu_capability() {
+  const int64_t targets = hwy::SupportedTargets();
+  std::string name = hwy::TargetName(targets & -targets);  // the lowest bit: the best target
+  if (quant::vnni_available()) name += " VNNI";
+  return name;
+}
+
+namespace {
+
+// Applied as the library loads, before any kernel is dispatched or oneDNN primitive created.
+// Highway's x86 targets are bits, the better the lower: everything below a target's bit is newer.
+[[maybe_unused]] const bool applied = [] {
+  const MaxIsa cap = max_isa();
+#if HWY_ARCH_X86
+  if (cap == MaxIsa::AVX2) hwy::DisableTargets(HWY_AVX2 - 1);
+  if (cap == MaxIsa::SSE4) hwy::DisableTargets(HWY_SSE4 - 1);
+#endif
+  if (cap == MaxIsa::AVX2) dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2);
+  if (cap == MaxIsa::SSE4) dnnl_set_max_cpu_isa(dnnl_cpu_isa_sse41);
+  return true;
+}();
+
+}  // namespace
+
+}  // namespace foundry
