@@ -632,8 +632,9 @@ RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* 
 RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
   if (use_vnni() && (t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0))
     return {gemv_vnni_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
-  // The x86 q4_K kernels (VNNI or AVX2). q4_0 / q8_0 without VNNI have integer GEMMs for prefill
-  // but no such matrix-vector kernel: they take the Highway one below.
+  if (use_avx2() && (t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0))
+    return {gemv_avx2_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
+  // The x86 q4_K kernels (VNNI or AVX2).
   if (t.format == BlockFormat::Q4_K && has_integer_gemm(t)) {
     return {[xq, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
               gemv_q4_K_rows(use_vnni(), w, k, xq, r0, r1, y);

@@ -27,6 +27,9 @@ GemvRowRange gemv_vnni_rows(bool q4_0, const void* xq, int64_t k);
 
 /// The CPU runs AVX2 + FMA + F16C, and this build has the kernels (k_gemv_x86.cpp).
 bool avx2_available();
+/// The q8_0 (`q4_0` false) or q4_0 AVX2 kernel (avx2_gemv.cpp), the same contract as
+/// gemv_vnni_rows; call only when avx2_available().
+GemvRowRange gemv_avx2_rows(bool q4_0, const void* xq, int64_t k);
 /// y[i * rows + r] = dot(row r of w, row i of xq) for a [rows, k] q4_0, q8_0 or q4_K matrix and m
 /// rows of its dot format (q8_0, q8_K), the prefill's integer GEMM (block_gemm_x86.cpp): AVX-512
 /// VNNI (`vnni`; call only when vnni_available()) or AVX2 (when avx2_available()).
