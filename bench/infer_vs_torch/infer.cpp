@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "foundry/core/cpu.h"
 #include "foundry/core/parallel.h"
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/models/encoder.h"
@@ -41,6 +42,10 @@ static int run(int argc, char** argv) {
     else if (a == "--kv-cache") kv_cache = next();
     else if (a == "--stream-mb") stream_mb = std::stoll(next());
     else if (a == "--products") products = next();
+    else if (a == "--capability") {
+      std::printf("%s\n", cpu_capability().c_str());  // what the kernels dispatch to (FOUNDRY_MAX_ISA caps it)
+      return 0;
+    }
     else if (a == "--rounds") rounds = std::stoi(next());
     else if (a == "--batch") batch = std::stoll(next());
     else if (a == "--seq") seq = std::stoll(next());
@@ -121,6 +126,7 @@ int main(int argc, char** argv) {
       "                   [--quantized-prefill auto|integer|float32|bfloat16] [--kv-cache f16|bf16|q8_0]\n"
       "                   [--dtype float32|native] [--batch N --seq N (encoder folders)]\n"
       "       bench_infer --stream-mb MB [--threads N]   (read bandwidth: sum of an MB-sized array)\n"
+      "       bench_infer --capability   (the instruction set the kernels use: foundry::cpu_capability())\n"
       "       bench_infer --products FMT [--threads N] [--rounds N]   (decode's products over one token of\n"
       "                   Llama-110M's weights in FMT beside a plain sum of as many bytes, alternating; medians)\n"
       "Prints one JSON line: load_s, prefill_tps, decode_tps, peak_rss_mb (an encoder folder: load_s, seq_per_s,\n"

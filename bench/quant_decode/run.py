@@ -20,7 +20,12 @@ llama.cpp: `../shared/tools/llama.cpp/build.sh` (a native build, cached) and `ll
 those GGUF files (the loader `foundry generate --model file.gguf` uses): its decode next to the
 folder's `--quantize` figure.
 Without ../shared the llama.cpp columns are left out.
-Usage: /usr/bin/python3 bench/quant_decode/run.py [build/bin/bench_infer]
+
+`--isa avx2` runs the same comparison as an AVX2-only CPU would (the issue's goals hold "on every
+CPU"): Foundry under FOUNDRY_MAX_ISA=avx2 (no AVX-512 kernels; OPENBLAS_CORETYPE=Haswell) beside a
+llama.cpp built from the same source with GGML_NATIVE=OFF and AVX2 / FMA / F16C only (built once
+next to the native build, ~12 minutes on 2 cores, then cached), Llama rows only.
+Usage: /usr/bin/python3 bench/quant_decode/run.py [build/bin/bench_infer] [--isa native|avx2]
 """
 import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
 _sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
@@ -36,7 +41,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "infer_vs_torch"))
 import run as infer  # noqa: E402  (its folder writer and model shapes; importing runs nothing heavy)
 
-binary = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "build", "bin", "bench_infer")
+ARGS = sys.argv[1:]
+ISA = "native"
+if "--isa" in ARGS:
+    i = ARGS.index("--isa")
+    if i + 1 >= len(ARGS) or ARGS[i + 1] not in ("native", "avx2"):
+        sys.exit("quant_decode: error: --isa takes native or avx2")
+    ISA = ARGS[i + 1]
+    del ARGS[i:i + 2]
+binary = ARGS[0] if ARGS else os.path.join(HERE, "..", "..", "build", "bin", "bench_infer")
 # Each figure is the median of this many runs per side, the sides alternating (env BENCH_REPEATS).
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 # Foundry keeps the KV cache in f16, as llama-bench does by default (-ctk f16 -ctv f16): both sides
@@ -75,7 +88,31 @@ def llama_cpp_dir():
     if out.returncode != 0:
         print("llama.cpp build failed:", out.stderr[-2000:], file=sys.stderr)
         return None
-    return out.stdout.strip().splitlines()[-1]
+    native = out.stdout.strip().splitlines()[-1]
+    return native if ISA == "native" else llama_cpp_avx2_dir(os.path.dirname(native))
+
+
+# The AVX2-only build: the native build's source tree (build.sh extracted it), configured as a
+# distribution build for AVX2 CPUs.
+AVX2_FLAGS = ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+              "-DGGML_BMI2=ON", "-DGGML_AVX512=OFF", "-DGGML_AVX_VNNI=OFF"]
+
+
+def llama_cpp_avx2_dir(prefix):
+    build = os.path.join(prefix, "build-avx2")
+    bench = os.path.join(build, "bin", "llama-bench")
+    if not os.path.exists(bench):
+        gen = ["-G", "Ninja"] if subprocess.run(["which", "ninja"], capture_output=True).returncode == 0 else []
+        steps = [["cmake", "-S", os.path.join(prefix, "src", "llama.cpp"), "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Release",
+                  *AVX2_FLAGS, "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+                  "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_NUMBER=1"],
+                 ["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target", "llama-bench"]]
+        for step in steps:
+            out = subprocess.run(step, capture_output=True, text=True)
+            if out.returncode != 0:
+                print("llama.cpp AVX2 build failed:", out.stderr[-2000:], file=sys.stderr)
+                return None
+    return os.path.dirname(bench)
 
 
 def add_llama_tokenizer(folder):
@@ -147,6 +184,11 @@ def cpu_name():
 
 
 def main():
+    if ISA == "avx2":
+        os.environ.update(FOUNDRY_MAX_ISA="avx2", OPENBLAS_CORETYPE="Haswell")
+        print("ISA: AVX2 only. Foundry under FOUNDRY_MAX_ISA=avx2 (cpu_capability: "
+              f"{subprocess.run([binary, '--capability'], capture_output=True, text=True).stdout.strip()}); llama.cpp "
+              f"built with {' '.join(AVX2_FLAGS)}")
     stream = {t: infer.run([binary, "--stream-mb", "1024", "--threads", str(t)], t)["read_gb_s"] for t in (1, 2)}
     print(f"CPU: {cpu_name()}; read bandwidth (sum of a 1 GiB array): {stream[1]:.1f} GB/s (1 thread), "
           f"{stream[2]:.1f} GB/s (2 threads)")
@@ -160,7 +202,8 @@ def main():
           "| llama.cpp pp / tg (same run) | llama.cpp peak RSS MB | prefill vs llama.cpp | decode vs llama.cpp "
           "| Foundry on the .gguf: decode (vs --quantize) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, cfg in (("Llama-110M (tied)", LLAMA_TIED), ("GPT-2 124M", infer.GPT2)):
+    models = (("Llama-110M (tied)", LLAMA_TIED), ("GPT-2 124M", infer.GPT2))
+    for name, cfg in models if ISA == "native" else models[:1]:
         folder = f"/tmp/foundry_bench_{cfg['model_type']}_tied" if cfg is LLAMA_TIED else \
             f"/tmp/foundry_bench_{cfg['model_type']}"
         infer.write_folder(folder, cfg)

@@ -4,11 +4,11 @@
 // q8_simd.cpp serve every other CPU.
 //
 // The activation row is prepared once per product in the order each format's step reads weights
-// (q8_0: two blocks per 512-bit vector; q4_0: four blocks' nibbles per vector), and rows go four
-// at a time so each step's activation vectors and scales are loaded once for four rows. On a Zen 5
-// EPYC at 1 thread (768 columns, one 53 MB matrix read repeatedly, so partly from L3): q8_0
-// 29.9 -> 40-44 GB/s, q4_0 12.7 -> 31 GB/s against one row at a time with two blocks per step
-// (from DRAM, see vnni_rows below).
+// (q8_0: two blocks per 512-bit vector; q4_0: four blocks' nibbles per vector), and q4_0's rows
+// go four at a time so each step's activation vectors and scales are loaded once for four rows
+// (q8_0's one at a time: see vnni_rows for both, measured from memory). On a Zen 5 EPYC at 1
+// thread (768 columns, one 53 MB matrix read repeatedly, so partly from L3): q8_0 29.9 -> 40-44
+// GB/s, q4_0 12.7 -> 31 GB/s in groups of four against one row at a time with two blocks per step.
 #include "quant/vnni_gemv.h"
 
 #include "core/isa.h"
@@ -76,7 +76,7 @@ struct StepDot {
 // q8_0 weights, two blocks (64 levels, one vector) per step: lanes 0-7 hold block a's products,
 // 8-15 block b's. The weights are signed: |w| x (y with w's sign).
 struct Q8_0Step {
-  static constexpr int64_t kBytes = kQ8Bytes, kBlocks = 2;
+  static constexpr int64_t kBytes = kQ8Bytes, kBlocks = 2, kRows = 1;
   using Y = __m512i;
 
   FOUNDRY_VNNI_TARGET static void prepare(const uint8_t* xq, int64_t k, PreparedActivation& a) {
@@ -123,7 +123,7 @@ struct Q8_0Step {
 // dot the levels [a0-15 b0-15 c0-15 d0-15] and its high nibbles [a16-31 b16-31 ...] into the same
 // lanes (4 per block), and sum((u - 8) y) = sum(u y) - 8 sum(y).
 struct Q4_0Step {
-  static constexpr int64_t kBytes = kQ4Bytes, kBlocks = 4;
+  static constexpr int64_t kBytes = kQ4Bytes, kBlocks = 4, kRows = 4;
   struct Y {
     __m512i low, high;
   };
@@ -230,10 +230,14 @@ FOUNDRY_VNNI_TARGET void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t a
 // streamed with prefetcht0 a 256 KB working set read back at 10.4 ns a line (from L3), after
 // prefetchnta or plain loads at 4.4-4.9 (still in L2); a decode step's code, allocator and tensor
 // records between products are that working set.
+// q8_0 goes one row at a time: over Llama-110M-shaped matrices from memory (in-process A/B, Zen 5)
+// 23.6 GB/s against 18.6 in groups of 4 at 1 thread, 51.5 against 44.5 at 2; q4_0, whose step
+// costs more arithmetic a byte, loses with one row (22.9 against 25.7, 33.9 against 40.9) and keeps
+// its groups (Step::kRows).
 template <class Step>
 void vnni_rows(const uint8_t* w, const PreparedActivation& a, const uint8_t* xq, int64_t k, int64_t r0, int64_t r1,
                float* y) {
-  constexpr int64_t kGroup = 4;
+  constexpr int64_t kGroup = Step::kRows;
   const int64_t row_bytes = k / 32 * Step::kBytes;
   const int64_t ahead = std::max<int64_t>(kGroup, (12288 + row_bytes - 1) / std::max<int64_t>(row_bytes, 1)) * row_bytes;
   int64_t r = r0;
