@@ -1,11 +1,11 @@
 // Decode's q8_0 and q4_0 matrix-vector products on x86 CPUs with AVX2 and no AVX-512 VNNI
 // (vnni_gemv.cpp serves those): vpmaddubsw (u8 x s8 pairs into int16) and vpmaddwd (into int32
-// lanes) per 32-value block, one weight row at a time (see avx2_rows). q8_0's weights are signed: |w| x (y with
+// lanes) per 32-value block, one or two weight rows a step (see avx2_rows). q8_0's weights are signed: |w| x (y with
 // w's sign). q4_0's nibbles are level + 8: sum((u - 8) y) = sum(u y) - 8 sum(y), the second term
 // per lane from the activation, once per product. The Highway kernel these replace (one row at a
 // time, int16 widening) ran Llama-110M's decode at 0.69x (q4_0) and 0.87x (q8_0) of a llama.cpp
 // built for AVX2 only, both on a Zen 5 capped to AVX2 (FOUNDRY_MAX_ISA=avx2). The kernels take R
-// rows a step (sharing the activation's loads); avx2_rows runs them with R = 1.
+// rows a step, sharing the activation's loads (avx2_rows picks R).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -131,14 +131,15 @@ FOUNDRY_AVX2_TARGET void q4_0_rows(const uint8_t* w, int64_t row_bytes, int64_t 
   }
 }
 
-// One row at a time: over Llama-110M-shaped matrices from memory (Zen 5 capped to AVX2, in-process
-// A/B) one stream a row read q8_0 at 26.2 GB/s against 17.6 with four rows a step, q4_0 at 17.3
-// against 13.6 (2 threads: 43.8 / 28.8, 31.4 / 30.6), though four rows share the activation's loads:
-// four interleaved streams a row apart are what the memory system follows worse (as the float
-// kernels found, gemv_simd.cpp).
+// Few rows a step: over Llama-110M-shaped matrices from memory (Zen 5 capped to AVX2, in-process
+// A/B) one row a step read q8_0 at 26.2 GB/s against 17.6 with four rows, q4_0 at 17.3 against
+// 13.6 (2 threads: 43.8 / 28.8, 31.4 / 30.6), though four rows share the activation's loads: four
+// interleaved streams a row apart are what the memory system follows worse (as the float kernels
+// found, gemv_simd.cpp). q4_0, whose step costs more arithmetic a byte, reads 1.12x faster with two
+// rows than one (2 threads 1.05x); q8_0 with two 1.07x at 1 thread, 0.93x at 2: one.
 template <bool kQ4>
 void avx2_rows(const uint8_t* w, const Avx2Activation& a, int64_t r0, int64_t r1, float* y) {
-  constexpr int64_t kGroup = 1, kAhead = 4096;
+  constexpr int64_t kGroup = kQ4 ? 2 : 1, kAhead = 4096;
   const int64_t row_bytes = a.blocks * (kQ4 ? kQ4Bytes : kQ8Bytes);
   int64_t r = r0;
   const auto group = kQ4 ? q4_0_rows<kGroup> : q8_0_rows<kGroup>;
