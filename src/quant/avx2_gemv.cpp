@@ -108,12 +108,13 @@ FOUNDRY_AVX2_TARGET void q4_0_rows(const uint8_t* w, int64_t row_bytes, int64_t 
       const __m256i lo = _mm256_and_si256(v, low_mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_mask);
       const __m256i pair_sums = _mm256_add_epi16(_mm256_maddubs_epi16(lo, y_low), _mm256_maddubs_epi16(hi, y_high));
       const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(pair_sums, ones), e8);
-      uint16_t h[2];
-      std::memcpy(&h[0], p, 2);
-      std::memcpy(&h[1], p + kQ4Bytes, 2);
-      int32_t both;
-      std::memcpy(&both, h, 4);
-      const __m256 dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128(both))), halves);
+      // Scale a is the low half of the step's first 4 bytes; b goes into the second 16-bit lane.
+      int32_t first;
+      uint16_t second;
+      std::memcpy(&first, p, 4);
+      std::memcpy(&second, p + kQ4Bytes, 2);
+      const __m128i scales = _mm_insert_epi16(_mm_cvtsi32_si128(first), second, 1);
+      const __m256 dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(scales)), halves);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, dy), acc[i]);
     }
   }
