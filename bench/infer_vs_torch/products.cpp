@@ -74,7 +74,8 @@ __attribute__((target("avx2"))) uint64_t sum_words_avx2(const uint64_t* w, int64
     for (int j = 0; j < 4; ++j)
       acc[j] = _mm256_add_epi64(acc[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 4 * j)));
   alignas(32) uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3])));
+  const __m256i total = _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3]));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total);
   uint64_t s = lanes[0] + lanes[1] + lanes[2] + lanes[3];
   for (; i < e; ++i) s += w[i];
   return s;
@@ -101,7 +102,8 @@ uint64_t plain_sum(const std::vector<std::vector<Matrix>>& jobs, const quant::Bl
       const int64_t n = quant::quantized_bytes(t, m.rows, m.k) / 8, chunks = (n + kChunkWords - 1) / kChunkWords;
       std::vector<uint64_t> partial(static_cast<size_t>(chunks));
       parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
-        for (int64_t c = b; c < e; ++c) partial[size_t(c)] = sum_words(words, c * kChunkWords, std::min(n, (c + 1) * kChunkWords));
+        for (int64_t c = b; c < e; ++c)
+          partial[size_t(c)] = sum_words(words, c * kChunkWords, std::min(n, (c + 1) * kChunkWords));
       });
       for (uint64_t p : partial) total += p;
     }

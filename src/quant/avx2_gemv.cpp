@@ -14,6 +14,8 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+
+#include "quant/avx2_inline.h"
 #define FOUNDRY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 #define FOUNDRY_HAVE_AVX2_GEMV 1
 #else
@@ -42,17 +44,8 @@ struct Avx2Activation {
   std::vector<int32_t> eight_y;     // 8 a pair
 };
 
-FOUNDRY_AVX2_TARGET inline float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-FOUNDRY_AVX2_TARGET inline float sum_lanes(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
+using avx2::f16_at;
+using avx2::sum_lanes;
 
 // Rows [0, R) of the group at w against the activation, prefetched `ahead` bytes on with
 // prefetchnta (one line per 64 bytes of each row's blocks). q8_0: a block a step.
@@ -73,7 +66,8 @@ FOUNDRY_AVX2_TARGET void q8_0_rows(const uint8_t* w, int64_t row_bytes, int64_t 
       const uint8_t* p = w + i * row_bytes + b * kQ8Bytes;
       if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_NTA);
       const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(yv, wv)), ones);
+      const __m256i magnitudes = _mm256_sign_epi8(wv, wv), signed_y = _mm256_sign_epi8(yv, wv);
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(magnitudes, signed_y), ones);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(f16_at(p) * dy), acc[i]);
     }
   }
@@ -83,8 +77,8 @@ FOUNDRY_AVX2_TARGET void q8_0_rows(const uint8_t* w, int64_t row_bytes, int64_t 
 // q4_0: two blocks a step. The pair's two 16-byte nibble halves side by side make one vector, its
 // low nibbles [a0-15 b0-15] and high [a16-31 b16-31] meet the activation's levels in the same
 // order, and their int16 pair sums add before one vpmaddwd: int32 lanes 0-3 are block a's, 4-7
-// b's. The two weight scales go through one vcvtph2ps. A block left over (an odd count) runs
-// through the q8_0-style single-block step below.
+// b's. The two weight scales go through one vcvtph2ps. A block left over (an odd count) is summed
+// in scalar code after the loop.
 template <int R>
 FOUNDRY_AVX2_TARGET void q4_0_rows(const uint8_t* w, int64_t row_bytes, int64_t ahead, const Avx2Activation& a,
                                    float* y) {
@@ -103,8 +97,10 @@ FOUNDRY_AVX2_TARGET void q4_0_rows(const uint8_t* w, int64_t row_bytes, int64_t 
     for (int i = 0; i < R; ++i) {
       const uint8_t* p = w + i * row_bytes + q * 2 * kQ4Bytes;
       if (q % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + ahead, _MM_HINT_NTA);
-      const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2))),
-                                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kQ4Bytes + 2)), 1);
+      const auto* nibbles_a = reinterpret_cast<const __m128i*>(p + 2);
+      const auto* nibbles_b = reinterpret_cast<const __m128i*>(p + kQ4Bytes + 2);
+      const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(nibbles_a)),
+                                                _mm_loadu_si128(nibbles_b), 1);
       const __m256i lo = _mm256_and_si256(v, low_mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_mask);
       const __m256i pair_sums = _mm256_add_epi16(_mm256_maddubs_epi16(lo, y_low), _mm256_maddubs_epi16(hi, y_high));
       const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(pair_sums, ones), e8);
@@ -181,7 +177,8 @@ GemvRowRange gemv_avx2_rows(bool q4_0, const void* xq, int64_t k) {
     }
   }
   const Avx2Activation* pa = &a;  // the only capture: std::function keeps it without allocating
-  if (q4_0) return [pa](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) { avx2_rows<true>(w, *pa, r0, r1, y); };
+  if (q4_0)
+    return [pa](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) { avx2_rows<true>(w, *pa, r0, r1, y); };
   return [pa](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) { avx2_rows<false>(w, *pa, r0, r1, y); };
 }
 

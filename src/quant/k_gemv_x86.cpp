@@ -18,6 +18,8 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+
+#include "quant/avx2_inline.h"
 #define FOUNDRY_X86_KERNELS 1
 #define FOUNDRY_AVX512_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
 #define FOUNDRY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
@@ -76,17 +78,8 @@ FOUNDRY_AVX2_TARGET inline __m256i paired_mins(uint64_t mins) {
   return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
 }
 
-FOUNDRY_AVX2_TARGET inline float fp16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-FOUNDRY_AVX2_TARGET inline float sum_lanes(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
+using avx2::f16_at;
+using avx2::sum_lanes;
 
 // acc += d dy isum - dmin dy (the mins' dot with the block sums, in int32 lanes 0-7).
 FOUNDRY_AVX512_VNNI_TARGET inline __m512 accumulate_vnni(__m512 acc, __m512i isum, __m256i min_dot, float d, float dmin,
@@ -154,7 +147,7 @@ FOUNDRY_AVX512_VNNI_TARGET void dot_q4_K_vnni(const uint8_t* w, const uint8_t* c
     unpack_scales_mins(w + 4, scales, mins);
     const Q4KPairs pairs = q4_K_pairs(w, scales);
     const __m256i mins16 = paired_mins(mins);
-    const float d = fp16_at(w), dmin = fp16_at(w + 2);
+    const float d = f16_at(w), dmin = f16_at(w + 2);
     #pragma GCC unroll 4  // the accumulators stay in registers (a rolled loop kept them on the stack)
     for (int t = 0; t < T; ++t) {
       const uint8_t* yb = y[t] + b * kQ8KBytes;
@@ -189,7 +182,7 @@ FOUNDRY_AVX512_VNNI_TARGET void dot4_q4_K_vnni(const uint8_t* w, int64_t row_byt
       unpack_scales_mins(wb + 4, scales, mins);
       const __m512i isum = q4_K_scaled_sum(q4_K_pairs(wb, scales), ys);
       const __m256i min_dot = _mm256_madd_epi16(bsums, paired_mins(mins));
-      const float d = fp16_at(wb), dmin = fp16_at(wb + 2);
+      const float d = f16_at(wb), dmin = f16_at(wb + 2);
       acc[r] = accumulate_vnni(acc[r], isum, min_dot, d, dmin, dy);
     }
   }
@@ -229,7 +222,7 @@ FOUNDRY_AVX2_TARGET void dot_q4_K_avx2(const uint8_t* w, const uint8_t* const* y
       levels[j] = sub_block_levels(w, j);
       sub_scales[j] = sub_block_scale(sc16, j);
     }
-    const float d = fp16_at(w), dmin = fp16_at(w + 2);
+    const float d = f16_at(w), dmin = f16_at(w + 2);
     #pragma GCC unroll 4  // the accumulators stay in registers (a rolled loop kept them on the stack)
     for (int t = 0; t < T; ++t) {
       const uint8_t* yb = y[t] + b * kQ8KBytes;
@@ -273,7 +266,7 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, sub_block_scale(sc16, j)));
       }
       const __m256i min_dot = _mm256_madd_epi16(bsums, paired_mins(mins));
-      const float d = fp16_at(wb), dmin = fp16_at(wb + 2);
+      const float d = f16_at(wb), dmin = f16_at(wb + 2);
       acc[r] = accumulate_avx2(acc[r], isum, min_dot, d, dmin, dy);
     }
   }

@@ -169,7 +169,8 @@ struct Q4_0Step {
     const __m512i lo = _mm512_and_si512(q, low_mask);
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low_mask);
     const __m512i uy = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, y.low), hi, y.high);
-    const __m512 scales = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(kScaleWords), head)));
+    const __m512i scale_words = _mm512_permutexvar_epi16(_mm512_loadu_si512(kScaleWords), head);
+    const __m512 scales = _mm512_cvtph_ps(_mm512_castsi512_si256(scale_words));
     return {_mm512_sub_epi32(uy, _mm512_loadu_si512(a.eight_y.data() + c * 16)), scales};
   }
   FOUNDRY_VNNI_TARGET static int32_t tail(const uint8_t* w, const int8_t* y) {
@@ -201,7 +202,8 @@ FOUNDRY_VNNI_TARGET void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t a
     #pragma GCC unroll 4  // the accumulators stay in registers (a rolled loop kept them on the stack)
     for (int i = 0; i < R; ++i) {
       const uint8_t* p = w + i * row_bytes + c * kStepBytes;
-      for (int64_t o = 0; o < kStepBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + o, _MM_HINT_NTA);
+      for (int64_t o = 0; o < kStepBytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + o, _MM_HINT_NTA);
       const StepDot d = Step::dot_and_scales(p, yv, a, c);
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d.dot), _mm512_mul_ps(d.scales, ys), acc[i]);
     }

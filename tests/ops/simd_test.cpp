@@ -543,6 +543,37 @@ TEST_P(EachTarget, GemvOfEveryFormatMatchesScalarReference) {
   }
 }
 
+// q8_0 / q4_0 gemv with block counts every kernel's step leaves a remainder of (the AVX2 q4_0
+// kernel takes blocks two at a time, VNNI q4_0 four, q8_0 two) and row counts that leave a partial
+// group, against the scalar dots; run under FOUNDRY_MAX_ISA=avx2 / sse4 by ctest as well.
+TEST_P(EachTarget, ByteFormatGemvHandlesEveryBlockCount) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t rows = 7;
+  for (int64_t k : {int64_t(32), int64_t(32 * 3), int64_t(32 * 6), int64_t(32 * 7), int64_t(32 * 25)}) {
+    std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
+    for (float& v : w) v = nd(rng);
+    for (float& v : x) v = nd(rng);
+    for (const char* name : {"q4_0", "q8_0"}) {
+      const auto& t = foundry::quant::traits(name);
+      const auto& act = foundry::quant::traits(t.dot_format);
+      const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
+      std::vector<uint8_t> wq(static_cast<size_t>(rows * row_bytes));
+      std::vector<uint8_t> xq(static_cast<size_t>(foundry::quant::quantized_bytes(act, 1, k)));
+      for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * row_bytes, k);
+      act.quantize(x.data(), xq.data(), k);
+      std::vector<float> y(static_cast<size_t>(rows));
+      foundry::quant::gemv(t, wq.data(), rows, k, xq.data(), y.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float scale = 0.f;
+        for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
+        ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * row_bytes, xq.data(), k), 1e-5f * scale)
+            << name << " k " << k << " row " << r;
+      }
+    }
+  }
+}
+
 // gemv_many: several matrices sharing one activation row as one parallel job give each matrix's
 // gemv result bit for bit, whatever the row counts (multiples of the kernels' 4-row groups or not,
 // a matrix of no rows) and the thread count; rows of 16-bit formats whose length ends in a partial

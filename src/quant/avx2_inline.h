@@ -1,0 +1,26 @@
+// Small AVX2 helpers shared by the x86 byte kernels (k_gemv_x86.cpp, avx2_gemv.cpp). Include only
+// where __x86_64__ and GCC / clang attributes are available.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace foundry::quant::avx2 {
+
+/// The IEEE half at p (unaligned) as float32.
+__attribute__((target("avx2,fma,f16c"))) inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+/// The sum of v's eight lanes.
+__attribute__((target("avx2,fma,f16c"))) inline float sum_lanes(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+}  // namespace foundry::quant::avx2
