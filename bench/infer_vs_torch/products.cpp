@@ -92,20 +92,21 @@ uint64_t sum_words(const uint64_t* w, int64_t b, int64_t e) {
   return s;
 }
 
-// The plain read: every byte of the matrices summed as 64-bit words.
-uint64_t plain_sum(const std::vector<std::vector<Matrix>>& jobs, const quant::BlockFormatTraits& t) {
-  constexpr int64_t kChunkWords = 8192;
+// The plain read: every byte of the matrices summed as 64-bit words, a chunk's sum into `partial`
+// (sized for the largest matrix by the caller, so the timed loop allocates nothing).
+constexpr int64_t kChunkWords = 8192;
+uint64_t plain_sum(const std::vector<std::vector<Matrix>>& jobs, const quant::BlockFormatTraits& t,
+                   std::vector<uint64_t>& partial) {
   uint64_t total = 0;
   for (const auto& job : jobs)
     for (const Matrix& m : job) {
       const auto* words = reinterpret_cast<const uint64_t*>(m.bytes.get());
       const int64_t n = quant::quantized_bytes(t, m.rows, m.k) / 8, chunks = (n + kChunkWords - 1) / kChunkWords;
-      std::vector<uint64_t> partial(static_cast<size_t>(chunks));
       parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
         for (int64_t c = b; c < e; ++c)
           partial[size_t(c)] = sum_words(words, c * kChunkWords, std::min(n, (c + 1) * kChunkWords));
       });
-      for (uint64_t p : partial) total += p;
+      for (int64_t c = 0; c < chunks; ++c) total += partial[size_t(c)];
     }
   return total;
 }
@@ -136,9 +137,13 @@ int products_bench(const std::string& format, int rounds) {
   }
   jobs.emplace_back();
   jobs.back().push_back(make_matrix(t, kVocab, kHidden, rng));
-  int64_t weight_bytes = 0;
+  int64_t weight_bytes = 0, largest = 0;
   for (const auto& job : jobs)
-    for (const Matrix& m : job) weight_bytes += quant::quantized_bytes(t, m.rows, m.k);
+    for (const Matrix& m : job) {
+      weight_bytes += quant::quantized_bytes(t, m.rows, m.k);
+      largest = std::max(largest, quant::quantized_bytes(t, m.rows, m.k));
+    }
+  std::vector<uint64_t> partial(static_cast<size_t>((largest / 8 + kChunkWords - 1) / kChunkWords));
   // One activation row per width, quantized to the format's dot format.
   std::vector<uint8_t> x_hidden(size_t(quant::quantized_bytes(act, 1, kHidden)));
   std::vector<uint8_t> x_inter(size_t(quant::quantized_bytes(act, 1, kIntermediate)));
@@ -148,24 +153,28 @@ int products_bench(const std::string& format, int rounds) {
     for (float& v : x) v = normal(rng);
     act.quantize(x.data(), out->data(), k);
   }
+  // Each job's targets, each matrix its own outputs.
   std::vector<float> y(static_cast<size_t>(kVocab));
+  std::vector<std::vector<quant::GemvTarget>> targets(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    int64_t at = 0;
+    for (const Matrix& m : jobs[j]) {
+      targets[j].push_back({m.bytes.get(), m.rows, y.data() + at});
+      at += m.rows;
+    }
+  }
   uint64_t checksum = 0;
   using clock = std::chrono::steady_clock;
   std::vector<double> products_gb_s, read_gb_s;
   for (int round = 0; round < rounds + 1; ++round) {
     auto start = clock::now();
-    for (const auto& job : jobs) {
-      std::vector<quant::GemvTarget> targets;
-      int64_t at = 0;  // each matrix its own outputs
-      for (const Matrix& m : job) {
-        targets.push_back({m.bytes.get(), m.rows, y.data() + at});
-        at += m.rows;
-      }
-      quant::gemv_many(t, job.front().k, job.front().k == kHidden ? x_hidden.data() : x_inter.data(), targets);
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const int64_t k = jobs[j].front().k;
+      quant::gemv_many(t, k, k == kHidden ? x_hidden.data() : x_inter.data(), targets[j]);
     }
     const double products_s = std::chrono::duration<double>(clock::now() - start).count();
     start = clock::now();
-    checksum += plain_sum(jobs, t);
+    checksum += plain_sum(jobs, t, partial);
     const double sum_s = std::chrono::duration<double>(clock::now() - start).count();
     if (round == 0) continue;  // the first round faults the pages in
     products_gb_s.push_back(double(weight_bytes) / products_s / 1e9);

@@ -24,7 +24,7 @@ Without ../shared the llama.cpp columns are left out.
 `--isa avx2` runs the same comparison as an AVX2-only CPU would (the issue's goals hold "on every
 CPU"): Foundry under FOUNDRY_MAX_ISA=avx2 (no AVX-512 kernels; OPENBLAS_CORETYPE=Haswell) beside a
 llama.cpp built from the same source with GGML_NATIVE=OFF and AVX2 / FMA / F16C only (built once
-next to the native build, ~12 minutes on 2 cores, then cached), Llama rows only.
+next to the native build, then cached), Llama rows only.
 Usage: /usr/bin/python3 bench/quant_decode/run.py [build/bin/bench_infer] [--isa native|avx2]
 """
 import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)

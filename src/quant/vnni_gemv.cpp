@@ -154,8 +154,9 @@ struct Q4_0Step {
   // the nibbles' vector, and the four scales permuted out of the first load. Four 16-byte loads
   // with three inserts and a scale vector built from four scalar loads ran this kernel at 33.7
   // GB/s over L2-resident rows, these at 44; decode's products over Llama-110M-shaped matrices
-  // from memory at 22.4-28.1 GB/s before, 26.4-30.6 after (1 thread, Zen 5, alternating in one
-  // process). The same for q8_0's two 34-byte blocks measured 2-7% slower there: it keeps its loads.
+  // from memory at 27.3-29.0 GB/s before, 30.7-35.9 after at 1 thread, 48.7 -> 54.1 at 2 (Zen 5,
+  // alternating in one process). The same for q8_0's two 34-byte blocks measured 2-16% slower
+  // there: it keeps its loads.
   static constexpr int64_t kTailAt = 56;  // the 16-byte load: words 28-35, permute indices 32-39
   static constexpr uint16_t kNibbleWords[32] = {1,  2,  3,  4,  5,  6,  7,  8,  10, 11, 12, 13, 14, 15, 16, 17,
                                                 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 36, 37, 38, 39};
