@@ -329,7 +329,7 @@ TEST(QuantKernels, X86Q4KGemmMatchesScalarReference) {
 }
 
 // The prefill's x86 integer GEMMs (block_gemm_x86.cpp: VNNI panels of 16 rows, tiles of 16
-// activation rows; AVX2 panels of 8, tiles of 4) against the scalar reference: row counts that
+// activation rows; AVX2 panels of 8, tiles of 4 (q8_0: 8)) against the scalar reference: row counts that
 // leave a partial panel, activation row counts that leave a partial tile, a zero block, weight
 // and activation levels at both ends of their ranges (q8_0's -127 / +127 weights, where AVX2
 // multiplies magnitudes by signed activations).
@@ -345,7 +345,7 @@ TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
       using Shape = std::tuple<int64_t, int64_t, int64_t>;  // weight rows, k, activation rows
       const bool k_quant = std::string(name) == "q4_K";     // k a multiple of 256
       const std::vector<Shape> shapes = k_quant ? std::vector<Shape>{{37, 256, 11}, {16, 768, 8}, {5, 512, 19}, {19, 256, 33}}
-                                                : std::vector<Shape>{{37, 96, 11}, {16, 768, 8}, {5, 32, 19}, {8, 64, 1}, {19, 256, 33}};
+                                                : std::vector<Shape>{{37, 96, 11}, {16, 768, 8}, {5, 32, 19}, {8, 64, 1}, {19, 256, 33}, {24, 64, 15}};
       for (auto [rows, k, m] : shapes) {
         std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(m * k));
         for (int64_t i = 0; i < rows * k; ++i) w[size_t(i)] = nd(rng) * std::ldexp(1.f, int((i / 32) % 7) - 3);
