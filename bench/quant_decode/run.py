@@ -11,7 +11,9 @@ norms are negligible) next to this machine's read bandwidth, measured in the sam
 (`bench_infer --stream-mb`, summing a 1 GiB float array), as a fraction of it.
 
 Foundry keeps its KV cache in f16 here (`--kv-cache f16`), as llama-bench does by default. Every
-figure is the median of BENCH_REPEATS (default 3) runs, Foundry's and llama.cpp's alternating.
+figure is the median of BENCH_REPEATS (default 5) runs, Foundry's and llama.cpp's alternating
+(on a shared host whose speed changes from process to process and minute to minute, 3 left single
+rows 0.8x in one run and 1.2x in the next).
 
 llama.cpp: `../shared/tools/llama.cpp/build.sh` (a native build, cached) and `llama-bench -p 128
 -n 128 -r 1` (once per repetition) on GGUF files written by `foundry convert` from the same folder
@@ -51,7 +53,7 @@ if "--isa" in ARGS:
     del ARGS[i:i + 2]
 binary = ARGS[0] if ARGS else os.path.join(HERE, "..", "..", "build", "bin", "bench_infer")
 # Each figure is the median of this many runs per side, the sides alternating (env BENCH_REPEATS).
-REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
+REPEATS = int(os.environ.get("BENCH_REPEATS", "5"))
 # Foundry keeps the KV cache in f16, as llama-bench does by default (-ctk f16 -ctv f16): both sides
 # read the same bytes per cached position. (Foundry's own default is the model's float32.)
 KV_CACHE = ["--kv-cache", "f16"]
