@@ -470,8 +470,8 @@ void gemm_vnni(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Ac
 
 // Activation rows a tile: q8_0's block (8 weight vectors, 8 of signs) meets 8 rows, the 4-bit
 // formats' 4. Over Llama-110M's matrices (m = 128, Zen 5 capped to AVX2, in-process A/B) 8 rows ran
-// q8_0 at 67 GMAC/s against 57 with 4 at 1 thread (2 threads 102 against 100); q4_0 and q4_K ran
-// 9-14% slower with 8 than with 4.
+// q8_0 at 67-69 GMAC/s against 57-58 with 4 at 1 thread in three of four pairs (even in the
+// fourth), 2 threads about even (102 against 100); q4_0 and q4_K ran 9-14% slower with 8.
 template <bool kFourBit, bool kMins>
 void gemm_avx2(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y) {
   auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {

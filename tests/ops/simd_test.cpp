@@ -329,8 +329,8 @@ TEST(QuantKernels, X86Q4KGemmMatchesScalarReference) {
 }
 
 // The prefill's x86 integer GEMMs (block_gemm_x86.cpp: VNNI panels of 16 rows, tiles of 16
-// activation rows; AVX2 panels of 8, tiles of 4 (q8_0: 8)) against the scalar reference: row counts that
-// leave a partial panel, activation row counts that leave a partial tile, a zero block, weight
+// activation rows; AVX2 panels of 8, tiles of 4, q8_0's of 8) against the scalar reference: row
+// counts that leave a partial panel, activation row counts that leave a partial tile, a zero block, weight
 // and activation levels at both ends of their ranges (q8_0's -127 / +127 weights, where AVX2
 // multiplies magnitudes by signed activations).
 TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
