@@ -4,8 +4,8 @@
 // allocation on huge pages, run as decode runs them (quant::gemv_many, one job per layer's matrices
 // that share an activation); a round is one token's products, then a plain sum over the same bytes
 // (64-bit words, in 64 KB chunks through the same thread pool), alternating; the figures are
-// medians. On a shared host a whole-model decode moves by +-20% from one process to the next, and
-// so does this bench's absolute figure (the memory a process is given streams at different speeds);
+// medians. On a shared host a whole-model decode moves by up to 2x from one process to the next
+// (q4_0 at 1 thread: 180-360 tokens/s), and so does this bench's absolute figure (the memory a process is given streams at different speeds);
 // the ratio to the plain sum over the same memory, and A/B runs within one process, are what make a
 // kernel change of a few percent measurable.
 #include "products.h"

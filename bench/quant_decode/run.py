@@ -36,6 +36,7 @@ import json
 import os
 from statistics import median
 import platform
+import shutil
 import subprocess
 import sys
 
@@ -104,7 +105,7 @@ def llama_cpp_avx2_dir(prefix):
     build = os.path.join(prefix, "build-avx2")
     bench = os.path.join(build, "bin", "llama-bench")
     if not os.path.exists(bench):
-        gen = ["-G", "Ninja"] if subprocess.run(["which", "ninja"], capture_output=True).returncode == 0 else []
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
         steps = [["cmake", "-S", os.path.join(prefix, "src", "llama.cpp"), "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Release",
                   *AVX2_FLAGS, "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
                   "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_NUMBER=1"],

@@ -30,6 +30,8 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+
+#include "quant/avx2_inline.h"
 #define FOUNDRY_BLOCK_GEMM_X86 1
 #define FOUNDRY_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
 #define FOUNDRY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
@@ -47,11 +49,7 @@ constexpr int64_t kQ8Bytes = 34, kQ4Bytes = 18;
 constexpr int kStepsPerBlock = 8;  // 4 levels per int32 lane and step: 32 levels a block
 constexpr int kSubBlocks = int(detail::kQK_K / 32);
 
-FOUNDRY_AVX2_TARGET inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
+using avx2::f16_at;
 
 inline int32_t dword_at(const int8_t* p) {
   int32_t v;
@@ -85,7 +83,7 @@ Activations activations_q8_0(const uint8_t* xq, int64_t m, int64_t k, int32_t of
   parallel_for(0, m * blocks, kBlocksPerChunk, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       const uint8_t* block = xq + i * kQ8Bytes;
-      a.scale[size_t(i)] = half_at(block);
+      a.scale[size_t(i)] = f16_at(block);
       int8_t* levels = a.levels.data() + i * 32;
       std::memcpy(levels, block + 2, 32);
       int32_t sum = 0;
@@ -140,7 +138,7 @@ void panel_rows(const uint8_t* w, int64_t row_bytes, int64_t n, const uint8_t* (
 // A q4_K super-block's scale and minimum factors per sub-block for panel row i (0 for a missing row).
 template <int Lanes>
 void q4_K_factors(const uint8_t* superblock, int i, bool present, int64_t first_block, Panel& p) {
-  const float d = present ? half_at(superblock) : 0.f, dmin = present ? half_at(superblock + 2) : 0.f;
+  const float d = present ? f16_at(superblock) : 0.f, dmin = present ? f16_at(superblock + 2) : 0.f;
   for (int j = 0; j < kSubBlocks; ++j) {
     uint8_t sc, mn;
     detail::get_scale_min_k4(j, superblock + 4, sc, mn);
@@ -260,7 +258,7 @@ FOUNDRY_VNNI_TARGET void pack_panel_vnni(Weights kind, const uint8_t* w, int64_t
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t at = b * block_bytes;
     for (int i = 0; i < 16; ++i) {
-      p.scales[size_t(b * 16 + i)] = i < n ? half_at(rows[i] + at) : 0.f;
+      p.scales[size_t(b * 16 + i)] = i < n ? f16_at(rows[i] + at) : 0.f;
       q[i] = rows[i] + at + 2;
     }
     if (kind == Weights::Q4_0) {
@@ -313,7 +311,7 @@ FOUNDRY_AVX2_TARGET void pack_panel_avx2(Weights kind, const uint8_t* w, int64_t
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t at = b * block_bytes;
     for (int i = 0; i < 8; ++i) {
-      p.scales[size_t(b * 8 + i)] = i < n ? half_at(rows[i] + at) : 0.f;
+      p.scales[size_t(b * 8 + i)] = i < n ? f16_at(rows[i] + at) : 0.f;
       q[i] = rows[i] + at + 2;
     }
     if (kind == Weights::Q4_0) {
@@ -471,7 +469,7 @@ void gemm_vnni(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Ac
 // Activation rows a tile: q8_0's block (8 weight vectors, 8 of signs) meets 8 rows, the 4-bit
 // formats' 4. Over Llama-110M's matrices (m = 128, Zen 5 capped to AVX2, in-process A/B) 8 rows ran
 // q8_0 at 67-69 GMAC/s against 57-58 with 4 at 1 thread in three of four pairs (even in the
-// fourth), 2 threads about even (102 against 100); q4_0 and q4_K ran 9-14% slower with 8.
+// fourth), 2 threads about even (102 against 100); q4_0 and q4_K ran 10-13% slower with 8.
 template <bool kFourBit, bool kMins>
 void gemm_avx2(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y) {
   auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {

@@ -19,9 +19,10 @@
 #include <utility>
 #include <vector>
 
-
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+
+#include "quant/avx2_inline.h"
 #define FOUNDRY_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
 #define FOUNDRY_HAVE_VNNI_KERNELS 1
 #else
@@ -55,9 +56,7 @@ struct PreparedActivation {
 };
 
 FOUNDRY_VNNI_TARGET inline float activation_scale(const uint8_t* xq, int64_t block) {
-  uint16_t h;
-  std::memcpy(&h, xq + block * kQ8Bytes, 2);
-  return _cvtsh_ss(h);
+  return avx2::f16_at(xq + block * kQ8Bytes);
 }
 
 FOUNDRY_VNNI_TARGET inline int32_t sum_lanes(__m256i v) {
@@ -91,22 +90,17 @@ struct Q8_0Step {
   FOUNDRY_VNNI_TARGET static Y load(const PreparedActivation& a, int64_t c) {
     return _mm512_loadu_si512(a.levels.data() + c * 64);
   }
-  FOUNDRY_VNNI_TARGET static StepDot dot_and_scales(const uint8_t* w, Y y, const PreparedActivation& a, int64_t c) {
-    return {dot(w, y, a, c), weight_scales(w)};
-  }
-  FOUNDRY_VNNI_TARGET static __m512i dot(const uint8_t* w, Y y, const PreparedActivation&, int64_t) {
+  FOUNDRY_VNNI_TARGET static StepDot dot_and_scales(const uint8_t* w, Y y, const PreparedActivation&, int64_t) {
     const __m512i wv = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2))),
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + kQ8Bytes + 2)), 1);
     const __m512i signed_y = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(wv), _mm512_setzero_si512(), y);
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(wv), signed_y);
-  }
-  FOUNDRY_VNNI_TARGET static __m512 weight_scales(const uint8_t* w) {
     uint16_t ha, hb;
     std::memcpy(&ha, w, 2);
     std::memcpy(&hb, w + kQ8Bytes, 2);
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(ha))),
-                                                   _mm_set1_epi16(short(hb)), 1));
+    return {_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(wv), signed_y),
+            _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(ha))),
+                                                    _mm_set1_epi16(short(hb)), 1))};
   }
   // One block left over. In 256-bit SIMD rather than a scalar loop: GCC 12 -O2 vectorizes the
   // int8 x int8 loop here into a wrong sum (seen as a wrong product for k = 224).
@@ -213,9 +207,7 @@ FOUNDRY_VNNI_TARGET void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t a
     float sum = _mm512_reduce_add_ps(acc[i]);
     for (int64_t b = steps * Step::kBlocks; b < blocks; ++b) {  // blocks left over
       const uint8_t* wb = w + i * row_bytes + b * Step::kBytes;
-      uint16_t hw;
-      std::memcpy(&hw, wb, 2);
-      sum += float(Step::tail(wb, reinterpret_cast<const int8_t*>(xq + b * kQ8Bytes + 2))) * _cvtsh_ss(hw) *
+      sum += float(Step::tail(wb, reinterpret_cast<const int8_t*>(xq + b * kQ8Bytes + 2))) * avx2::f16_at(wb) *
              activation_scale(xq, b);
     }
     y[i] = sum;
