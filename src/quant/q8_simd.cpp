@@ -532,12 +532,6 @@ float dot_q4_K_q8_K(const void* x, const void* y, int64_t k) {
   return HWY_DYNAMIC_DISPATCH(DotQ4KQ8K)(static_cast<const uint8_t*>(x), static_cast<const uint8_t*>(y), fp16_table(), k);
 }
 
-float dot_nf4_q8_0(const void* x, const void* y, int64_t k) {
-  const auto* yb = static_cast<const uint8_t*>(y);
-  const std::vector<float> ys = block_scales(yb, k);
-  return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(static_cast<const uint8_t*>(x), yb, ys.data(), nf4_codebook(), k);
-}
-
 namespace {
 
 bool use_vnni() {
@@ -551,6 +545,18 @@ bool use_avx2() {
 }
 
 }  // namespace
+
+// gemv's kernel for one row, so that both give the same sum.
+float dot_nf4_q8_0(const void* x, const void* y, int64_t k) {
+  if (use_avx2()) {
+    float out;
+    gemv_nf4_x86_rows(use_vnni(), y, k, nf4_codebook())(static_cast<const uint8_t*>(x), 1, 0, 1, &out);
+    return out;
+  }
+  const auto* yb = static_cast<const uint8_t*>(y);
+  const std::vector<float> ys = block_scales(yb, k);
+  return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(static_cast<const uint8_t*>(x), yb, ys.data(), nf4_codebook(), k);
+}
 
 // Fewer activation rows than this go through decode's matrix-vector kernel one row at a time:
 // the panel GEMM unpacks every weight panel once per call.
@@ -634,6 +640,7 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
     return {gemv_vnni_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
   if (use_avx2() && (t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0))
     return {gemv_avx2_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
+  if (use_avx2() && t.format == BlockFormat::NF4) return {gemv_nf4_x86_rows(use_vnni(), xq, k, nf4_codebook())};
   // The x86 q4_K kernels (VNNI or AVX2).
   if (t.format == BlockFormat::Q4_K && has_integer_gemm(t)) {
     return {[xq, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {

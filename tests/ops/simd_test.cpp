@@ -543,19 +543,21 @@ TEST_P(EachTarget, GemvOfEveryFormatMatchesScalarReference) {
   }
 }
 
-// q8_0 / q4_0 gemv with block counts every kernel's step leaves a remainder of (the AVX2 q4_0
-// kernel takes blocks two at a time, VNNI q4_0 four, q8_0 two) and row counts that leave a partial
+// q8_0 / q4_0 / nf4 gemv with block counts every kernel's step leaves a remainder of (the AVX2 q4_0
+// kernel takes blocks two at a time, VNNI q4_0 four, q8_0 two, AVX-512 nf4 two) and row counts that leave a partial
 // group, against the scalar dots; run under FOUNDRY_MAX_ISA=avx2 / sse4 by ctest as well.
 TEST_P(EachTarget, ByteFormatGemvHandlesEveryBlockCount) {
   std::mt19937 rng(31);
   std::normal_distribution<float> nd(0.f, 1.f);
   const int64_t rows = 7;
-  for (int64_t k : {int64_t(32), int64_t(32 * 3), int64_t(32 * 6), int64_t(32 * 7), int64_t(32 * 25)}) {
+  for (int64_t k : {int64_t(32), int64_t(64), int64_t(32 * 3), int64_t(32 * 6), int64_t(32 * 7), int64_t(32 * 10),
+                    int64_t(32 * 25), int64_t(32 * 26)}) {
     std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
     for (float& v : w) v = nd(rng);
     for (float& v : x) v = nd(rng);
-    for (const char* name : {"q4_0", "q8_0"}) {
+    for (const char* name : {"q4_0", "q8_0", "nf4"}) {
       const auto& t = foundry::quant::traits(name);
+      if (k % t.block_size) continue;
       const auto& act = foundry::quant::traits(t.dot_format);
       const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
       std::vector<uint8_t> wq(static_cast<size_t>(rows * row_bytes));
