@@ -1,17 +1,18 @@
 // Decode's nf4 matrix-vector products on x86 CPUs with AVX2 or AVX-512 (BW + VNNI), in integers.
 // An nf4 block is 36 bytes for 64 values: the float absmax, then value j in the low nibble of byte
-// j and value j + 32 in the high. The 16 codebook values become int16 (x 32767: within 1.6e-5 of
-// the float table, far inside the activation's own q8_0 rounding), looked up with two vpshufb (their
+// j and value j + 32 in the high. The 16 codebook values, in Q15 as every nf4 dot takes them
+// (nf4_codebook_q15: within 1.6e-5 of a block's absmax), are looked up with two vpshufb (their
 // low and high bytes) and interleaved by vpunpck{l,h}bw into int16 lanes, then multiplied with
 // vpmaddwd (vpdpwssd) against the activation's levels, widened to int16 once per product in that
 // interleaved order. The Highway kernel these replace converted every code and level to float (a
 // 16-entry table lookup: one 16-lane permute, or two 8-lane permutes and a select under AVX2):
 // decode's products over Llama-110M's weights read 12.4 GB/s at 1 thread on a Zen 5 (AVX-512),
 // 4.2 capped to AVX2.
-#include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "foundry/quant/weight_only.h"
 #include "quant/vnni_gemv.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -32,7 +33,6 @@ namespace foundry::quant {
 namespace {
 
 constexpr int64_t kQ8Bytes = 34, kNF4Bytes = 36, kAhead = 4096;
-constexpr float kUnit = 32767.f;
 
 // The q8_0 activation row as the kernels read it. A 32-value half of an nf4 block meets two
 // 16-lane int16 chunks: "ul" [0-7 16-23] and "uh" [8-15 24-31] of its levels (the unpacks' orders).
@@ -144,14 +144,14 @@ FOUNDRY_AVX512_TARGET void rows_avx512(const uint8_t* w, const NF4Activation& a,
 
 }  // namespace
 
-GemvRowRange gemv_nf4_x86_rows(bool avx512, const void* xq, int64_t k, const float* codebook) {
+GemvRowRange gemv_nf4_x86_rows(bool avx512, const void* xq, int64_t k) {
   thread_local NF4Activation a;  // the thread's, reused (see gemv_vnni_rows)
   const auto* x = static_cast<const uint8_t*>(xq);
   auto levels_of = [x](int64_t q8_block) { return reinterpret_cast<const int8_t*>(x + q8_block * kQ8Bytes + 2); };
   a.blocks = k / 64;
   a.levels.resize(size_t(a.blocks * 64));
   a.scales.resize(size_t(a.blocks * 2));
-  for (int64_t h = 0; h < 2 * a.blocks; ++h) a.scales[size_t(h)] = avx2::f16_at(x + h * kQ8Bytes) / kUnit;
+  for (int64_t h = 0; h < 2 * a.blocks; ++h) a.scales[size_t(h)] = avx2::f16_at(x + h * kQ8Bytes) / kNF4Q15Unit;
   const int64_t pairs = avx512 ? a.blocks / 2 : 0;
   a.pair_scales.resize(size_t(pairs * 32));
   for (int64_t q = 0; q < pairs; ++q) {
@@ -169,7 +169,7 @@ GemvRowRange gemv_nf4_x86_rows(bool avx512, const void* xq, int64_t k, const flo
       for (int order = 0; order < 2; ++order, out += 16) widen_chunk(levels_of(2 * b + half), 8 * order, out);
   }
   for (int c = 0; c < 16; ++c) {
-    const auto v = static_cast<uint16_t>(static_cast<int16_t>(std::lrint(codebook[c] * kUnit)));
+    const auto v = static_cast<uint16_t>(nf4_codebook_q15()[c]);
     a.table_low[c] = uint8_t(v & 0xFF);
     a.table_high[c] = uint8_t(v >> 8);
   }
@@ -180,7 +180,7 @@ GemvRowRange gemv_nf4_x86_rows(bool avx512, const void* xq, int64_t k, const flo
 
 #else
 
-GemvRowRange gemv_nf4_x86_rows(bool, const void*, int64_t, const float*) { return {}; }
+GemvRowRange gemv_nf4_x86_rows(bool, const void*, int64_t) { return {}; }
 
 #endif
 

@@ -10,6 +10,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -279,8 +280,10 @@ float DotQ6KQ8K(const uint8_t* x, const uint8_t* y, const float* fp16_table, int
 
 // nf4 blocks (float absmax, 32 bytes: value j in the low nibble of byte j, j + 32 in the high)
 // against a q8_0 activation row (two blocks per nf4 block). Codes become floats through a
-// 16-entry table lookup (one permute of 16 lanes, or two of 8 and a select); targets with fewer
-// float lanes use the scalar reference.
+// 16-entry table lookup (one permute of 16 lanes, or two of 8 and a select) of the Q15 codebook
+// (nf4_codebook_q15 as floats: products and the first sums exact, as the scalar reference's
+// integers); targets with fewer float lanes use the scalar reference. x86 CPUs with AVX2 run
+// nf4_gemv_x86.cpp's integer kernels instead.
 float DotNF4Q8(const uint8_t* x, const uint8_t* y, const float* y_scales, const float* codebook, int64_t k) {
   const hn::ScalableTag<float> df;
   constexpr size_t N = hn::MaxLanes(df);
@@ -318,8 +321,9 @@ float DotNF4Q8(const uint8_t* x, const uint8_t* y, const float* y_scales, const 
         s1 = hn::MulAdd(lookup(hn::ShiftRight<4>(packed)), hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, y1 + o))),
                         s1);
       }
-      acc = hn::MulAdd(s0, hn::Set(df, amax * y_scales[2 * b]), acc);
-      acc = hn::MulAdd(s1, hn::Set(df, amax * y_scales[2 * b + 1]), acc);
+      const float unit_amax = amax / kNF4Q15Unit;
+      acc = hn::MulAdd(s0, hn::Set(df, unit_amax * y_scales[2 * b]), acc);
+      acc = hn::MulAdd(s1, hn::Set(df, unit_amax * y_scales[2 * b + 1]), acc);
     }
     return hn::GetLane(hn::SumOfLanes(df, acc));
   }
@@ -429,6 +433,20 @@ HWY_EXPORT(QuantizeRowQ8_0);
 HWY_EXPORT(QuantizeRowQ8_0Exact);
 HWY_EXPORT(QuantizeRowQ8K);
 
+namespace {
+
+// nf4_codebook_q15 as float32 (exactly), the Highway nf4 kernel's table.
+const float* nf4_q15_floats() {
+  static const auto table = [] {
+    std::array<float, 16> t{};
+    for (int c = 0; c < 16; ++c) t[size_t(c)] = float(nf4_codebook_q15()[c]);
+    return t;
+  }();
+  return table.data();
+}
+
+}  // namespace
+
 void quantize_row_q8_0_exact(const float* x, void* y, int64_t k) {
   HWY_DYNAMIC_DISPATCH(QuantizeRowQ8_0Exact)(x, static_cast<uint8_t*>(y), k);
 }
@@ -520,7 +538,7 @@ RowDot simd_row_dot(BlockFormat f) {
       return HWY_DYNAMIC_DISPATCH(DotQ6KQ8K)(a, b, t, n);
     };
     case BlockFormat::NF4: return [](const uint8_t* a, const uint8_t* b, const float* s, const float*, int64_t n) {
-      return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(a, b, s, nf4_codebook(), n);
+      return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(a, b, s, nf4_q15_floats(), n);
     };
     default: return nullptr;
   }
@@ -550,12 +568,12 @@ bool use_avx2() {
 float dot_nf4_q8_0(const void* x, const void* y, int64_t k) {
   if (use_avx2()) {
     float out;
-    gemv_nf4_x86_rows(use_vnni(), y, k, nf4_codebook())(static_cast<const uint8_t*>(x), 1, 0, 1, &out);
+    gemv_nf4_x86_rows(use_vnni(), y, k)(static_cast<const uint8_t*>(x), 1, 0, 1, &out);
     return out;
   }
   const auto* yb = static_cast<const uint8_t*>(y);
   const std::vector<float> ys = block_scales(yb, k);
-  return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(static_cast<const uint8_t*>(x), yb, ys.data(), nf4_codebook(), k);
+  return HWY_DYNAMIC_DISPATCH(DotNF4Q8)(static_cast<const uint8_t*>(x), yb, ys.data(), nf4_q15_floats(), k);
 }
 
 // Fewer activation rows than this go through decode's matrix-vector kernel one row at a time:
@@ -640,7 +658,7 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
     return {gemv_vnni_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
   if (use_avx2() && (t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0))
     return {gemv_avx2_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
-  if (use_avx2() && t.format == BlockFormat::NF4) return {gemv_nf4_x86_rows(use_vnni(), xq, k, nf4_codebook())};
+  if (use_avx2() && t.format == BlockFormat::NF4) return {gemv_nf4_x86_rows(use_vnni(), xq, k)};
   // The x86 q4_K kernels (VNNI or AVX2).
   if (t.format == BlockFormat::Q4_K && has_integer_gemm(t)) {
     return {[xq, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {

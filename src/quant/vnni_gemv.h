@@ -30,10 +30,10 @@ bool avx2_available();
 /// The q8_0 (`q4_0` false) or q4_0 AVX2 kernel (avx2_gemv.cpp), the same contract as
 /// gemv_vnni_rows; call only when avx2_available().
 GemvRowRange gemv_avx2_rows(bool q4_0, const void* xq, int64_t k);
-/// The nf4 kernel (nf4_gemv_x86.cpp) for a q8_0 row of k values (k a multiple of 64), its integer
-/// table from `codebook` (nf4's 16 values): AVX-512 (`avx512`; call only when vnni_available()) or
-/// AVX2 (when avx2_available()); the same contract as gemv_vnni_rows, any first row.
-GemvRowRange gemv_nf4_x86_rows(bool avx512, const void* xq, int64_t k, const float* codebook);
+/// The nf4 kernel (nf4_gemv_x86.cpp) for a q8_0 row of k values (k a multiple of 64): AVX-512
+/// (`avx512`; call only when vnni_available()) or AVX2 (when avx2_available()); the same contract
+/// as gemv_vnni_rows, any first row.
+GemvRowRange gemv_nf4_x86_rows(bool avx512, const void* xq, int64_t k);
 /// y[i * rows + r] = dot(row r of w, row i of xq) for a [rows, k] q4_0, q8_0 or q4_K matrix and m
 /// rows of its dot format (q8_0, q8_K), the prefill's integer GEMM (block_gemm_x86.cpp): AVX-512
 /// VNNI (`vnni`; call only when vnni_available()) or AVX2 (when avx2_available()).

@@ -7,6 +7,7 @@
 #include "foundry/quant/weight_only.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -124,6 +125,15 @@ float nf4_encode_block(const float* x, int64_t n, uint8_t* codes) {
 }  // namespace
 
 const float* nf4_codebook() { return kNF4; }
+
+const int16_t* nf4_codebook_q15() {
+  static const auto table = [] {
+    std::array<int16_t, 16> t{};
+    for (int c = 0; c < 16; ++c) t[size_t(c)] = static_cast<int16_t>(std::lrint(kNF4[c] * kNF4Q15Unit));
+    return t;
+  }();
+  return table.data();
+}
 const float* dynamic_map_signed() { return kDynamicMapSigned; }
 
 NF4Weight quantize_nf4(const float* x, int64_t numel, bool double_quant) {
@@ -319,9 +329,12 @@ void dequantize_nf4(const void* vx, float* y, int64_t k) {
   }
 }
 
+// The codebook in Q15 (nf4_codebook_q15): each 32-value half's integer sum against the q8_0
+// levels, scaled by the activation block's scale, the absmax and 1 / 32767.
 float dot_nf4(const void* vx, const void* vy, int64_t k) {
   const auto* x = static_cast<const uint8_t*>(vx);
   const auto* y = static_cast<const BlockQ8_0View*>(vy);
+  const int16_t* code = nf4_codebook_q15();
   float sum = 0.f;
   for (int64_t b = 0; b < k / kNF4BlockSize; ++b, x += kNF4RowBlockBytes) {
     float amax;
@@ -329,9 +342,9 @@ float dot_nf4(const void* vx, const void* vy, int64_t k) {
     float block = 0.f;
     for (int h = 0; h < 2; ++h) {
       const BlockQ8_0View& yb = y[2 * b + h];
-      float s = 0.f;
-      for (int j = 0; j < 32; ++j) s += kNF4[h == 0 ? x[4 + j] & 0x0F : x[4 + j] >> 4] * float(yb.qs[j]);
-      block += Half::to_float(yb.d) * s;
+      int32_t s = 0;  // |s| <= 32 * 32767 * 127
+      for (int j = 0; j < 32; ++j) s += int32_t(code[h == 0 ? x[4 + j] & 0x0F : x[4 + j] >> 4]) * yb.qs[j];
+      block += Half::to_float(yb.d) / kNF4Q15Unit * float(s);
     }
     sum += amax * block;
   }

@@ -1,7 +1,7 @@
 """FOUNDRY_MAX_ISA caps the instruction set the kernels use (to run as an AVX2-only or SSE4 CPU would):
 foundry.cpu_capability() names the capped target, and quantized models give the same logits under
 every cap (the AVX-512 VNNI, AVX2 and Highway kernels sum the same integer products), on the
-prefill's GEMM and on decode's matrix-vector path."""
+prefill's GEMM and on decode's matrix-vector path; a bfloat16 model's too."""
 import json
 import os
 import subprocess
@@ -28,9 +28,11 @@ sys.path.insert(0, sys.argv[1])
 import foundry
 out = {"capability": foundry.cpu_capability()}
 ids = foundry.tensor([[5, 17, 3, 99, 42, 8, 1, 77, 23, 64, 11, 30]])
-for fmt in ("q4_0", "q8_0", "q4_K"):
+for fmt in ("q4_0", "q8_0", "q4_K", "nf4"):
     m = foundry.models.from_pretrained(sys.argv[2], quantize=fmt, quantized_prefill="integer")
     out[fmt] = {"prefill": m(ids).detach().numpy().tolist(), "decode": m(ids[:, :1]).detach().numpy().tolist()}
+m = foundry.models.from_pretrained(sys.argv[2], dtype=foundry.bfloat16)
+out["bf16 model"] = {"prefill": m(ids).float().detach().numpy().tolist()}
 print(json.dumps(out))
 """
 
@@ -89,15 +91,33 @@ def test_quantized_logits_agree_under_every_cap(folder):
     if "AVX" not in foundry.cpu_capability():
         pytest.skip("not an x86 CPU with AVX2")
     runs = {cap: run_capped(cap, folder) for cap in ("", "avx2", "sse4")}
-    for fmt in ("q4_0", "q8_0", "q4_K"):
-        for path in ("prefill", "decode"):
+    for fmt in ("q4_0", "q8_0", "q4_K", "nf4"):
+        # nf4 has no integer GEMM: its prefill is bf16 where the CPU has bf16 dot products, float32 under the caps.
+        for path in ("prefill", "decode") if fmt != "nf4" else ("decode",):
             want = np.array(runs[""][fmt][path])
             scale = np.abs(want).max()
             for cap in ("avx2", "sse4"):
                 got = np.array(runs[cap][fmt][path])
                 assert got.shape == want.shape
-                # The same integer block products, summed in another float order per kernel.
+                # The same integer block products, summed in another float order per kernel (nf4's
+                # x86 kernels take the codebook as int16, the others as float32).
                 assert np.abs(got - want).max() <= 1e-4 * scale, (fmt, path, cap, np.abs(got - want).max(), scale)
+
+
+def test_bfloat16_model_agrees_under_every_cap(folder):
+    """A bfloat16 model's GEMMs: oneDNN's bf16 kernels natively (AVX512-BF16 here), float32 copies
+    of the operands in their own layouts where the CPU has no bf16 (the caps); the same bf16 inputs,
+    another accumulation order, each op rounded to bf16 (~0.4% a step)."""
+    if "AVX" not in foundry.cpu_capability():
+        pytest.skip("not an x86 CPU with AVX2")
+    runs = {cap: run_capped(cap, folder) for cap in ("", "avx2", "sse4")}
+    want = np.array(runs[""]["bf16 model"]["prefill"])
+    scale = np.abs(want).max()
+    for cap in ("avx2", "sse4"):
+        got = np.array(runs[cap]["bf16 model"]["prefill"])
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= 3e-2 * scale, (cap, np.abs(got - want).max(), scale)
+        assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.999
 
 
 def test_unknown_value_is_reported_and_ignored(folder):

@@ -17,6 +17,11 @@ namespace foundry::quant {
 /// bitsandbytes' NF4 codebook (16 values, ascending) and signed 8-bit dynamic map (256).
 const float* nf4_codebook();
 const float* dynamic_map_signed();
+/// The codebook in Q15 fixed point (each value x 32767, rounded; within 1.6e-5 of a block's absmax),
+/// what every nf4 dot product (decode's kernels and their scalar reference) multiplies, so that all
+/// of them sum the same integers; dequantization keeps the float codebook.
+const int16_t* nf4_codebook_q15();
+constexpr float kNF4Q15Unit = 32767.f;
 
 struct NF4Weight {
   int64_t numel = 0;
