@@ -597,6 +597,13 @@ void apply_beta_bias(T* C, int64_t rows, int64_t N, double beta, const T* bias, 
   });
 }
 
+// t as float32, a transposed view (last two dimensions swapped over contiguous memory) kept one.
+Tensor to_float32_in_layout(const Tensor& t) {
+  if (t.dim() >= 2 && !t.is_contiguous() && t.transpose(-2, -1).is_contiguous())
+    return t.transpose(-2, -1).to(DType::Float32).transpose(-2, -1);
+  return t.to(DType::Float32);
+}
+
 enum class Backend { Dnnl, Blas, Gemv, Small, Loop };
 
 Backend choose(DType dt, int64_t M, int64_t N, int64_t K) {
@@ -670,9 +677,9 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta
   if (dt == DType::Float16 || dt == DType::Float8E4M3 || dt == DType::Float8E5M2) {
     // No float16 GEMM on CPUs without AVX512-FP16: compute in float32, round once.
     autograd::NoGradGuard ng;
-    Tensor c32 = c.to(DType::Float32).contiguous();
+    Tensor c32 = beta == 0.0 ? empty(c.sizes(), DType::Float32) : c.to(DType::Float32).contiguous();
     Tensor bias32 = bias.defined() ? bias.to(DType::Float32) : Tensor();
-    gemm(a.to(DType::Float32), b.to(DType::Float32), c32, alpha, beta, bias32);
+    gemm(to_float32_in_layout(a), to_float32_in_layout(b), c32, alpha, beta, bias32);
     copy_into(c, c32);
     return;
   }
@@ -707,9 +714,12 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta
     }
     if (gemm_dnnl(A, B, c.data_ptr(), batch, M, N, K, alpha, beta, bias_ptr, dt, dt)) return;
     if (dt == DType::BFloat16) {
+      // oneDNN has no bf16 kernel for this CPU (AVX2): float32 copies, kept in the operands'
+      // layouts, so a weight read as W^T converts over contiguous memory (SIMD) rather than as
+      // a strided transpose (an AVX2-capped bf16 Llama-110M prefill spent ~24% of its time there).
       autograd::NoGradGuard ng;
-      Tensor c32 = c.to(DType::Float32).contiguous();
-      gemm(a.to(DType::Float32), b.to(DType::Float32), c32, alpha, beta,
+      Tensor c32 = beta == 0.0 ? empty(c.sizes(), DType::Float32) : c.to(DType::Float32).contiguous();
+      gemm(to_float32_in_layout(a), to_float32_in_layout(b), c32, alpha, beta,
            bias.defined() ? bias.to(DType::Float32) : Tensor());
       copy_into(c, c32);
       return;
