@@ -70,26 +70,30 @@ TEST_P(GemvEachTarget, MatchesScalarTwins) {
   EXPECT_TRUE(std::isinf(y[1]));
 }
 
-// The bf16 columns form (GPT-2's Conv1D weights in a bf16 checkpoint) against a double sum over
-// the exactly widened weights: strips' vector and tail columns, row counts off the four-row step.
-TEST_P(GemvEachTarget, BF16ColumnsMatchDoubleSums) {
+// The bf16 and f16 columns form (GPT-2's Conv1D weights in a 16-bit checkpoint) against a double
+// sum over the exactly widened weights: strips' vector and tail columns, row counts off the
+// four-row step.
+TEST_P(GemvEachTarget, SixteenBitColumnsMatchDoubleSums) {
+  for (const bool bf16 : {true, false})
   for (int64_t K : {1, 3, 4, 7, 64, 301}) {
     for (int64_t N : {1, 15, 16, 17, 100, 1030, 2304}) {
       const int64_t lda = N + 3;
       auto Af = values(size_t(K * lda), uint32_t(K * 31 + N));
       std::vector<uint16_t> A(Af.size());
-      for (size_t i = 0; i < A.size(); ++i) A[i] = uint16_t(std::bit_cast<uint32_t>(Af[i] / 1000.0f) >> 16);
+      for (size_t i = 0; i < A.size(); ++i)
+        A[i] = bf16 ? uint16_t(std::bit_cast<uint32_t>(Af[i] / 1000.0f) >> 16) : Half(Af[i] / 1000.0f).bits;
       auto x = values(size_t(K), 5);
       std::vector<float> y(size_t(N), -1.0f);
-      kernels::gemv_cols_bf16(A.data(), lda, K, N, x.data(), y.data());
+      kernels::gemv_cols_16(bf16, A.data(), lda, K, N, x.data(), y.data());
       for (int64_t n = 0; n < N; ++n) {
         double want = 0, mag = 0;
         for (int64_t k = 0; k < K; ++k) {
-          const double w = double(std::bit_cast<float>(uint32_t(A[size_t(k * lda + n)]) << 16));
+          const uint16_t bits = A[size_t(k * lda + n)];
+          const double w = bf16 ? double(std::bit_cast<float>(uint32_t(bits) << 16)) : double(Half::to_float(bits));
           want += double(x[size_t(k)]) * w;
           mag += std::fabs(double(x[size_t(k)]) * w);
         }
-        ASSERT_NEAR(y[size_t(n)], want, 1e-6 * mag + 1e-6) << "K=" << K << " N=" << N << " n=" << n;
+        ASSERT_NEAR(y[size_t(n)], want, 1e-6 * mag + 1e-6) << "bf16 " << bf16 << " K=" << K << " N=" << N << " n=" << n;
       }
     }
   }

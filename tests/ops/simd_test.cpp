@@ -376,15 +376,16 @@ TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
   if (kernels == 0) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this CPU";
 }
 
-// The bf16 rows kernel (every target) against the table's scalar bf16 dot, threads splitting the
+// The bf16 and f16 rows kernels (every target) against the table's scalar dots, threads splitting the
 // rows: row lengths around the vector steps and one shorter than a vector, rows further apart than k
 // (a strided weight). The activation is quantized to bf16 and widened, as decode's products do.
-TEST_P(EachTarget, Bf16GemvMatchesScalarReference) {
+TEST_P(EachTarget, SixteenBitGemvMatchesScalarReference) {
   std::mt19937 rng(16);
   std::normal_distribution<float> nd(0.f, 1.f);
-  const auto& t = foundry::quant::traits("bf16");
+  for (const bool bf16 : {true, false})
   for (auto [rows, k, pad] : {std::tuple<int64_t, int64_t, int64_t>{13, 768, 0}, {13, 200, 0}, {13, 7, 0}, {67, 96, 0},
                               {67, 33, 5}, {130, 768, 64}, {700, 64, 0}}) {
+    const auto& t = foundry::quant::traits(bf16 ? "bf16" : "f16");
     const int64_t ld = k + pad;
     std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
     for (float& v : w) v = nd(rng);
@@ -393,12 +394,14 @@ TEST_P(EachTarget, Bf16GemvMatchesScalarReference) {
     for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * ld * 2, k);
     t.quantize(x.data(), xq.data(), k);
     std::vector<float> xf(static_cast<size_t>(k)), y(static_cast<size_t>(rows), -1.f);
-    foundry::kernels::convert_bf16_to_f32(reinterpret_cast<const uint16_t*>(xq.data()), xf.data(), k);
-    foundry::kernels::gemv_rows_bf16(reinterpret_cast<const uint16_t*>(wq.data()), ld, rows, k, xf.data(), y.data());
+    (bf16 ? foundry::kernels::convert_bf16_to_f32 : foundry::kernels::convert_f16_to_f32)(
+        reinterpret_cast<const uint16_t*>(xq.data()), xf.data(), k);
+    foundry::kernels::gemv_rows_16(bf16, reinterpret_cast<const uint16_t*>(wq.data()), ld, rows, k, xf.data(), y.data());
     for (int64_t r = 0; r < rows; ++r) {
       float scale = 0.f;
       for (int64_t i = 0; i < k; ++i) scale += std::fabs(w[size_t(r * k + i)] * x[size_t(i)]);
-      ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * ld * 2, xq.data(), k), 1e-5f * scale) << "k " << k << " row " << r;
+      ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * ld * 2, xq.data(), k), 1e-5f * scale)
+          << t.name << " k " << k << " row " << r;
     }
   }
 }

@@ -557,26 +557,29 @@ void gemm_gemv_f32(const Mat& A, const Mat& B, float* C, int64_t batch, int64_t 
   });
 }
 
-// ---- bfloat16 matrix-vector ----------------------------------------------------------------
+// ---- 16-bit float matrix-vector --------------------------------------------------------
 
-// c[1, N] = x[1, K] @ B[K, N] (+ bias) for bf16: x widened to float32 once, float32 accumulation,
-// one rounding to bf16 as oneDNN's. B's columns contiguous (a [N, K] weight read transposed, as a
-// linear layer's): one stream per weight row; B row-major (GPT-2's Conv1D [in, out]): blocks of
-// whole rows (oneDNN's bf16 brgemm for one row read 45% of the bandwidth the rows form reads).
-// False where it does not apply (other layouts, alpha / beta).
-bool gemv_bf16(const Mat& A, const Mat& B, Tensor& c, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
-               double beta, const void* bias, int64_t bias_stride) {
+// c[1, N] = x[1, K] @ B[K, N] (+ bias) for bf16 / f16 (T): x widened to float32 once, float32
+// accumulation, one rounding to T as oneDNN's. B's columns contiguous (a [N, K] weight read
+// transposed, as a linear layer's): one stream per weight row; B row-major (GPT-2's Conv1D [in,
+// out]): blocks of whole rows (oneDNN's bf16 brgemm for one row read 45% of the bandwidth the rows
+// form reads; f16 had no kernel at all: every token converted the weights to float32, 2 tokens/s
+// for an f16 Llama-110M). False where it does not apply (other layouts, alpha / beta).
+template <typename T>
+bool gemv_16(const Mat& A, const Mat& B, Tensor& c, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
+             double beta, const void* bias, int64_t bias_stride) {
   if (batch != 1 || M != 1 || alpha != 1.0 || beta != 0.0 || (A.cs != 1 && K > 1)) return false;
+  constexpr bool bf16 = std::is_same_v<T, BFloat16>;
   thread_local std::vector<float> x, y;
   x.resize(static_cast<size_t>(K));
   y.resize(static_cast<size_t>(N));
-  convert_bf16_to_f32(reinterpret_cast<const uint16_t*>(mat_at<BFloat16>(A, 0)), x.data(), K);
-  const auto* w = reinterpret_cast<const uint16_t*>(mat_at<BFloat16>(B, 0));
-  if (B.row_major) gemv_cols_bf16(w, B.ld, K, N, x.data(), y.data());
-  else gemv_rows_bf16(w, B.ld, N, K, x.data(), y.data());
-  auto* out = c.data<BFloat16>();
-  const auto* b = static_cast<const BFloat16*>(bias);
-  for (int64_t n = 0; n < N; ++n) out[n] = BFloat16(b ? y[size_t(n)] + float(b[n * bias_stride]) : y[size_t(n)]);
+  (bf16 ? convert_bf16_to_f32 : convert_f16_to_f32)(reinterpret_cast<const uint16_t*>(mat_at<T>(A, 0)), x.data(), K);
+  const auto* w = reinterpret_cast<const uint16_t*>(mat_at<T>(B, 0));
+  if (B.row_major) gemv_cols_16(bf16, w, B.ld, K, N, x.data(), y.data());
+  else gemv_rows_16(bf16, w, B.ld, N, K, x.data(), y.data());
+  auto* out = c.data<T>();
+  const auto* b = static_cast<const T*>(bias);
+  for (int64_t n = 0; n < N; ++n) out[n] = T(b ? y[size_t(n)] + float(b[n * bias_stride]) : y[size_t(n)]);
   return true;
 }
 
@@ -675,6 +678,14 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta
   const int64_t batch = c.size(0), M = c.size(1), N = c.size(2), K = a.size(2);
   if (batch == 0 || M == 0 || N == 0) return;
   if (dt == DType::Float16 || dt == DType::Float8E4M3 || dt == DType::Float8E5M2) {
+    if (dt == DType::Float16 && a.size(2) > 0) {
+      Tensor ha, hb;
+      const Mat A = describe(a, ha), B = describe(b, hb);
+      const int64_t bias_stride = bias.defined() ? (bias.numel() == 1 ? 0 : bias.stride(0)) : 0;
+      if (gemv_16<Half>(A, B, c, batch, M, N, a.size(2), alpha, beta, bias.defined() ? bias.data_ptr() : nullptr,
+                        bias_stride))
+        return;
+    }
     // No float16 GEMM on CPUs without AVX512-FP16: compute in float32, round once.
     autograd::NoGradGuard ng;
     Tensor c32 = beta == 0.0 ? empty(c.sizes(), DType::Float32) : c.to(DType::Float32).contiguous();
@@ -697,7 +708,7 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta
     });
     return;
   }
-  if (dt == DType::BFloat16 && gemv_bf16(A, B, c, batch, M, N, K, alpha, beta, bias_ptr, bias_stride)) return;
+  if (dt == DType::BFloat16 && gemv_16<BFloat16>(A, B, c, batch, M, N, K, alpha, beta, bias_ptr, bias_stride)) return;
   Backend be = choose(dt, M, N, K);
   if (be == Backend::Gemv || be == Backend::Dnnl) {
     // oneDNN and our gemv want a contiguous bias of N values.

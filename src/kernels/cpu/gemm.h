@@ -51,11 +51,11 @@ void gemv_rows_f32(const float* A, int64_t lda, int64_t R, int64_t K, const floa
 /// y[n] = alpha * sum_k x[k] * A[k * lda + n] + beta * y[n] (+ bias[n]), n < N.
 void gemv_cols_f32(const float* A, int64_t lda, int64_t K, int64_t N, const float* x, float* y, float alpha,
                    float beta, const float* bias);
-/// y[r] = sum_k bf16(A[r * lda + k]) * x[k], r < R: bf16 rows (raw bits) against a float32 x (a
-/// bf16 activation widened once), float32 accumulation; threads split the rows.
-void gemv_rows_bf16(const uint16_t* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y);
-/// y[N] = x[K] A for bf16 A [K, N] row-major (row stride lda), float32 accumulation.
-void gemv_cols_bf16(const uint16_t* A, int64_t lda, int64_t K, int64_t N, const float* x, float* y);
+/// y[r] = sum_k A[r * lda + k] * x[k], r < R: bf16 (`bf16`) or f16 rows (raw bits) against a
+/// float32 x (a 16-bit activation widened once), float32 accumulation; threads split the rows.
+void gemv_rows_16(bool bf16, const uint16_t* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y);
+/// y[N] = x[K] A for bf16 or f16 A [K, N] row-major (row stride lda), float32 accumulation.
+void gemv_cols_16(bool bf16, const uint16_t* A, int64_t lda, int64_t K, int64_t N, const float* x, float* y);
 /// Rows [r0, r1) of the same on the calling thread (a caller that splits the rows itself), and the
 /// same for f16 rows.
 void gemv_rows_f16_range(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,

@@ -141,18 +141,22 @@ void GemvRows16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t 
   }
 }
 
-// Columns [n0, n1) of y = x A for bf16 A [K, *] row-major (a GPT-2 Conv1D weight): GemvColsF32's
-// strips, each bf16 row segment widened (a shift) before its multiply-add.
-void GemvColsBF16(const uint16_t* A, int64_t lda, int64_t K, int64_t n0, int64_t n1, const float* x, float* y) {
+// Columns [n0, n1) of y = x A for 16-bit A [K, *] row-major (a GPT-2 Conv1D weight; H as
+// GemvRows16's): GemvColsF32's strips, each row segment widened before its multiply-add.
+template <typename H>
+void GemvCols16(const uint16_t* A, int64_t lda, int64_t K, int64_t n0, int64_t n1, const float* x, float* y) {
   const hn::ScalableTag<float> d;
-  const hn::Rebind<hwy::bfloat16_t, decltype(d)> dh;
+  const hn::Rebind<H, decltype(d)> dh;
   const int64_t N = int64_t(hn::Lanes(d));
   constexpr int64_t kStrip = 4096;  // 8 KB of each row per pass, 16 KB of sums in L1
   HWY_ALIGN float acc[kStrip];
   auto row = [&](int64_t k, int64_t j) {
-    return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(A + k * lda + j)));
+    return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const H*>(A + k * lda + j)));
   };
-  auto widen = [](uint16_t bits) { return float(BFloat16::from_bits(bits)); };
+  auto widen = [](uint16_t bits) {
+    if constexpr (std::is_same_v<H, hwy::bfloat16_t>) return float(BFloat16::from_bits(bits));
+    else return Half::to_float(bits);
+  };
   for (int64_t s0 = n0; s0 < n1; s0 += kStrip) {
     const int64_t W = std::min(kStrip, n1 - s0);
     const int64_t Wv = W - W % N;
@@ -190,6 +194,12 @@ void GemvRowsBF16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_
 void GemvRowsF16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y) {
   GemvRows16<hwy::float16_t>(A, lda, r0, r1, K, x, y);
 }
+void GemvColsBF16(const uint16_t* A, int64_t lda, int64_t K, int64_t n0, int64_t n1, const float* x, float* y) {
+  GemvCols16<hwy::bfloat16_t>(A, lda, K, n0, n1, x, y);
+}
+void GemvColsF16(const uint16_t* A, int64_t lda, int64_t K, int64_t n0, int64_t n1, const float* x, float* y) {
+  GemvCols16<hwy::float16_t>(A, lda, K, n0, n1, x, y);
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace foundry::kernels
@@ -202,6 +212,7 @@ HWY_EXPORT(GemvColsF32);
 HWY_EXPORT(GemvRowsBF16);
 HWY_EXPORT(GemvColsBF16);
 HWY_EXPORT(GemvRowsF16);
+HWY_EXPORT(GemvColsF16);
 
 namespace {
 // Work per thread chunk: at least ~64K multiply-adds so small products stay on one thread.
@@ -237,11 +248,12 @@ void gemv_rows_f16_range(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1,
   HWY_DYNAMIC_DISPATCH(GemvRowsF16)(A, lda, r0, r1, K, x, y);
 }
 
-void gemv_rows_bf16(const uint16_t* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y) {
+void gemv_rows_16(bool bf16, const uint16_t* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y) {
   // Chunks of ~32 KB of weights, up to 16 per thread, as the float32 rows form.
   const int64_t grain = std::max<int64_t>(1, kGemvGrainRowMacs / std::max<int64_t>(K, 1));
   parallel_for(0, R, grain, kGemvChunksPerThread, [&](int64_t b, int64_t e) {
-    HWY_DYNAMIC_DISPATCH(GemvRowsBF16)(A, lda, b, e, K, x, y);
+    if (bf16) HWY_DYNAMIC_DISPATCH(GemvRowsBF16)(A, lda, b, e, K, x, y);
+    else HWY_DYNAMIC_DISPATCH(GemvRowsF16)(A, lda, b, e, K, x, y);
   });
 }
 
@@ -249,18 +261,22 @@ void gemv_rows_bf16(const uint16_t* A, int64_t lda, int64_t R, int64_t K, const 
 // made every thread read short pieces of every row: 2-thread GPT-2 bf16 decode 10% slower than
 // oneDNN's), each block's sums into its own partial row, the partials added in block order: the
 // same bits at any thread count.
-void gemv_cols_bf16(const uint16_t* A, int64_t lda, int64_t K, int64_t N, const float* x, float* y) {
+void gemv_cols_16(bool bf16, const uint16_t* A, int64_t lda, int64_t K, int64_t N, const float* x, float* y) {
+  auto cols = [bf16](const uint16_t* a, int64_t ld, int64_t k, int64_t n0, int64_t n1, const float* xs, float* ys) {
+    if (bf16) HWY_DYNAMIC_DISPATCH(GemvColsBF16)(a, ld, k, n0, n1, xs, ys);
+    else HWY_DYNAMIC_DISPATCH(GemvColsF16)(a, ld, k, n0, n1, xs, ys);
+  };
   const int64_t rows_per_block = std::max<int64_t>(8, (kGemvGrainMacs / std::max<int64_t>(N, 1) + 7) / 8 * 8);
   const int64_t blocks = (K + rows_per_block - 1) / rows_per_block;
   if (blocks <= 1) {
-    HWY_DYNAMIC_DISPATCH(GemvColsBF16)(A, lda, K, 0, N, x, y);
+    cols(A, lda, K, 0, N, x, y);
     return;
   }
   ScratchArray<float> partial(size_t(blocks * N));
   parallel_for(0, blocks, 1, kGemvChunksPerThread, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int64_t r0 = i * rows_per_block, rows = std::min(rows_per_block, K - r0);
-      HWY_DYNAMIC_DISPATCH(GemvColsBF16)(A + r0 * lda, lda, rows, 0, N, x + r0, partial.data() + i * N);
+      cols(A + r0 * lda, lda, rows, 0, N, x + r0, partial.data() + i * N);
     }
   });
   std::copy(partial.data(), partial.data() + N, y);
