@@ -10,6 +10,10 @@ token reads (every projection and the output matrix once, in the row's format; e
 norms are negligible) next to this machine's read bandwidth, measured in the same run
 (`bench_infer --stream-mb`, summing a 1 GiB float array), as a fraction of it.
 
+Rows: `f32` runs the float32 folder; `f16` / `bf16` / `q*` / `nf4` quantize its weights at load
+(`--quantize`); `f16 native` / `bf16 native` run a float16 / bfloat16 checkpoint of the same
+weights computed in its own dtype (`--dtype native`).
+
 Foundry keeps its KV cache in f16 here (`--kv-cache f16`), as llama-bench does by default. Every
 figure is the median of BENCH_REPEATS (default 5) runs, Foundry's and llama.cpp's alternating
 (on a shared host whose speed changes from process to process and minute to minute, 3 left single
@@ -61,12 +65,12 @@ KV_CACHE = ["--kv-cache", "f16"]
 
 LLAMA_TIED = dict(infer.LLAMA, tie_word_embeddings=True)
 # Bytes per weight of each format (block bytes / block values).
-BYTES_PER_WEIGHT = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "bf16 native": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
-                    "q4_K": 144 / 256, "nf4": 36 / 64}
+BYTES_PER_WEIGHT = {"f32": 4.0, "f16": 2.0, "f16 native": 2.0, "bf16": 2.0, "bf16 native": 2.0, "q8_0": 34 / 32,
+                    "q4_0": 18 / 32, "q4_K": 144 / 256, "nf4": 36 / 64}
 # The GGUF type llama.cpp runs for each row (its f16 / bf16 types compute with 16-bit weights; the
-# "bf16 native" row compares with its BF16 file too).
-LLAMA_CPP_TYPE = {"f32": "f32", "f16": "f16", "bf16": "bf16", "bf16 native": "bf16", "q8_0": "q8_0",
-                  "q4_0": "q4_0", "q4_K": "q4_K"}
+# "f16 native" / "bf16 native" rows compare with its F16 / BF16 files too).
+LLAMA_CPP_TYPE = {"f32": "f32", "f16": "f16", "f16 native": "f16", "bf16": "bf16", "bf16 native": "bf16",
+                  "q8_0": "q8_0", "q4_0": "q4_0", "q4_K": "q4_K"}
 
 
 def matrix_weights(cfg):
@@ -145,8 +149,9 @@ def llama_bench(llama_dir, gguf, threads):
     return pp, tg, usage.ru_maxrss / 1024
 
 
-def write_bf16_copy(src, dst):
-    """The folder with its weights rounded to bfloat16 (stored as BF16), for the `--dtype native` rows."""
+def write_16bit_copy(src, dst, dtype):
+    """The folder with its weights rounded to bfloat16 or float16 (stored as BF16 / F16), for the
+    `--dtype native` rows."""
     import numpy as np
     import struct
     if os.path.exists(os.path.join(dst, "config.json")):
@@ -161,9 +166,13 @@ def write_bf16_copy(src, dst):
             info = header[name]
             f.seek(base + info["data_offsets"][0])
             a = np.frombuffer(f.read(info["data_offsets"][1] - info["data_offsets"][0]), "<f4")
-            u = a.view(np.uint32).astype(np.uint64)
-            b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
-            out_header[name] = {"dtype": "BF16", "shape": info["shape"], "data_offsets": [offset, offset + len(b)]}
+            if dtype == "bfloat16":
+                u = a.view(np.uint32).astype(np.uint64)
+                b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
+            else:
+                b = a.astype("<f2").tobytes()
+            out_header[name] = {"dtype": "BF16" if dtype == "bfloat16" else "F16", "shape": info["shape"],
+                                "data_offsets": [offset, offset + len(b)]}
             blobs.append(b)
             offset += len(b)
     hb = json.dumps(out_header, separators=(",", ":")).encode()
@@ -173,7 +182,7 @@ def write_bf16_copy(src, dst):
         for b in blobs:
             f.write(b)
     cfg = json.load(open(os.path.join(src, "config.json")))
-    json.dump(dict(cfg, torch_dtype="bfloat16"), open(os.path.join(dst, "config.json"), "w"))
+    json.dump(dict(cfg, torch_dtype=dtype), open(os.path.join(dst, "config.json"), "w"))
 
 
 def cpu_name():
@@ -198,9 +207,10 @@ def main():
     llama_dir = llama_cpp_dir()
     foundry_cli = os.path.join(os.path.dirname(os.path.abspath(binary)), "foundry")
     print(f"llama.cpp: {llama_dir or 'not available (no ../shared/tools/llama.cpp): columns left out'}\n")
-    # "bf16 native": a bf16 checkpoint computed in bf16 (--dtype native); the others quantize the
-    # float32 folder's weights at load (--quantize; f16 / bf16 dots take f16 / bf16 activations).
-    formats = ["f32", "f16", "bf16", "bf16 native", "q8_0", "q4_0", "q4_K", "nf4"]
+    # "f16 native" / "bf16 native": an f16 / bf16 checkpoint computed in that dtype (--dtype native);
+    # the others quantize the float32 folder's weights at load (--quantize; f16 / bf16 dots take f16 /
+    # bf16 activations).
+    formats = ["f32", "f16", "f16 native", "bf16", "bf16 native", "q8_0", "q4_0", "q4_K", "nf4"]
     print("| model | format | threads | prefill tok/s | decode tok/s | weight GB/s (of read bandwidth) | peak RSS MB "
           "| llama.cpp pp / tg (same run) | llama.cpp peak RSS MB | prefill vs llama.cpp | decode vs llama.cpp "
           "| Foundry on the .gguf: decode (vs --quantize) |")
@@ -222,14 +232,15 @@ def main():
             for threads in (1, 2):
                 if fmt == "f32":
                     args = ["--model", folder]
-                elif fmt == "bf16 native":
-                    write_bf16_copy(folder, folder + "_bf16")
-                    args = ["--model", folder + "_bf16", "--dtype", "native"]
+                elif fmt.endswith(" native"):
+                    dtype = {"f16": "float16", "bf16": "bfloat16"}[fmt.split()[0]]
+                    write_16bit_copy(folder, f"{folder}_{fmt.split()[0]}", dtype)
+                    args = ["--model", f"{folder}_{fmt.split()[0]}", "--dtype", "native"]
                 else:
                     args = ["--model", folder, "--quantize", fmt]
                 # The same GGUF file run by Foundry (`foundry generate --model file.gguf`'s loader):
                 # its decode should match the folder quantized at load.
-                gguf_run = bool(gtype) and fmt != "bf16 native"
+                gguf_run = bool(gtype) and not fmt.endswith(" native")
                 runs, refs, on_gguf_runs = [], [], []
                 for _ in range(REPEATS):  # alternating, so a change in the shared host's state hits every side
                     runs.append(infer.run([binary, *args, *KV_CACHE, "--threads", str(threads)], threads))
