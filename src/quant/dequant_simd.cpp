@@ -1,4 +1,4 @@
-// SIMD dequantization of the most used block formats (q8_0, q4_0, q4_K) to float32, for the
+// SIMD dequantization of the most used block formats (q8_0, q4_0, q4_K, nf4) to float32, for the
 // prefill's weight tiles, QLoRA's frozen bases and quantized KV caches. Each value is computed
 // exactly as the table's scalar dequantize computes it (same operations in the same order, on the
 // same floats: this file is compiled with -ffp-contract=off so no multiply and add are fused), so
@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "foundry/core/numeric.h"
+#include "foundry/quant/weight_only.h"
 #include "kernels/cpu/simd_math-inl.h"
 #include "quant/formats_internal.h"
 #include "quant/q8_kernels.h"
@@ -120,7 +121,45 @@ void DequantizeQ4K(const uint8_t* x, void* y, int64_t k) {
   }
 }
 
+// nf4: 36-byte blocks of 64 (float absmax; value j in the low nibble of byte j, j + 32 in the
+// high). Value = codebook[code] * absmax, the codebook looked up in registers (one 16-lane permute,
+// or two 8-lane permutes and a select), through memory on narrower targets.
+template <bool kBF16>
+void DequantizeNF4(const uint8_t* x, void* y, int64_t k) {
+  const DF df;
+  const hn::Rebind<int32_t, DF> d32;
+  const hn::Rebind<uint8_t, DF> d8;
+  constexpr size_t N = hn::MaxLanes(df);
+  const float* codebook = nf4_codebook();
+  HWY_ALIGN uint8_t codes[64];
+  for (int64_t b = 0; b < k / 64; ++b, x += 36) {
+    float amax;
+    std::memcpy(&amax, x, 4);
+    const auto scale = hn::Set(df, amax);
+    Nibbles<32>(x + 4, codes, codes + 32);
+    for (int64_t j = 0; j < 64; j += int64_t(hn::Lanes(df))) {
+      const auto idx = hn::PromoteTo(d32, hn::LoadU(d8, codes + j));
+      hn::Vec<DF> values;
+      if constexpr (N == 16) {
+        values = hn::TableLookupLanes(hn::LoadU(df, codebook), hn::IndicesFromVec(df, idx));
+      } else if constexpr (N == 8) {
+        const auto seven = hn::Set(d32, 7);
+        const auto low = hn::IndicesFromVec(df, hn::And(idx, seven));
+        values = hn::IfThenElse(hn::RebindMask(df, hn::Gt(idx, seven)), hn::TableLookupLanes(hn::LoadU(df, codebook + 8), low),
+                                hn::TableLookupLanes(hn::LoadU(df, codebook), low));
+      } else {
+        HWY_ALIGN float picked[hn::MaxLanes(df)];
+        for (size_t i = 0; i < hn::Lanes(df); ++i) picked[i] = codebook[codes[size_t(j) + i]];
+        values = hn::Load(df, picked);
+      }
+      Put<kBF16>(hn::Mul(values, scale), y, b * 64 + j);
+    }
+  }
+}
+
 void DequantizeQ8_0F32(const uint8_t* x, void* y, int64_t k) { DequantizeQ8_0<false>(x, y, k); }
+void DequantizeNF4F32(const uint8_t* x, void* y, int64_t k) { DequantizeNF4<false>(x, y, k); }
+void DequantizeNF4BF16(const uint8_t* x, void* y, int64_t k) { DequantizeNF4<true>(x, y, k); }
 void DequantizeQ4_0F32(const uint8_t* x, void* y, int64_t k) { DequantizeQ4_0<false>(x, y, k); }
 void DequantizeQ4KF32(const uint8_t* x, void* y, int64_t k) { DequantizeQ4K<false>(x, y, k); }
 void DequantizeQ8_0BF16(const uint8_t* x, void* y, int64_t k) { DequantizeQ8_0<true>(x, y, k); }
@@ -139,6 +178,8 @@ HWY_EXPORT(DequantizeQ4KF32);
 HWY_EXPORT(DequantizeQ8_0BF16);
 HWY_EXPORT(DequantizeQ4_0BF16);
 HWY_EXPORT(DequantizeQ4KBF16);
+HWY_EXPORT(DequantizeNF4F32);
+HWY_EXPORT(DequantizeNF4BF16);
 
 namespace {
 #define FOUNDRY_DEQUANTIZER(name, kernel, out_type)                               \
@@ -151,6 +192,8 @@ FOUNDRY_DEQUANTIZER(dequantize_q4_K_simd, DequantizeQ4KF32, float)
 FOUNDRY_DEQUANTIZER(dequantize_q8_0_bf16, DequantizeQ8_0BF16, uint16_t)
 FOUNDRY_DEQUANTIZER(dequantize_q4_0_bf16, DequantizeQ4_0BF16, uint16_t)
 FOUNDRY_DEQUANTIZER(dequantize_q4_K_bf16, DequantizeQ4KBF16, uint16_t)
+FOUNDRY_DEQUANTIZER(dequantize_nf4_simd, DequantizeNF4F32, float)
+FOUNDRY_DEQUANTIZER(dequantize_nf4_bf16, DequantizeNF4BF16, uint16_t)
 #undef FOUNDRY_DEQUANTIZER
 }  // namespace
 
@@ -159,6 +202,7 @@ RowDequantizer fast_dequantizer(const BlockFormatTraits& t) {
     case BlockFormat::Q8_0: return dequantize_q8_0_simd;
     case BlockFormat::Q4_0: return dequantize_q4_0_simd;
     case BlockFormat::Q4_K: return dequantize_q4_K_simd;
+    case BlockFormat::NF4: return dequantize_nf4_simd;
     default: return t.dequantize;
   }
 }
@@ -168,6 +212,7 @@ BF16RowDequantizer bf16_dequantizer(const BlockFormatTraits& t) {
     case BlockFormat::Q8_0: return dequantize_q8_0_bf16;
     case BlockFormat::Q4_0: return dequantize_q4_0_bf16;
     case BlockFormat::Q4_K: return dequantize_q4_K_bf16;
+    case BlockFormat::NF4: return dequantize_nf4_bf16;
     default: return nullptr;
   }
 }

@@ -481,7 +481,7 @@ TEST_P(EachTarget, FastDequantizersGiveTheReferenceFloats) {
   const int64_t k = 256 * 64;
   std::vector<float> x(static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i) x[size_t(i)] = nd(rng) * std::ldexp(1.f, int(i / 256 % 30) - 15) + (i % 7 == 0 ? 0.5f : 0.f);
-  for (const char* name : {"q8_0", "q4_0", "q4_K"}) {
+  for (const char* name : {"q8_0", "q4_0", "q4_K", "nf4"}) {
     const auto& t = foundry::quant::traits(name);
     const int64_t bytes = foundry::quant::quantized_bytes(t, 1, k);
     std::vector<uint8_t> q(static_cast<size_t>(bytes));
@@ -490,10 +490,14 @@ TEST_P(EachTarget, FastDequantizersGiveTheReferenceFloats) {
         t.quantize(x.data(), q.data(), k);
       } else {
         for (auto& b : q) b = uint8_t(rng());
-        // fp16 scales with an all-ones exponent (inf / NaN) become ordinary values.
-        const int64_t block_bytes = t.format == foundry::quant::BlockFormat::Q4_K ? 144 : bytes / (k / 32);
-        for (int64_t o = 0; o < bytes; o += block_bytes)
-          for (int h = 0; h < (t.format == foundry::quant::BlockFormat::Q4_K ? 2 : 1); ++h) q[size_t(o + 2 * h + 1)] &= 0xBF;
+        // Scales with an all-ones exponent (inf / NaN) become ordinary values: fp16 ones (the
+        // exponent's top bit in the high byte), nf4's float32 absmax (its top bit in byte 3).
+        const int64_t block_bytes = bytes / (k / t.block_size);
+        for (int64_t o = 0; o < bytes; o += block_bytes) {
+          if (t.format == foundry::quant::BlockFormat::NF4) q[size_t(o + 3)] &= 0xBF;
+          else
+            for (int h = 0; h < (t.format == foundry::quant::BlockFormat::Q4_K ? 2 : 1); ++h) q[size_t(o + 2 * h + 1)] &= 0xBF;
+        }
       }
       std::vector<float> want(static_cast<size_t>(k)), got(static_cast<size_t>(k));
       t.dequantize(q.data(), want.data(), k);
