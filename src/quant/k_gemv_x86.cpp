@@ -35,6 +35,7 @@ namespace {
 
 constexpr int64_t kQ4KBytes = 144, kQ8KBytes = 292, kSuperBlock = 256;
 constexpr int64_t kPrefetchBytes = 1024;  // the weights stream once: fetch this far ahead
+constexpr int64_t kAhead = 4096;          // one-row kernels' prefetchnta distance, as avx2_gemv.cpp's
 
 // The 12 bytes of 6-bit scales and mins as 8 scale bytes and 8 min bytes: ggml's
 // get_scale_min_k4 for all eight sub-blocks at once, on 32-bit words. Sub-blocks 0-3 keep the low
@@ -273,7 +274,91 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
   for (int r = 0; r < 4; ++r) out[r] = sum_lanes(acc[r]);
 }
 
+// q5_K (176-byte super-blocks: d, dmin, the 12 scale / min bytes, 32 bytes of fifth bits, then
+// q4_K's nibble layout): q4_K's step with sub-block j's fifth bits (bit j of each qh byte) moved to
+// bit 4 of its levels (0..31: vpmaddubsw's pair sums stay below 2 x 31 x 127). One row at a time.
+FOUNDRY_AVX2_TARGET float dot_q5_K_avx2(const uint8_t* w, const uint8_t* y, int64_t superblocks) {
+  constexpr int64_t kQ5KBytes = 176;
+  const __m256i low_mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < superblocks; ++b, w += kQ5KBytes) {
+    for (int64_t o = 0; o < kQ5KBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(w) + kAhead + o, _MM_HINT_NTA);
+    const uint8_t* yb = y + b * kQ8KBytes;
+    uint64_t scales, mins;
+    unpack_scales_mins(w + 4, scales, mins);
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales))));
+    const __m256i high_bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
+    __m256i isum = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 48 + 32 * c));
+      const __m256i nibbles[2] = {_mm256_and_si256(q, low_mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask)};
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * c + h;
+        const __m256i fifth = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high_bits, j), one), 4);
+        const __m256i pairs = _mm256_maddubs_epi16(_mm256_or_si256(nibbles[h], fifth),
+                                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + 32 * j)));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, sub_block_scale(sc16, j)));
+      }
+    }
+    const __m256i min_dot =
+        _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + kSuperBlock)), paired_mins(mins));
+    acc = accumulate_avx2(acc, isum, min_dot, f16_at(w), f16_at(w + 2), q8_K_scale(yb));
+  }
+  return sum_lanes(acc);
+}
+
+// q6_K (210-byte super-blocks: 128 bytes of low nibbles, 64 of 2-bit pairs, 16 int8 scales, d):
+// each 128-value half's four 32-value groups rebuilt as unsigned 6-bit levels (0..63) against the
+// activation, each group's two 16-value sub-blocks' scales widened to int16 for vpmaddwd; the
+// levels' offset of 32 leaves through the activation's 16-value sums once per super-block
+// (sum_j scale_j (sum(u y) - 32 bsum_j)). One row at a time.
+FOUNDRY_AVX2_TARGET float dot_q6_K_avx2(const uint8_t* w, const uint8_t* y, int64_t superblocks) {
+  constexpr int64_t kQ6KBytes = 210;
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const __m256i pair_masks[4] = {_mm256_set1_epi8(0x03), _mm256_set1_epi8(0x0C), _mm256_set1_epi8(0x30),
+                                 _mm256_set1_epi8(int8_t(0xC0))};
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < superblocks; ++b, w += kQ6KBytes) {
+    for (int64_t o = 0; o < kQ6KBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(w) + kAhead + o, _MM_HINT_NTA);
+    const uint8_t* yb = y + b * kQ8KBytes;
+    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 192));
+    // sum_j scale_j bsum_j, spread over 8 lanes.
+    const __m256i offset_dot = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales),
+                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + kSuperBlock)));
+    __m256i isum = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const __m256i low0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * half));
+      const __m256i low1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * half + 32));
+      const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * half));
+      const __m256i levels[4] = {
+          _mm256_or_si256(_mm256_and_si256(low0, low_mask), _mm256_slli_epi16(_mm256_and_si256(pairs, pair_masks[0]), 4)),
+          _mm256_or_si256(_mm256_and_si256(low1, low_mask), _mm256_slli_epi16(_mm256_and_si256(pairs, pair_masks[1]), 2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low0, 4), low_mask), _mm256_and_si256(pairs, pair_masks[2])),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), low_mask),
+                          _mm256_srli_epi16(_mm256_and_si256(pairs, pair_masks[3]), 2))};
+      for (int g = 0; g < 4; ++g) {
+        const int sub = 8 * half + 2 * g;  // the group's first 16-value sub-block
+        const __m128i pick = _mm_set_epi64x(0x0101010101010101LL * (sub + 1), 0x0101010101010101LL * sub);
+        const __m256i group_scales = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+        const __m256i products = _mm256_maddubs_epi16(
+            levels[g], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + 128 * half + 32 * g)));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(products, group_scales));
+      }
+    }
+    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset_dot, 5));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16_at(w + 208) * q8_K_scale(yb)), acc);
+  }
+  return sum_lanes(acc);
+}
+
 }  // namespace
+
+void gemv_q56_K_avx2_rows(bool q6, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1, float* y) {
+  const auto* base = static_cast<const uint8_t*>(w);
+  const int64_t superblocks = k / kSuperBlock, row_bytes = superblocks * (q6 ? 210 : 176);
+  const auto dot = q6 ? dot_q6_K_avx2 : dot_q5_K_avx2;
+  for (int64_t r = r0; r < r1; ++r) y[r] = dot(base + r * row_bytes, static_cast<const uint8_t*>(xq), superblocks);
+}
 
 bool avx2_available() {
   static const bool ok = max_isa() != MaxIsa::SSE4 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -295,6 +380,7 @@ void gemv_q4_K_rows(bool vnni, const void* w, int64_t k, const void* xq, int64_t
 
 bool avx2_available() { return false; }
 void gemv_q4_K_rows(bool, const void*, int64_t, const void*, int64_t, int64_t, float*) {}
+void gemv_q56_K_avx2_rows(bool, const void*, int64_t, const void*, int64_t, int64_t, float*) {}
 
 #endif
 
