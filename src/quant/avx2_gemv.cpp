@@ -40,7 +40,7 @@ struct Avx2Activation {
   // high nibbles of the pair's two 16-byte halves side by side), each block's scale in 4 lanes,
   // and 8 x the sum of the levels behind each int32 lane of the pair's products.
   std::vector<int8_t> pair_levels;  // 64 a pair
-  std::vector<float> pair_scales;   // 8 a pair
+  std::vector<float> pair_scales;   // 8 a pair; q4_1 / q5_0 / q5_1: [dy, dy sum(y)] a block (q5_0: -16 x the sum)
   std::vector<int32_t> eight_y;     // 8 a pair
 };
 
@@ -145,7 +145,93 @@ void avx2_rows(const uint8_t* w, const Avx2Activation& a, int64_t r0, int64_t r1
   for (; r < r1; ++r) one(w + r * row_bytes, row_bytes, kAhead, a, y + r);
 }
 
+// The 32-bit mask at p as 32 bytes, 0xFF where its bit is set (bit j -> byte j).
+FOUNDRY_AVX2_TARGET inline __m256i bytes_of_bits(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(bits)),
+                                             _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                                               0x0101010101010101LL, 0x0000000000000000LL));
+  // Every bit but byte j's own bit (j mod 8) set: the byte is all ones exactly when that bit is.
+  const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL);
+  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
+}
+
+// q4_1, q5_0 and q5_1 (32-value blocks: fp16 d, fp16 m for the _1 kinds, 32 fifth bits for the q5
+// kinds, then q4_0's nibbles): unsigned levels u (0..15 / 0..31) against the activation, value
+// d u + m (q5_0: d (u - 16)), so a block's dot is d dy sum(u y) + m ls (q5_0: d (-16 ls)), ls the
+// activation block's scaled level sum dy sum(y). The two scale products come from one vcvtph2ps of
+// [d, m] (q5_0: [d, d]) times the activation's [dy, ls] pair; R rows a step share the activation's
+// loads.
+template <BlockFormat F, int R>
+FOUNDRY_AVX2_TARGET void small_block_rows(const uint8_t* w, int64_t row_bytes, const Avx2Activation& a, float* y) {
+  constexpr bool kMin = F != BlockFormat::Q5_0, kFifth = F != BlockFormat::Q4_1;
+  constexpr int64_t kBytes = F == BlockFormat::Q4_1 ? 20 : F == BlockFormat::Q5_0 ? 22 : 24;
+  constexpr int64_t kNibbles = 2 + (kMin ? 2 : 0) + (kFifth ? 4 : 0);
+  const __m256i low_mask = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  __m128 offsets[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps(), offsets[i] = _mm_setzero_ps();
+  int64_t next_prefetch = 0;
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const bool prefetch = b * kBytes >= next_prefetch;
+    if (prefetch) next_prefetch += 64;
+    const __m256i yv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + b * kQ8Bytes + 2));
+    const __m128 scale_pair = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(a.pair_scales.data() + 2 * b)));
+    #pragma GCC unroll 2
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* p = w + i * row_bytes + b * kBytes;
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(p) + 4096, _MM_HINT_NTA);
+      const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kNibbles));
+      __m256i levels = _mm256_and_si256(
+          _mm256_inserti128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1), low_mask);
+      if constexpr (kFifth) levels = _mm256_or_si256(levels, _mm256_and_si256(bytes_of_bits(p + 2 + (kMin ? 2 : 0)), sixteen));
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(levels, yv), ones);
+      int32_t scales;  // d, m (q5_0: d, then the fifth bits, not read)
+      std::memcpy(&scales, p, 4);
+      const __m128i halves = kMin ? _mm_cvtsi32_si128(scales) : _mm_set1_epi16(int16_t(scales & 0xFFFF));
+      const __m128 products = _mm_mul_ps(_mm_cvtph_ps(halves), scale_pair);  // [d dy, m ls]
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcastss_ps(products), acc[i]);
+      offsets[i] = _mm_add_ps(offsets[i], products);
+    }
+  }
+  for (int i = 0; i < R; ++i) y[i] = sum_lanes(acc[i]) + _mm_cvtss_f32(_mm_shuffle_ps(offsets[i], offsets[i], 1));
+}
+
+template <BlockFormat F>
+void small_block_range(const uint8_t* w, const Avx2Activation& a, int64_t r0, int64_t r1, float* y) {
+  const int64_t row_bytes = a.blocks * (F == BlockFormat::Q4_1 ? 20 : F == BlockFormat::Q5_0 ? 22 : 24);
+  int64_t r = r0;
+  for (; r + 2 <= r1; r += 2) small_block_rows<F, 2>(w + r * row_bytes, row_bytes, a, y + r);
+  for (; r < r1; ++r) small_block_rows<F, 1>(w + r * row_bytes, row_bytes, a, y + r);
+}
+
 }  // namespace
+
+GemvRowRange gemv_avx2_small_block_rows(BlockFormat format, const void* xq, int64_t k) {
+  thread_local Avx2Activation a;  // the thread's, reused (see gemv_avx2_rows)
+  a.xq = static_cast<const uint8_t*>(xq);
+  a.blocks = k / 32;
+  a.pair_scales.resize(size_t(2 * a.blocks));
+  const float offset_unit = format == BlockFormat::Q5_0 ? -16.f : 1.f;
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const float dy = f16_at(a.xq + b * kQ8Bytes);
+    const auto* levels = reinterpret_cast<const int8_t*>(a.xq + b * kQ8Bytes + 2);
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) sum += levels[j];
+    a.pair_scales[size_t(2 * b)] = dy;
+    a.pair_scales[size_t(2 * b + 1)] = offset_unit * dy * float(sum);
+  }
+  const Avx2Activation* pa = &a;
+  auto rows = [pa, format](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+    switch (format) {
+      case BlockFormat::Q4_1: return small_block_range<BlockFormat::Q4_1>(w, *pa, r0, r1, y);
+      case BlockFormat::Q5_0: return small_block_range<BlockFormat::Q5_0>(w, *pa, r0, r1, y);
+      default: return small_block_range<BlockFormat::Q5_1>(w, *pa, r0, r1, y);
+    }
+  };
+  return rows;
+}
 
 GemvRowRange gemv_avx2_rows(bool q4_0, const void* xq, int64_t k) {
   // One per thread, reused: a product is prepared and run to its end before its thread prepares
@@ -185,6 +271,7 @@ GemvRowRange gemv_avx2_rows(bool q4_0, const void* xq, int64_t k) {
 #else
 
 GemvRowRange gemv_avx2_rows(bool, const void*, int64_t) { return {}; }
+GemvRowRange gemv_avx2_small_block_rows(BlockFormat, const void*, int64_t) { return {}; }
 
 #endif
 
