@@ -21,7 +21,8 @@ rows 0.8x in one run and 1.2x in the next).
 
 llama.cpp: `../shared/tools/llama.cpp/build.sh` (a native build, cached) and `llama-bench -p 128
 -n 128 -r 1` (once per repetition) on GGUF files written by `foundry convert` from the same folder
-(f32, f16, bf16, q8_0, q4_0, q4_K; the same weights Foundry quantizes at load), Llama rows only
+(f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K: every type both run; the same
+weights Foundry quantizes at load), Llama rows only
 (convert writes Llama-family GGUFs), with llama-bench's own peak RSS. Foundry also runs each of
 those GGUF files (the loader `foundry generate --model file.gguf` uses): its decode next to the
 folder's `--quantize` figure.
@@ -66,11 +67,13 @@ KV_CACHE = ["--kv-cache", "f16"]
 LLAMA_TIED = dict(infer.LLAMA, tie_word_embeddings=True)
 # Bytes per weight of each format (block bytes / block values).
 BYTES_PER_WEIGHT = {"f32": 4.0, "f16": 2.0, "f16 native": 2.0, "bf16": 2.0, "bf16 native": 2.0, "q8_0": 34 / 32,
-                    "q4_0": 18 / 32, "q4_K": 144 / 256, "nf4": 36 / 64}
+                    "q4_0": 18 / 32, "q4_1": 20 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32, "q4_K": 144 / 256,
+                    "q5_K": 176 / 256, "q6_K": 210 / 256, "nf4": 36 / 64}
 # The GGUF type llama.cpp runs for each row (its f16 / bf16 types compute with 16-bit weights; the
 # "f16 native" / "bf16 native" rows compare with its F16 / BF16 files too).
 LLAMA_CPP_TYPE = {"f32": "f32", "f16": "f16", "f16 native": "f16", "bf16": "bf16", "bf16 native": "bf16",
-                  "q8_0": "q8_0", "q4_0": "q4_0", "q4_K": "q4_K"}
+                  "q8_0": "q8_0", "q4_0": "q4_0", "q4_1": "q4_1", "q5_0": "q5_0", "q5_1": "q5_1", "q4_K": "q4_K",
+                  "q5_K": "q5_K", "q6_K": "q6_K"}
 
 
 def matrix_weights(cfg):
@@ -210,7 +213,8 @@ def main():
     # "f16 native" / "bf16 native": an f16 / bf16 checkpoint computed in that dtype (--dtype native);
     # the others quantize the float32 folder's weights at load (--quantize; f16 / bf16 dots take f16 /
     # bf16 activations).
-    formats = ["f32", "f16", "f16 native", "bf16", "bf16 native", "q8_0", "q4_0", "q4_K", "nf4"]
+    formats = ["f32", "f16", "f16 native", "bf16", "bf16 native", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K",
+               "q5_K", "q6_K", "nf4"]
     print("| model | format | threads | prefill tok/s | decode tok/s | weight GB/s (of read bandwidth) | peak RSS MB "
           "| llama.cpp pp / tg (same run) | llama.cpp peak RSS MB | prefill vs llama.cpp | decode vs llama.cpp "
           "| Foundry on the .gguf: decode (vs --quantize) |")
