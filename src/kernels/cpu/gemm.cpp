@@ -579,7 +579,11 @@ bool gemv_16(const Mat& A, const Mat& B, Tensor& c, int64_t batch, int64_t M, in
   else gemv_rows_16(bf16, w, B.ld, N, K, x.data(), y.data());
   auto* out = c.data<T>();
   const auto* b = static_cast<const T*>(bias);
-  for (int64_t n = 0; n < N; ++n) out[n] = T(b ? y[size_t(n)] + float(b[n * bias_stride]) : y[size_t(n)]);
+  if (!b) {  // the SIMD casts (round to nearest even, as T(float)): the scalar f16 one was 4% of an f16 decode step
+    (bf16 ? convert_f32_to_bf16 : convert_f32_to_f16)(y.data(), reinterpret_cast<uint16_t*>(out), N);
+    return true;
+  }
+  for (int64_t n = 0; n < N; ++n) out[n] = T(y[size_t(n)] + float(b[n * bias_stride]));
   return true;
 }
 
