@@ -660,7 +660,7 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
     return {gemv_avx2_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
   if (use_avx2() && t.format == BlockFormat::NF4) return {gemv_nf4_x86_rows(use_vnni(), xq, k)};
   if (use_avx2() && (t.format == BlockFormat::Q4_1 || t.format == BlockFormat::Q5_0 || t.format == BlockFormat::Q5_1))
-    return {gemv_avx2_small_block_rows(t.format, xq, k)};
+    return {gemv_avx2_small_block_rows(t.format, xq, k, use_vnni())};
   if (use_avx2() && (t.format == BlockFormat::Q5_K || t.format == BlockFormat::Q6_K)) {
     const bool q6 = t.format == BlockFormat::Q6_K;
     return {[q6, xq, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {

@@ -30,8 +30,9 @@ bool avx2_available();
 /// The q8_0 (`q4_0` false) or q4_0 AVX2 kernel (avx2_gemv.cpp), the same contract as
 /// gemv_vnni_rows; call only when avx2_available().
 GemvRowRange gemv_avx2_rows(bool q4_0, const void* xq, int64_t k);
-/// The q4_1, q5_0 or q5_1 AVX2 kernel (avx2_gemv.cpp) for a q8_0 row, the same contract, any r0.
-GemvRowRange gemv_avx2_small_block_rows(BlockFormat format, const void* xq, int64_t k);
+/// The q4_1, q5_0 or q5_1 AVX2 kernel (avx2_gemv.cpp) for a q8_0 row, the same contract, any r0;
+/// `avx512` (only where vnni_available()): the q5 kinds' fifth bits through AVX-512 byte masks.
+GemvRowRange gemv_avx2_small_block_rows(BlockFormat format, const void* xq, int64_t k, bool avx512);
 /// The nf4 kernel (nf4_gemv_x86.cpp) for a q8_0 row of k values (k a multiple of 64): AVX-512
 /// (`avx512`; call only when vnni_available()) or AVX2 (when avx2_available()); the same contract
 /// as gemv_vnni_rows, any first row.
