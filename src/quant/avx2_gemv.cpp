@@ -137,7 +137,7 @@ FOUNDRY_AVX2_TARGET void q4_0_rows(const uint8_t* w, int64_t row_bytes, int64_t 
 // rows than one (2 threads 1.05x); q8_0 with two 1.07x at 1 thread, 0.93x at 2: one.
 template <bool kQ4>
 void avx2_rows(const uint8_t* w, const Avx2Activation& a, int64_t r0, int64_t r1, float* y) {
-  constexpr int64_t kGroup = kQ4 ? 2 : 1, kAhead = 4096;
+  constexpr int64_t kGroup = kQ4 ? 2 : 1, kAhead = avx2::kStreamAhead;
   const int64_t row_bytes = a.blocks * (kQ4 ? kQ4Bytes : kQ8Bytes);
   int64_t r = r0;
   const auto group = kQ4 ? q4_0_rows<kGroup> : q8_0_rows<kGroup>;
@@ -145,6 +145,9 @@ void avx2_rows(const uint8_t* w, const Avx2Activation& a, int64_t r0, int64_t r1
   for (; r + kGroup <= r1; r += kGroup) group(w + r * row_bytes, row_bytes, kAhead, a, y + r);
   for (; r < r1; ++r) one(w + r * row_bytes, row_bytes, kAhead, a, y + r);
 }
+
+// q4_1 / q5_0 / q5_1's bytes a 32-value block.
+constexpr int64_t small_block_bytes(BlockFormat f) { return f == BlockFormat::Q4_1 ? 20 : f == BlockFormat::Q5_0 ? 22 : 24; }
 
 // The 32-bit mask at p as 32 bytes, 0xFF where its bit is set (bit j -> byte j).
 FOUNDRY_AVX2_TARGET inline __m256i bytes_of_bits(const uint8_t* p) {
@@ -191,7 +194,7 @@ FOUNDRY_AVX512BW_TARGET inline __m256i fifth_bits_avx512(__m256i levels, const u
 template <BlockFormat F>
 void small_block_range(bool avx512, const uint8_t* w, const Avx2Activation& a, int64_t r0, int64_t r1, float* y) {
   constexpr int kRows = F == BlockFormat::Q4_1 ? 2 : 1;
-  const int64_t row_bytes = a.blocks * (F == BlockFormat::Q4_1 ? 20 : F == BlockFormat::Q5_0 ? 22 : 24);
+  const int64_t row_bytes = a.blocks * small_block_bytes(F);
   const auto one = avx512 && F != BlockFormat::Q4_1 ? small_block_rows_avx512<F, 1> : small_block_rows<F, 1>;
   int64_t r = r0;
   if constexpr (kRows > 1)

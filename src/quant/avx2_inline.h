@@ -9,6 +9,10 @@
 
 namespace foundry::quant::avx2 {
 
+/// How far ahead the one-row byte kernels prefetch their weight stream (prefetchnta; 2-4 KB
+/// measured alike for the bf16 rows, docs/decisions.md).
+constexpr int64_t kStreamAhead = 4096;
+
 /// The IEEE half at p (unaligned) as float32.
 __attribute__((target("avx2,fma,f16c"))) inline float f16_at(const uint8_t* p) {
   uint16_t h;

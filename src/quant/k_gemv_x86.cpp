@@ -35,7 +35,7 @@ namespace {
 
 constexpr int64_t kQ4KBytes = 144, kQ8KBytes = 292, kSuperBlock = 256;
 constexpr int64_t kPrefetchBytes = 1024;  // the weights stream once: fetch this far ahead
-constexpr int64_t kAhead = 4096;          // one-row kernels' prefetchnta distance, as avx2_gemv.cpp's
+constexpr int64_t kAhead = avx2::kStreamAhead;  // the one-row kernels' prefetchnta distance
 
 // The 12 bytes of 6-bit scales and mins as 8 scale bytes and 8 min bytes: ggml's
 // get_scale_min_k4 for all eight sub-blocks at once, on 32-bit words. Sub-blocks 0-3 keep the low

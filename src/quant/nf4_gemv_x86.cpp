@@ -32,7 +32,7 @@ namespace foundry::quant {
 
 namespace {
 
-constexpr int64_t kQ8Bytes = 34, kNF4Bytes = 36, kAhead = 4096;
+constexpr int64_t kQ8Bytes = 34, kNF4Bytes = 36, kAhead = avx2::kStreamAhead;
 
 // The q8_0 activation row as the kernels read it. A 32-value half of an nf4 block meets two
 // 16-lane int16 chunks: "ul" [0-7 16-23] and "uh" [8-15 24-31] of its levels (the unpacks' orders).

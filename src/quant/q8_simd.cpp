@@ -656,16 +656,23 @@ RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* 
 RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
   if (use_vnni() && (t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0))
     return {gemv_vnni_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
-  if (use_avx2() && (t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0))
-    return {gemv_avx2_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
-  if (use_avx2() && t.format == BlockFormat::NF4) return {gemv_nf4_x86_rows(use_vnni(), xq, k)};
-  if (use_avx2() && (t.format == BlockFormat::Q4_1 || t.format == BlockFormat::Q5_0 || t.format == BlockFormat::Q5_1))
-    return {gemv_avx2_small_block_rows(t.format, xq, k, use_vnni())};
-  if (use_avx2() && (t.format == BlockFormat::Q5_K || t.format == BlockFormat::Q6_K)) {
-    const bool q6 = t.format == BlockFormat::Q6_K;
-    return {[q6, xq, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-      gemv_q56_K_avx2_rows(q6, w, k, xq, r0, r1, y);
-    }};
+  if (use_avx2()) {  // the x86 byte kernels (AVX2, some with AVX-512 steps where use_vnni())
+    switch (t.format) {
+      case BlockFormat::Q8_0:
+      case BlockFormat::Q4_0: return {gemv_avx2_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
+      case BlockFormat::NF4: return {gemv_nf4_x86_rows(use_vnni(), xq, k)};
+      case BlockFormat::Q4_1:
+      case BlockFormat::Q5_0:
+      case BlockFormat::Q5_1: return {gemv_avx2_small_block_rows(t.format, xq, k, use_vnni())};
+      case BlockFormat::Q5_K:
+      case BlockFormat::Q6_K: {
+        const bool q6 = t.format == BlockFormat::Q6_K;
+        return {[q6, xq, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+          gemv_q56_K_avx2_rows(q6, w, k, xq, r0, r1, y);
+        }};
+      }
+      default: break;
+    }
   }
   // The x86 q4_K kernels (VNNI or AVX2).
   if (t.format == BlockFormat::Q4_K && has_integer_gemm(t)) {

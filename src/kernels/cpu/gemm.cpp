@@ -604,12 +604,6 @@ void apply_beta_bias(T* C, int64_t rows, int64_t N, double beta, const T* bias, 
   });
 }
 
-// t as float32, a transposed view (last two dimensions swapped over contiguous memory) kept one.
-Tensor to_float32_in_layout(const Tensor& t) {
-  if (t.dim() >= 2 && !t.is_contiguous() && t.transpose(-2, -1).is_contiguous())
-    return t.transpose(-2, -1).to(DType::Float32).transpose(-2, -1);
-  return t.to(DType::Float32);
-}
 
 enum class Backend { Dnnl, Blas, Gemv, Small, Loop };
 
@@ -674,6 +668,29 @@ bool gemm_bf16_nt_block(const uint16_t* a, int64_t lda, const uint16_t* w, int64
   return true;
 }
 
+namespace {
+
+// t as float32, a transposed view (last two dimensions swapped over contiguous memory) kept one.
+Tensor to_float32_in_layout(const Tensor& t) {
+  if (t.dim() >= 2 && !t.is_contiguous() && t.transpose(-2, -1).is_contiguous())
+    return t.transpose(-2, -1).to(DType::Float32).transpose(-2, -1);
+  return t.to(DType::Float32);
+}
+
+// A 16-bit GEMM without a 16-bit kernel: in float32, rounded once into c. The copies keep the
+// operands' layouts, so a weight read as W^T converts over contiguous memory (SIMD) rather than as
+// a strided transpose (an AVX2-capped bf16 Llama-110M prefill spent ~24% of its time there), and c
+// is only read when beta uses it.
+void gemm_in_float32(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta, const Tensor& bias) {
+  autograd::NoGradGuard ng;
+  Tensor c32 = beta == 0.0 ? empty(c.sizes(), DType::Float32) : c.to(DType::Float32).contiguous();
+  gemm(to_float32_in_layout(a), to_float32_in_layout(b), c32, alpha, beta,
+       bias.defined() ? bias.to(DType::Float32) : Tensor());
+  copy_into(c, c32);
+}
+
+}  // namespace
+
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta, const Tensor& bias) {
   const DType dt = c.dtype();
   FOUNDRY_CHECK(a.dim() == 3 && b.dim() == 3 && c.dim() == 3 && c.is_contiguous(), "gemm: expected 3-d operands");
@@ -690,12 +707,8 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta
                         bias_stride))
         return;
     }
-    // No float16 GEMM on CPUs without AVX512-FP16: compute in float32, round once.
-    autograd::NoGradGuard ng;
-    Tensor c32 = beta == 0.0 ? empty(c.sizes(), DType::Float32) : c.to(DType::Float32).contiguous();
-    Tensor bias32 = bias.defined() ? bias.to(DType::Float32) : Tensor();
-    gemm(to_float32_in_layout(a), to_float32_in_layout(b), c32, alpha, beta, bias32);
-    copy_into(c, c32);
+    // No float16 GEMM on CPUs without AVX512-FP16.
+    gemm_in_float32(a, b, c, alpha, beta, bias);
     return;
   }
   if (dt == DType::Bool) raise<TypeError>("matmul: not implemented for 'bool'");
@@ -728,15 +741,8 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, double alpha, double beta
       return;
     }
     if (gemm_dnnl(A, B, c.data_ptr(), batch, M, N, K, alpha, beta, bias_ptr, dt, dt)) return;
-    if (dt == DType::BFloat16) {
-      // oneDNN has no bf16 kernel for this CPU (AVX2): float32 copies, kept in the operands'
-      // layouts, so a weight read as W^T converts over contiguous memory (SIMD) rather than as
-      // a strided transpose (an AVX2-capped bf16 Llama-110M prefill spent ~24% of its time there).
-      autograd::NoGradGuard ng;
-      Tensor c32 = beta == 0.0 ? empty(c.sizes(), DType::Float32) : c.to(DType::Float32).contiguous();
-      gemm(to_float32_in_layout(a), to_float32_in_layout(b), c32, alpha, beta,
-           bias.defined() ? bias.to(DType::Float32) : Tensor());
-      copy_into(c, c32);
+    if (dt == DType::BFloat16) {  // oneDNN has no bf16 kernel for this CPU (AVX2)
+      gemm_in_float32(a, b, c, alpha, beta, bias);
       return;
     }
     be = Backend::Blas;
