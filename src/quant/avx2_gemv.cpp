@@ -17,7 +17,6 @@
 
 #include "quant/avx2_inline.h"
 #define FOUNDRY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-#define FOUNDRY_AVX512BW_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 #define FOUNDRY_HAVE_AVX2_GEMV 1
 #else
 #define FOUNDRY_HAVE_AVX2_GEMV 0
@@ -161,50 +160,69 @@ FOUNDRY_AVX2_TARGET inline __m256i bytes_of_bits(const uint8_t* p) {
   return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
 }
 
-// levels | 16 where the 32-bit mask at p has a bit (bit j -> byte j): AVX2 spreads the bits into
-// bytes, AVX-512 BW uses them as a byte mask.
-FOUNDRY_AVX2_TARGET inline __m256i fifth_bits_avx2(__m256i levels, const uint8_t* p, __m256i sixteen) {
+// levels | 16 where the 32-bit mask at p has a bit (bit j -> byte j).
+FOUNDRY_AVX2_TARGET inline __m256i fifth_bits(__m256i levels, const uint8_t* p, __m256i sixteen) {
   return _mm256_or_si256(levels, _mm256_and_si256(bytes_of_bits(p), sixteen));
 }
-FOUNDRY_AVX512BW_TARGET inline __m256i fifth_bits_avx512(__m256i levels, const uint8_t* p, __m256i sixteen) {
-  uint32_t bits;
-  std::memcpy(&bits, p, 4);
-  return _mm256_mask_add_epi8(levels, __mmask32(bits), levels, sixteen);  // levels < 16: add is or
+
+// q4_1, q5_0 and q5_1 (32-value blocks: fp16 d, fp16 m for the _1 kinds, 32 fifth bits for the q5
+// kinds, then q4_0's nibbles): unsigned levels u (0..15 / 0..31) against the activation, value
+// d u + m (q5_0: d (u - 16)), so a block's dot is d dy sum(u y) + m ls (q5_0: d (-16 ls)), ls the
+// activation block's scaled level sum dy sum(y). The two scale products come from one vcvtph2ps of
+// [d, m] (q5_0: [d, d]) times the activation's [dy, ls] pair; R rows a step share the activation's
+// loads (small_block_range picks R).
+template <BlockFormat F, int R>
+FOUNDRY_AVX2_TARGET void small_block_rows(const uint8_t* w, int64_t row_bytes, const Avx2Activation& a, float* y) {
+  constexpr bool kMin = F != BlockFormat::Q5_0, kFifth = F != BlockFormat::Q4_1;
+  constexpr int64_t kBytes = small_block_bytes(F);
+  constexpr int64_t kNibbles = 2 + (kMin ? 2 : 0) + (kFifth ? 4 : 0);
+  const __m256i low_mask = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+  __m128 offsets[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps(), offsets[i] = _mm_setzero_ps();
+  int64_t next_prefetch = 0;
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const bool prefetch = b * kBytes >= next_prefetch;
+    if (prefetch) next_prefetch += 64;
+    const __m256i yv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + b * kQ8Bytes + 2));
+    const __m128 scale_pair = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(a.pair_scales.data() + 2 * b)));
+    #pragma GCC unroll 2
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* p = w + i * row_bytes + b * kBytes;
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(p) + avx2::kStreamAhead, _MM_HINT_NTA);
+      const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kNibbles));
+      __m256i levels = _mm256_and_si256(
+          _mm256_inserti128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1), low_mask);
+      if constexpr (kFifth) levels = fifth_bits(levels, p + 2 + (kMin ? 2 : 0), sixteen);
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(levels, yv), ones);
+      int32_t scales;  // d, m (q5_0: d, then the fifth bits, not read)
+      std::memcpy(&scales, p, 4);
+      const __m128i halves = _mm_cvtsi32_si128(kMin ? scales : int32_t((uint32_t(scales) & 0xFFFFu) * 0x10001u));
+      const __m128 products = _mm_mul_ps(_mm_cvtph_ps(halves), scale_pair);  // [d dy, m ls]
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcastss_ps(products), acc[i]);
+      offsets[i] = _mm_add_ps(offsets[i], products);
+    }
+  }
+  for (int i = 0; i < R; ++i) y[i] = sum_lanes(acc[i]) + _mm_cvtss_f32(_mm_shuffle_ps(offsets[i], offsets[i], 1));
 }
 
-#define FOUNDRY_SMALL_BLOCKS_TARGET FOUNDRY_AVX2_TARGET
-#define FOUNDRY_SMALL_BLOCKS_NAME small_block_rows
-#define FOUNDRY_SMALL_BLOCKS_FIFTH fifth_bits_avx2
-#include "quant/small_blocks_rows.inc"
-#undef FOUNDRY_SMALL_BLOCKS_TARGET
-#undef FOUNDRY_SMALL_BLOCKS_NAME
-#undef FOUNDRY_SMALL_BLOCKS_FIFTH
-#define FOUNDRY_SMALL_BLOCKS_TARGET FOUNDRY_AVX512BW_TARGET
-#define FOUNDRY_SMALL_BLOCKS_NAME small_block_rows_avx512
-#define FOUNDRY_SMALL_BLOCKS_FIFTH fifth_bits_avx512
-#include "quant/small_blocks_rows.inc"
-#undef FOUNDRY_SMALL_BLOCKS_TARGET
-#undef FOUNDRY_SMALL_BLOCKS_NAME
-#undef FOUNDRY_SMALL_BLOCKS_FIFTH
 
 // Two rows a step for q4_1 (of a plain read: 0.42-0.49 against 0.39-0.43 with one), one for the q5
 // kinds, whose fifth bits fill the step (0.29-0.37 / 0.45-0.47 with one, 0.29-0.30 / 0.33 with two).
-// On AVX-512 CPUs the q5 kinds take their fifth bits as a byte mask: q5_1's products 14.5-15.0 ->
-// 16.5-17.6 GB/s at 1 thread (alternating processes), q5_0's unmoved (12.2-12.9 against 10.7-13.1).
+// (AVX-512 VNNI CPUs run vnni_gemv.cpp's four-block steps instead.)
 template <BlockFormat F>
-void small_block_range(bool avx512, const uint8_t* w, const Avx2Activation& a, int64_t r0, int64_t r1, float* y) {
+void small_block_range(const uint8_t* w, const Avx2Activation& a, int64_t r0, int64_t r1, float* y) {
   constexpr int kRows = F == BlockFormat::Q4_1 ? 2 : 1;
   const int64_t row_bytes = a.blocks * small_block_bytes(F);
-  const auto one = avx512 && F != BlockFormat::Q4_1 ? small_block_rows_avx512<F, 1> : small_block_rows<F, 1>;
   int64_t r = r0;
   if constexpr (kRows > 1)
     for (; r + kRows <= r1; r += kRows) small_block_rows<F, kRows>(w + r * row_bytes, row_bytes, a, y + r);
-  for (; r < r1; ++r) one(w + r * row_bytes, row_bytes, a, y + r);
+  for (; r < r1; ++r) small_block_rows<F, 1>(w + r * row_bytes, row_bytes, a, y + r);
 }
 
 }  // namespace
 
-GemvRowRange gemv_avx2_small_block_rows(BlockFormat format, const void* xq, int64_t k, bool avx512) {
+GemvRowRange gemv_avx2_small_block_rows(BlockFormat format, const void* xq, int64_t k) {
   thread_local Avx2Activation a;  // the thread's, reused (see gemv_avx2_rows)
   a.xq = static_cast<const uint8_t*>(xq);
   a.blocks = k / 32;
@@ -219,11 +237,11 @@ GemvRowRange gemv_avx2_small_block_rows(BlockFormat format, const void* xq, int6
     a.pair_scales[size_t(2 * b + 1)] = offset_unit * dy * float(sum);
   }
   const Avx2Activation* pa = &a;
-  auto rows = [pa, format, avx512](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+  auto rows = [pa, format](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
     switch (format) {
-      case BlockFormat::Q4_1: return small_block_range<BlockFormat::Q4_1>(avx512, w, *pa, r0, r1, y);
-      case BlockFormat::Q5_0: return small_block_range<BlockFormat::Q5_0>(avx512, w, *pa, r0, r1, y);
-      default: return small_block_range<BlockFormat::Q5_1>(avx512, w, *pa, r0, r1, y);
+      case BlockFormat::Q4_1: return small_block_range<BlockFormat::Q4_1>(w, *pa, r0, r1, y);
+      case BlockFormat::Q5_0: return small_block_range<BlockFormat::Q5_0>(w, *pa, r0, r1, y);
+      default: return small_block_range<BlockFormat::Q5_1>(w, *pa, r0, r1, y);
     }
   };
   return rows;
@@ -267,7 +285,7 @@ GemvRowRange gemv_avx2_rows(bool q4_0, const void* xq, int64_t k) {
 #else
 
 GemvRowRange gemv_avx2_rows(bool, const void*, int64_t) { return {}; }
-GemvRowRange gemv_avx2_small_block_rows(BlockFormat, const void*, int64_t, bool) { return {}; }
+GemvRowRange gemv_avx2_small_block_rows(BlockFormat, const void*, int64_t) { return {}; }
 
 #endif
 

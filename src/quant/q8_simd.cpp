@@ -654,8 +654,16 @@ RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* 
 
 // The fastest kernel this CPU has for t.
 RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
-  if (use_vnni() && (t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0))
-    return {gemv_vnni_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
+  switch (t.format) {
+    case BlockFormat::Q8_0:
+    case BlockFormat::Q4_0:
+    case BlockFormat::Q4_1:
+    case BlockFormat::Q5_0:
+    case BlockFormat::Q5_1:
+      if (use_vnni()) return {gemv_vnni_rows(t.format, xq, k), 4};
+      break;
+    default: break;
+  }
   if (use_avx2()) {  // the x86 byte kernels (AVX2, some with AVX-512 steps where use_vnni())
     switch (t.format) {
       case BlockFormat::Q8_0:
@@ -663,7 +671,7 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
       case BlockFormat::NF4: return {gemv_nf4_x86_rows(use_vnni(), xq, k)};
       case BlockFormat::Q4_1:
       case BlockFormat::Q5_0:
-      case BlockFormat::Q5_1: return {gemv_avx2_small_block_rows(t.format, xq, k, use_vnni())};
+      case BlockFormat::Q5_1: return {gemv_avx2_small_block_rows(t.format, xq, k)};
       case BlockFormat::Q5_K:
       case BlockFormat::Q6_K: {
         const bool q6 = t.format == BlockFormat::Q6_K;
@@ -737,11 +745,11 @@ void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y)
 }
 
 void gemv_q8_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  run_one({gemv_vnni_rows(false, xq, k), 4}, traits(BlockFormat::Q8_0), w, rows, k, y);
+  run_one({gemv_vnni_rows(BlockFormat::Q8_0, xq, k), 4}, traits(BlockFormat::Q8_0), w, rows, k, y);
 }
 
 void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  run_one({gemv_vnni_rows(true, xq, k), 4}, traits(BlockFormat::Q4_0), w, rows, k, y);
+  run_one({gemv_vnni_rows(BlockFormat::Q4_0, xq, k), 4}, traits(BlockFormat::Q4_0), w, rows, k, y);
 }
 
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {

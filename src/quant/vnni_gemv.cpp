@@ -1,11 +1,14 @@
-// Matrix-vector products of q8_0 and q4_0 weights (ggml's layouts, used in place) with a q8_0
-// activation row on CPUs with AVX-512 VNNI (vpdpbusd: 64 u8 x s8 products summed into 16 int32
-// lanes per instruction). Chosen at run time (vnni_available(), from CPUID); the Highway kernels in
-// q8_simd.cpp serve every other CPU.
+// Matrix-vector products of q8_0, q4_0, q4_1, q5_0 and q5_1 weights (ggml's layouts, used in
+// place) with a q8_0 activation row on CPUs with AVX-512 VNNI (vpdpbusd: 64 u8 x s8 products
+// summed into 16 int32 lanes per instruction). Chosen at run time (vnni_available(), from CPUID);
+// the AVX2 kernels (avx2_gemv.cpp) and Highway's (q8_simd.cpp) serve every other CPU.
 //
 // The activation row is prepared once per product in the order each format's step reads weights
-// (q8_0: two blocks per 512-bit vector; q4_0: four blocks' nibbles per vector), and q4_0's rows
-// go four at a time so each step's activation vectors and scales are loaded once for four rows
+// (q8_0: two blocks per 512-bit vector; the nibble formats: four blocks' nibbles per vector).
+// q4_1 / q5_0 / q5_1 had run one block a step in 256-bit AVX2 code (the q5 fifth bits through an
+// AVX-512 byte mask): decode's products over Llama-110M's weights at 1 thread 15-18 / 14.6-14.9 /
+// 17.7-18.5 GB/s, in these steps 27-35 / 24-32 / 23-31 (Zen 5, alternating processes), Llama-110M
+// q5_0 decode 152 -> 283 tokens/s. The nibble formats' rows go four at a time so each step's activation vectors and scales are loaded once for four rows
 // (q8_0's one at a time: see vnni_rows for both, measured from memory). On a Zen 5 EPYC at 1
 // thread (768 columns, one 53 MB matrix read repeatedly, so partly from L3): q8_0 29.9 -> 40-44
 // GB/s, q4_0 12.7 -> 31 GB/s in groups of four against one row at a time with two blocks per step.
@@ -47,35 +50,34 @@ namespace {
 constexpr int64_t kQ8Bytes = 34, kQ4Bytes = 18;
 
 // The activation row laid out for one format's steps (see each format's prepare): its levels in
-// the order the weight vectors' bytes come in, each lane's float scale, and for q4_0 each lane's
-// 8 * (sum of the levels its products cover).
+// the order the weight vectors' bytes come in, each lane's float scale and, for the nibble
+// formats, each lane's level sum (the sum of the levels its products cover) times the format's
+// offset (q4_0: 8, q5_0: 16) or times the lane's scale (q4_1 / q5_1, for the blocks' minimums).
 struct PreparedActivation {
   std::vector<int8_t> levels;
-  std::vector<float> scales;     // 16 per step
-  std::vector<int32_t> eight_y;  // 16 per step (q4_0)
+  std::vector<float> scales;          // 16 per step
+  std::vector<int32_t> level_offsets; // 16 per step (q4_0, q5_0)
+  std::vector<float> level_sums;      // 16 per step (q4_1, q5_1)
 };
 
 FOUNDRY_VNNI_TARGET inline float activation_scale(const uint8_t* xq, int64_t block) {
   return avx2::f16_at(xq + block * kQ8Bytes);
 }
 
-FOUNDRY_VNNI_TARGET inline int32_t sum_lanes(__m256i v) {
-  const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  const __m128i q = _mm_add_epi32(h, _mm_srli_si128(h, 8));
-  return _mm_cvtsi128_si32(_mm_add_epi32(q, _mm_srli_si128(q, 4)));
-}
-
-// One row's step: the blocks' integer dot products with the activation in int32 lanes and each
-// lane's block scale.
+// One row's step: the blocks' integer dot products with the activation in int32 lanes, each
+// lane's block scale and (q4_1 / q5_1) block minimum.
 struct StepDot {
   __m512i dot;
   __m512 scales;
+  __m512 mins;
 };
 
 // q8_0 weights, two blocks (64 levels, one vector) per step: lanes 0-7 hold block a's products,
 // 8-15 block b's. The weights are signed: |w| x (y with w's sign).
 struct Q8_0Step {
+  static constexpr BlockFormat kFormat = BlockFormat::Q8_0;
   static constexpr int64_t kBytes = kQ8Bytes, kBlocks = 2, kRows = 1;
+  static constexpr bool kMin = false;
   using Y = __m512i;
 
   FOUNDRY_VNNI_TARGET static void prepare(const uint8_t* xq, int64_t k, PreparedActivation& a) {
@@ -100,83 +102,104 @@ struct Q8_0Step {
     std::memcpy(&hb, w + kQ8Bytes, 2);
     return {_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(wv), signed_y),
             _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(ha))),
-                                                    _mm_set1_epi16(short(hb)), 1))};
-  }
-  // One block left over. In 256-bit SIMD rather than a scalar loop: GCC 12 -O2 vectorizes the
-  // int8 x int8 loop here into a wrong sum (seen as a wrong product for k = 224).
-  FOUNDRY_VNNI_TARGET static int32_t tail(const uint8_t* w, const int8_t* y) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
-    const __m256i yv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y));
-    const __m256i signed_y = _mm256_mask_sub_epi8(yv, _mm256_movepi8_mask(wv), _mm256_setzero_si256(), yv);
-    return sum_lanes(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), signed_y));
+                                                    _mm_set1_epi16(short(hb)), 1)),
+            _mm512_setzero_ps()};
   }
 };
 
-// q4_0 weights, four blocks (128 levels) per step. Each block stores level + 8 as 16 bytes of
-// nibbles, levels 0-15 low and 16-31 high: the four blocks' bytes make one vector, its low nibbles
-// dot the levels [a0-15 b0-15 c0-15 d0-15] and its high nibbles [a16-31 b16-31 ...] into the same
-// lanes (4 per block), and sum((u - 8) y) = sum(u y) - 8 sum(y).
-struct Q4_0Step {
-  static constexpr int64_t kBytes = kQ4Bytes, kBlocks = 4, kRows = 4;
+// The 32-value nibble formats, four blocks (128 levels) a step: q4_0 (fp16 d, 16 bytes of
+// nibbles), q4_1 (d, fp16 m, nibbles), q5_0 (d, 32 fifth bits, nibbles), q5_1 (d, m, fifth bits,
+// nibbles); a value is d (u - 8) (q4_0), d u + m (q4_1), d (u - 16) (q5_0) or d u + m (q5_1) for
+// its unsigned level u. Each block's nibbles hold levels 0-15 low and 16-31 high: the four
+// blocks' nibble bytes make one vector, its low nibbles dot the activation's levels [a0-15 b0-15
+// c0-15 d0-15] and its high nibbles [a16-31 b16-31 ...] into the same lanes (4 per block), the
+// q5 kinds' fifth bits added as 16 through byte masks (the low and high 16 bits of each block's 32
+// become the two vectors' 64-bit masks). sum((u - o) y) = sum(u y) - o sum(y); the minimums add
+// m dy sum(y) per lane. Every block and every field starts at an even byte, so the step's bytes are
+// read as 16-bit words: one 64-byte load from its start and one 32-byte load of its last 32 bytes,
+// permuted by word (vpermt2w) into the nibbles' vector and the scales' (and the fifth bits').
+// Four 16-byte loads with three inserts and a scale vector built from four scalar loads ran q4_0 at
+// 33.7 GB/s over L2-resident rows, these at 44; decode's products over Llama-110M-shaped matrices
+// from memory at 27.3-29.0 GB/s before, 30.7-35.9 after at 1 thread, 48.7 -> 54.1 at 2 (Zen 5,
+// alternating in one process). The same for q8_0's two 34-byte blocks measured 2-16% slower there:
+// it keeps its loads.
+template <BlockFormat F>
+struct NibbleStep {
+  static constexpr BlockFormat kFormat = F;
+  static constexpr bool kMin = F == BlockFormat::Q4_1 || F == BlockFormat::Q5_1;
+  static constexpr bool kFifth = F == BlockFormat::Q5_0 || F == BlockFormat::Q5_1;
+  static constexpr int kHeaderWords = 1 + (kMin ? 1 : 0) + (kFifth ? 2 : 0);  // d [m] [fifth bits]
+  static constexpr int kBlockWords = kHeaderWords + 8;
+  static constexpr int64_t kBytes = 2 * kBlockWords, kBlocks = 4, kRows = 4;
+  static constexpr int kTailWord = 4 * kBlockWords - 16;  // the 32-byte load's first word
+  static constexpr int32_t kOffset = F == BlockFormat::Q4_0 ? 8 : F == BlockFormat::Q5_0 ? 16 : 0;
   struct Y {
     __m512i low, high;
   };
+  struct Words {  // vpermt2w indices: word x of the step is x (< 32) or 32 + (x - kTailWord)
+    uint16_t nibbles[32], scales[32], fifth[32];
+  };
+  static constexpr uint16_t word(int x) { return uint16_t(x < 32 ? x : 32 + x - kTailWord); }
+  static constexpr Words words() {
+    Words t{};
+    for (int j = 0; j < 4; ++j) {
+      for (int i = 0; i < 8; ++i) t.nibbles[8 * j + i] = word(kBlockWords * j + kHeaderWords + i);
+      for (int l = 0; l < 4; ++l) {
+        t.scales[4 * j + l] = word(kBlockWords * j);               // d
+        t.scales[16 + 4 * j + l] = word(kBlockWords * j + 1);      // m (the _1 kinds)
+      }
+      const int fifth = kBlockWords * j + 1 + (kMin ? 1 : 0);
+      t.fifth[j] = word(fifth);          // bits 0-15: the low nibbles' mask
+      t.fifth[4 + j] = word(fifth + 1);  // bits 16-31: the high nibbles'
+    }
+    return t;
+  }
+  static constexpr Words kWords = words();
 
   FOUNDRY_VNNI_TARGET static void prepare(const uint8_t* xq, int64_t k, PreparedActivation& a) {
     const int64_t steps = k / 32 / kBlocks;
     a.levels.resize(size_t(steps * 128));
     a.scales.resize(size_t(steps * 16));
-    a.eight_y.resize(size_t(steps * 16));
+    a.level_offsets.resize(kOffset ? size_t(steps * 16) : 0);
+    a.level_sums.resize(kMin ? size_t(steps * 16) : 0);
     for (int64_t b = 0; b < steps * kBlocks; ++b) {
       const auto* y = reinterpret_cast<const int8_t*>(xq + b * kQ8Bytes + 2);
       int8_t* out = a.levels.data() + b / kBlocks * 128 + b % kBlocks * 16;
       std::memcpy(out, y, 16);
       std::memcpy(out + 64, y + 16, 16);
-      std::fill_n(a.scales.begin() + b * 4, 4, activation_scale(xq, b));
+      const float dy = activation_scale(xq, b);
+      std::fill_n(a.scales.begin() + b * 4, 4, dy);
       for (int l = 0; l < 4; ++l) {
         int32_t sum = 0;
         for (int t = 4 * l; t < 4 * l + 4; ++t) sum += y[t] + y[16 + t];
-        a.eight_y[size_t(b * 4 + l)] = 8 * sum;
+        if constexpr (kOffset) a.level_offsets[size_t(b * 4 + l)] = kOffset * sum;
+        if constexpr (kMin) a.level_sums[size_t(b * 4 + l)] = dy * float(sum);
       }
     }
   }
   FOUNDRY_VNNI_TARGET static Y load(const PreparedActivation& a, int64_t c) {
     return {_mm512_loadu_si512(a.levels.data() + c * 128), _mm512_loadu_si512(a.levels.data() + c * 128 + 64)};
   }
-  // The four blocks (72 bytes; each starts at an even byte) read as 16-bit words: one 64-byte load
-  // from the step's start and one 16-byte load of its last bytes, permuted by word (vpermt2w) into
-  // the nibbles' vector, and the four scales permuted out of the first load. Four 16-byte loads
-  // with three inserts and a scale vector built from four scalar loads ran this kernel at 33.7
-  // GB/s over L2-resident rows, these at 44; decode's products over Llama-110M-shaped matrices
-  // from memory at 27.3-29.0 GB/s before, 30.7-35.9 after at 1 thread, 48.7 -> 54.1 at 2 (Zen 5,
-  // alternating in one process). The same for q8_0's two 34-byte blocks measured 2-16% slower
-  // there: it keeps its loads.
-  static constexpr int64_t kTailAt = 56;  // the 16-byte load: words 28-35, permute indices 32-39
-  static constexpr uint16_t kNibbleWords[32] = {1,  2,  3,  4,  5,  6,  7,  8,  10, 11, 12, 13, 14, 15, 16, 17,
-                                                19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 36, 37, 38, 39};
-  static constexpr uint16_t kScaleWords[32] = {0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27};
   FOUNDRY_VNNI_TARGET static StepDot dot_and_scales(const uint8_t* w, const Y& y, const PreparedActivation& a,
                                                     int64_t c) {
     const __m512i head = _mm512_loadu_si512(w);
-    const __m512i tail = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + kTailAt)));
-    const __m512i q = _mm512_permutex2var_epi16(head, _mm512_loadu_si512(kNibbleWords), tail);
+    const __m512i tail = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * kTailWord)));
+    const __m512i q = _mm512_permutex2var_epi16(head, _mm512_loadu_si512(kWords.nibbles), tail);
     const __m512i low_mask = _mm512_set1_epi8(0x0F);
-    const __m512i lo = _mm512_and_si512(q, low_mask);
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low_mask);
-    const __m512i uy = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, y.low), hi, y.high);
-    const __m512i scale_words = _mm512_permutexvar_epi16(_mm512_loadu_si512(kScaleWords), head);
+    __m512i lo = _mm512_and_si512(q, low_mask);
+    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low_mask);
+    if constexpr (kFifth) {
+      const __m128i bits = _mm512_castsi512_si128(_mm512_permutex2var_epi16(head, _mm512_loadu_si512(kWords.fifth), tail));
+      const __m512i sixteen = _mm512_set1_epi8(16);
+      lo = _mm512_mask_add_epi8(lo, __mmask64(_mm_cvtsi128_si64(bits)), lo, sixteen);  // lo < 16: add is or
+      hi = _mm512_mask_add_epi8(hi, __mmask64(_mm_extract_epi64(bits, 1)), hi, sixteen);
+    }
+    __m512i uy = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, y.low), hi, y.high);
+    if constexpr (kOffset != 0) uy = _mm512_sub_epi32(uy, _mm512_loadu_si512(a.level_offsets.data() + c * 16));
+    const __m512i scale_words = _mm512_permutex2var_epi16(head, _mm512_loadu_si512(kWords.scales), tail);
     const __m512 scales = _mm512_cvtph_ps(_mm512_castsi512_si256(scale_words));
-    return {_mm512_sub_epi32(uy, _mm512_loadu_si512(a.eight_y.data() + c * 16)), scales};
-  }
-  FOUNDRY_VNNI_TARGET static int32_t tail(const uint8_t* w, const int8_t* y) {
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
-    const __m128i low_mask = _mm_set1_epi8(0x0F);
-    const __m256i u = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(packed, low_mask)),
-                                              _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask), 1);
-    const __m256i yv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y));
-    const __m256i uy = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, yv);
-    const __m256i eight_y = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), yv);
-    return sum_lanes(_mm256_sub_epi32(uy, eight_y));
+    const __m512 mins = kMin ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(scale_words, 1)) : _mm512_setzero_ps();
+    return {uy, scales, mins};
   }
 };
 
@@ -194,6 +217,7 @@ FOUNDRY_VNNI_TARGET void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t a
   for (int64_t c = 0; c < steps; ++c) {
     const typename Step::Y yv = Step::load(a, c);
     const __m512 ys = _mm512_loadu_ps(a.scales.data() + c * 16);
+    const __m512 ls = Step::kMin ? _mm512_loadu_ps(a.level_sums.data() + c * 16) : _mm512_setzero_ps();
     #pragma GCC unroll 4  // the accumulators stay in registers (a rolled loop kept them on the stack)
     for (int i = 0; i < R; ++i) {
       const uint8_t* p = w + i * row_bytes + c * kStepBytes;
@@ -201,15 +225,14 @@ FOUNDRY_VNNI_TARGET void dot_rows(const uint8_t* w, int64_t row_bytes, int64_t a
         _mm_prefetch(reinterpret_cast<const char*>(p) + ahead + o, _MM_HINT_NTA);
       const StepDot d = Step::dot_and_scales(p, yv, a, c);
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d.dot), _mm512_mul_ps(d.scales, ys), acc[i]);
+      if constexpr (Step::kMin) acc[i] = _mm512_fmadd_ps(d.mins, ls, acc[i]);
     }
   }
   for (int i = 0; i < R; ++i) {
     float sum = _mm512_reduce_add_ps(acc[i]);
-    for (int64_t b = steps * Step::kBlocks; b < blocks; ++b) {  // blocks left over
-      const uint8_t* wb = w + i * row_bytes + b * Step::kBytes;
-      sum += float(Step::tail(wb, reinterpret_cast<const int8_t*>(xq + b * kQ8Bytes + 2))) * avx2::f16_at(wb) *
-             activation_scale(xq, b);
-    }
+    // Blocks left over: the scalar reference's dot (its integer sums are these kernels').
+    for (int64_t b = steps * Step::kBlocks; b < blocks; ++b)
+      sum += traits(Step::kFormat).dot(w + i * row_bytes + b * Step::kBytes, xq + b * kQ8Bytes, 32);
     y[i] = sum;
   }
 }
@@ -262,14 +285,20 @@ GemvRowRange prepared_rows(const void* xq, int64_t k) {
 
 }  // namespace
 
-GemvRowRange gemv_vnni_rows(bool q4_0, const void* xq, int64_t k) {
-  return q4_0 ? prepared_rows<Q4_0Step>(xq, k) : prepared_rows<Q8_0Step>(xq, k);
+GemvRowRange gemv_vnni_rows(BlockFormat format, const void* xq, int64_t k) {
+  switch (format) {
+    case BlockFormat::Q4_0: return prepared_rows<NibbleStep<BlockFormat::Q4_0>>(xq, k);
+    case BlockFormat::Q4_1: return prepared_rows<NibbleStep<BlockFormat::Q4_1>>(xq, k);
+    case BlockFormat::Q5_0: return prepared_rows<NibbleStep<BlockFormat::Q5_0>>(xq, k);
+    case BlockFormat::Q5_1: return prepared_rows<NibbleStep<BlockFormat::Q5_1>>(xq, k);
+    default: return prepared_rows<Q8_0Step>(xq, k);
+  }
 }
 
 #else
 
 bool vnni_available() { return false; }
-GemvRowRange gemv_vnni_rows(bool, const void*, int64_t) { return {}; }
+GemvRowRange gemv_vnni_rows(BlockFormat, const void*, int64_t) { return {}; }
 
 #endif
 

@@ -1,4 +1,4 @@
-// AVX-512 VNNI matrix-vector products for q8_0 / q4_0 weights and a q8_0 activation row
+// AVX-512 VNNI matrix-vector products for q8_0 / q4_0 / q4_1 / q5_0 / q5_1 weights and a q8_0 activation row
 // (vnni_gemv.cpp); same contract as gemv_q8_0 / gemv_q4_0 in q8_kernels.h. Call only when
 // vnni_available().
 #pragma once
@@ -20,19 +20,18 @@ void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, floa
 /// Rows [r0, r1) of a [rows, k] matrix's product with one activation row, y[r] for each, on the
 /// calling thread; r0 a multiple of 4 (the kernels' row group). What gemv splits over threads.
 using GemvRowRange = std::function<void(const uint8_t* w, int64_t rows, int64_t r0, int64_t r1, float* y)>;
-/// The q8_0 (`q4_0` false) or q4_0 VNNI kernel with xq, a q8_0 row of k values, prepared once;
+/// The q8_0, q4_0, q4_1, q5_0 or q5_1 VNNI kernel with xq, a q8_0 row of k values, prepared once;
 /// xq must outlive the result (its leftover blocks are read in place), which is valid until the
 /// calling thread prepares its next product (the prepared row is the thread's, reused).
-GemvRowRange gemv_vnni_rows(bool q4_0, const void* xq, int64_t k);
+GemvRowRange gemv_vnni_rows(BlockFormat format, const void* xq, int64_t k);
 
 /// The CPU runs AVX2 + FMA + F16C, and this build has the kernels (k_gemv_x86.cpp).
 bool avx2_available();
 /// The q8_0 (`q4_0` false) or q4_0 AVX2 kernel (avx2_gemv.cpp), the same contract as
 /// gemv_vnni_rows; call only when avx2_available().
 GemvRowRange gemv_avx2_rows(bool q4_0, const void* xq, int64_t k);
-/// The q4_1, q5_0 or q5_1 AVX2 kernel (avx2_gemv.cpp) for a q8_0 row, the same contract, any r0;
-/// `avx512` (only where vnni_available()): the q5 kinds' fifth bits through AVX-512 byte masks.
-GemvRowRange gemv_avx2_small_block_rows(BlockFormat format, const void* xq, int64_t k, bool avx512);
+/// The q4_1, q5_0 or q5_1 AVX2 kernel (avx2_gemv.cpp) for a q8_0 row, the same contract, any r0.
+GemvRowRange gemv_avx2_small_block_rows(BlockFormat format, const void* xq, int64_t k);
 /// The nf4 kernel (nf4_gemv_x86.cpp) for a q8_0 row of k values (k a multiple of 64): AVX-512
 /// (`avx512`; call only when vnni_available()) or AVX2 (when avx2_available()); the same contract
 /// as gemv_vnni_rows, any first row.

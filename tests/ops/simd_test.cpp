@@ -550,9 +550,10 @@ TEST_P(EachTarget, GemvOfEveryFormatMatchesScalarReference) {
   }
 }
 
-// q8_0 / q4_0 / nf4 gemv with block counts every kernel's step leaves a remainder of (the AVX2 q4_0
-// kernel takes blocks two at a time, VNNI q4_0 four, q8_0 two, AVX-512 nf4 two) and row counts that leave a partial
-// group, against the scalar dots; run under FOUNDRY_MAX_ISA=avx2 / sse4 by ctest as well.
+// The 32-value block formats' gemv with block counts every kernel's step leaves a remainder of (the
+// AVX2 q4_0 kernel takes blocks two at a time, the VNNI nibble formats four, q8_0 two, AVX-512 nf4
+// two) and row counts that leave a partial group, against the scalar dots; run under
+// FOUNDRY_MAX_ISA=avx2 / sse4 by ctest as well.
 TEST_P(EachTarget, ByteFormatGemvHandlesEveryBlockCount) {
   std::mt19937 rng(31);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -562,7 +563,7 @@ TEST_P(EachTarget, ByteFormatGemvHandlesEveryBlockCount) {
     std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
     for (float& v : w) v = nd(rng);
     for (float& v : x) v = nd(rng);
-    for (const char* name : {"q4_0", "q8_0", "nf4"}) {
+    for (const char* name : {"q4_0", "q8_0", "nf4", "q4_1", "q5_0", "q5_1"}) {
       const auto& t = foundry::quant::traits(name);
       if (k % t.block_size) continue;
       const auto& act = foundry::quant::traits(t.dot_format);
