@@ -14,6 +14,8 @@ critical path; the worker's idle share is time the caller spent on serial work.
 
 Usage: /usr/bin/python3 bench/decode_profile/run.py [build/bin/bench_infer] [--format q4_0|f32|...]
        [--decode N] [--threads 1,2]
+--format "f16 native" / "bf16 native" profiles an f16 / bf16 checkpoint of the same weights
+computed in its own dtype (`--dtype native`, the folder bench/quant_decode writes beside it).
 PERF_HZ (default 2000) sets perf's sampling rate: a fast decode gives few samples at 2000 (a 1000-
 token run at ~550 tokens/s: ~3500 a thread, so a 5% share is +-0.4 points); 20000 perturbs the
 step (the pool's share grew from ~7% to ~14% of the caller's samples).
@@ -65,10 +67,12 @@ def classify(sym):
 
 
 def profile(binary, folder, fmt, threads, decode, data):
-    args = [binary, "--model", folder, "--threads", str(threads), "--kv-cache", "f16", "--prefill", "8",
-            "--prompt", "32", "--decode", str(decode)]
-    if fmt != "f32":
-        args += ["--quantize", fmt]
+    args = [binary, "--threads", str(threads), "--kv-cache", "f16", "--prefill", "8", "--prompt", "32",
+            "--decode", str(decode)]
+    if fmt.endswith(" native"):
+        args += ["--model", f"{folder}_{fmt.split()[0]}", "--dtype", "native"]
+    else:
+        args += ["--model", folder] + (["--quantize", fmt] if fmt != "f32" else [])
     # A first run without perf gives the load and prefill time to skip.
     first = infer.run(args, threads)
     delay_ms = int(1000 * (first["load_s"] + 0.5)) + 500
@@ -103,6 +107,9 @@ def main():
         sys.exit("decode_profile: error: perf is not installed (Debian: apt-get install linux-perf)")
     folder = "/tmp/foundry_bench_llama_tied"
     infer.write_folder(folder, dict(infer.LLAMA, tie_word_embeddings=True))
+    if a.format.endswith(" native"):
+        dtype = a.format.split()[0]
+        infer.write_16bit_copy(folder, f"{folder}_{dtype}", {"f16": "float16", "bf16": "bfloat16"}[dtype])
     print(f"Llama-110M (tied), {a.format}, decode {a.decode} tokens after a 32-token prompt, f16 KV cache\n")
     print("| threads | thread | samples | " + " | ".join(SHOWN) + " | top overhead symbols |")
     print("|---|---|---|" + "---|" * len(SHOWN) + "---|")

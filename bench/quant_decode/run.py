@@ -152,42 +152,6 @@ def llama_bench(llama_dir, gguf, threads):
     return pp, tg, usage.ru_maxrss / 1024
 
 
-def write_16bit_copy(src, dst, dtype):
-    """The folder with its weights rounded to bfloat16 or float16 (stored as BF16 / F16), for the
-    `--dtype native` rows."""
-    import numpy as np
-    import struct
-    if os.path.exists(os.path.join(dst, "config.json")):
-        return
-    os.makedirs(dst, exist_ok=True)
-    with open(os.path.join(src, "model.safetensors"), "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        base = 8 + n
-        out_header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-        for name in sorted(k for k in header if k != "__metadata__"):
-            info = header[name]
-            f.seek(base + info["data_offsets"][0])
-            a = np.frombuffer(f.read(info["data_offsets"][1] - info["data_offsets"][0]), "<f4")
-            if dtype == "bfloat16":
-                u = a.view(np.uint32).astype(np.uint64)
-                b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
-            else:
-                b = a.astype("<f2").tobytes()
-            out_header[name] = {"dtype": "BF16" if dtype == "bfloat16" else "F16", "shape": info["shape"],
-                                "data_offsets": [offset, offset + len(b)]}
-            blobs.append(b)
-            offset += len(b)
-    hb = json.dumps(out_header, separators=(",", ":")).encode()
-    hb += b" " * ((8 - len(hb) % 8) % 8)
-    with open(os.path.join(dst, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb)
-        for b in blobs:
-            f.write(b)
-    cfg = json.load(open(os.path.join(src, "config.json")))
-    json.dump(dict(cfg, torch_dtype=dtype), open(os.path.join(dst, "config.json"), "w"))
-
-
 def cpu_name():
     try:
         for line in open("/proc/cpuinfo"):
@@ -238,7 +202,7 @@ def main():
                     args = ["--model", folder]
                 elif fmt.endswith(" native"):
                     dtype = {"f16": "float16", "bf16": "bfloat16"}[fmt.split()[0]]
-                    write_16bit_copy(folder, f"{folder}_{fmt.split()[0]}", dtype)
+                    infer.write_16bit_copy(folder, f"{folder}_{fmt.split()[0]}", dtype)
                     args = ["--model", f"{folder}_{fmt.split()[0]}", "--dtype", "native"]
                 else:
                     args = ["--model", folder, "--quantize", fmt]

@@ -667,11 +667,11 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
   if (use_avx2()) {  // the x86 byte kernels (AVX2, some with AVX-512 steps where use_vnni())
     switch (t.format) {
       case BlockFormat::Q8_0:
-      case BlockFormat::Q4_0: return {gemv_avx2_rows(t.format == BlockFormat::Q4_0, xq, k), 4};
-      case BlockFormat::NF4: return {gemv_nf4_x86_rows(use_vnni(), xq, k)};
+      case BlockFormat::Q4_0:
       case BlockFormat::Q4_1:
       case BlockFormat::Q5_0:
-      case BlockFormat::Q5_1: return {gemv_avx2_small_block_rows(t.format, xq, k)};
+      case BlockFormat::Q5_1: return {gemv_avx2_rows(t.format, xq, k), 4};
+      case BlockFormat::NF4: return {gemv_nf4_x86_rows(use_vnni(), xq, k)};
       case BlockFormat::Q5_K:
       case BlockFormat::Q6_K: {
         const bool q6 = t.format == BlockFormat::Q6_K;

@@ -27,11 +27,9 @@ GemvRowRange gemv_vnni_rows(BlockFormat format, const void* xq, int64_t k);
 
 /// The CPU runs AVX2 + FMA + F16C, and this build has the kernels (k_gemv_x86.cpp).
 bool avx2_available();
-/// The q8_0 (`q4_0` false) or q4_0 AVX2 kernel (avx2_gemv.cpp), the same contract as
+/// The q8_0, q4_0, q4_1, q5_0 or q5_1 AVX2 kernel (avx2_gemv.cpp), the same contract as
 /// gemv_vnni_rows; call only when avx2_available().
-GemvRowRange gemv_avx2_rows(bool q4_0, const void* xq, int64_t k);
-/// The q4_1, q5_0 or q5_1 AVX2 kernel (avx2_gemv.cpp) for a q8_0 row, the same contract, any r0.
-GemvRowRange gemv_avx2_small_block_rows(BlockFormat format, const void* xq, int64_t k);
+GemvRowRange gemv_avx2_rows(BlockFormat format, const void* xq, int64_t k);
 /// The nf4 kernel (nf4_gemv_x86.cpp) for a q8_0 row of k values (k a multiple of 64): AVX-512
 /// (`avx512`; call only when vnni_available()) or AVX2 (when avx2_available()); the same contract
 /// as gemv_vnni_rows, any first row.
