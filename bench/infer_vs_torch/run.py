@@ -109,8 +109,9 @@ def shapes(cfg):
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         s[p + "input_layernorm.weight"] = s[p + "post_attention_layernorm.weight"] = (C,)
+        kv = C // cfg["num_attention_heads"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"])
         for n in "qkvo":
-            s[p + f"self_attn.{n}_proj.weight"] = (C, C)
+            s[p + f"self_attn.{n}_proj.weight"] = (kv if n in "kv" else C, C)
         s[p + "mlp.gate_proj.weight"] = s[p + "mlp.up_proj.weight"] = (F, C)
         s[p + "mlp.down_proj.weight"] = (C, F)
     return s

@@ -112,14 +112,17 @@ TEST(Models, DecodingWithQuantizedCachesStaysClose) {
 // attention up to float rounding, for float32, f16, bf16 (read in place) and q8_0 caches, grouped
 // queries, a masked position, more positions than one tile, and a head dim that is not whole
 // vectors (40); and a bfloat16 model's plain bf16 cache with bf16 queries (the attention computed
-// in float32 either way, the result in bf16).
+// in float32 either way, the result in bf16). 600 positions: three 256-position segments merged,
+// one of them wholly masked for row 1.
 TEST(Models, StreamingDecodeAttentionEqualsFullAttention) {
-  for (auto [format, D, dtype] : {std::tuple{"", 64, DType::Float32}, std::tuple{"f16", 64, DType::Float32},
-                                  std::tuple{"bf16", 64, DType::Float32}, std::tuple{"q8_0", 64, DType::Float32},
-                                  std::tuple{"", 40, DType::Float32}, std::tuple{"f16", 40, DType::Float32},
-                                  std::tuple{"", 64, DType::BFloat16}}) {
-    const int64_t B = 2, H = 4, Hkv = 2, past = 70;
-    models::KVCache a(1, B, Hkv, 80, D, dtype, format), b(1, B, Hkv, 80, D, dtype, format);
+  for (auto [format, D, dtype, past] :
+       {std::tuple{"", 64, DType::Float32, 70}, std::tuple{"f16", 64, DType::Float32, 70},
+        std::tuple{"bf16", 64, DType::Float32, 70}, std::tuple{"q8_0", 64, DType::Float32, 70},
+        std::tuple{"", 40, DType::Float32, 70}, std::tuple{"f16", 40, DType::Float32, 70},
+        std::tuple{"", 64, DType::BFloat16, 70}, std::tuple{"", 64, DType::Float32, 600},
+        std::tuple{"f16", 40, DType::Float32, 600}, std::tuple{"q8_0", 64, DType::Float32, 600}}) {
+    const int64_t B = 2, H = 4, Hkv = 2;
+    models::KVCache a(1, B, Hkv, past + 10, D, dtype, format), b(1, B, Hkv, past + 10, D, dtype, format);
     manual_seed(9);
     Tensor kp = randn({B, Hkv, past, D}).to(dtype), vp = randn({B, Hkv, past, D}).to(dtype);
     a.append(0, kp, vp);
@@ -129,6 +132,7 @@ TEST(Models, StreamingDecodeAttentionEqualsFullAttention) {
     Tensor q = randn({B, H, 1, D}).to(dtype), k = randn({B, Hkv, 1, D}).to(dtype), v = randn({B, Hkv, 1, D}).to(dtype);
     Tensor mask = ones({B, past + 1}, DType::Bool);
     mask.select(0, 1).narrow(0, 3, 1).fill_(0.0);  // row 1 does not see position 3
+    if (past > 512) mask.select(0, 1).narrow(0, 256, 256).fill_(0.0);  // nor the second segment
     Tensor bias = models::hf::attention_bias(mask, 1, 0, DType::Float32);
     Tensor got = a.append_and_attend(0, q, k, v, bias);
     EXPECT_EQ(got.dtype(), dtype);
@@ -138,7 +142,8 @@ TEST(Models, StreamingDecodeAttentionEqualsFullAttention) {
     Tensor want = models::hf::attend(q.to(DType::Float32), kk.to(DType::Float32), vv.to(DType::Float32), bias);
     const double tol = dtype == DType::Float32 ? 1e-5 : 8e-3;
     const Tensor g32 = got.to(DType::Float32);
-    EXPECT_TRUE(allclose(g32, want, tol, tol)) << format << " D " << D << " max diff " << amax(abs(g32 - want)).item<float>();
+    EXPECT_TRUE(allclose(g32, want, tol, tol)) << format << " D " << D << " past " << past << " max diff "
+                                                << amax(abs(g32 - want)).item<float>();
   }
 }
 
