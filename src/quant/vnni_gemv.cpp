@@ -162,19 +162,21 @@ struct NibbleStep {
     a.scales.resize(size_t(steps * 16));
     a.level_offsets.resize(kOffset ? size_t(steps * 16) : 0);
     a.level_sums.resize(kMin ? size_t(steps * 16) : 0);
+    const __m256i one_bytes = _mm256_set1_epi8(1);
     for (int64_t b = 0; b < steps * kBlocks; ++b) {
-      const auto* y = reinterpret_cast<const int8_t*>(xq + b * kQ8Bytes + 2);
+      const uint8_t* y = xq + b * kQ8Bytes + 2;
       int8_t* out = a.levels.data() + b / kBlocks * 128 + b % kBlocks * 16;
       std::memcpy(out, y, 16);
       std::memcpy(out + 64, y + 16, 16);
       const float dy = activation_scale(xq, b);
       std::fill_n(a.scales.begin() + b * 4, 4, dy);
-      for (int l = 0; l < 4; ++l) {
-        int32_t sum = 0;
-        for (int t = 4 * l; t < 4 * l + 4; ++t) sum += y[t] + y[16 + t];
-        if constexpr (kOffset) a.level_offsets[size_t(b * 4 + l)] = kOffset * sum;
-        if constexpr (kMin) a.level_sums[size_t(b * 4 + l)] = dy * float(sum);
-      }
+      // Lane l's level sum: values 4l .. 4l + 3 and 16 + 4l .. 16 + 4l + 3.
+      const __m256i quads = _mm256_dpbusd_epi32(_mm256_setzero_si256(), one_bytes,
+                                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y)));
+      const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(quads), _mm256_extracti128_si256(quads, 1));
+      if constexpr (kOffset != 0)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(a.level_offsets.data() + b * 4), _mm_mullo_epi32(sums, _mm_set1_epi32(kOffset)));
+      if constexpr (kMin) _mm_storeu_ps(a.level_sums.data() + b * 4, _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_set1_ps(dy)));
     }
   }
   FOUNDRY_VNNI_TARGET static Y load(const PreparedActivation& a, int64_t c) {
