@@ -109,7 +109,8 @@ template <BlockFormat F, int R>
 FOUNDRY_AVX2_TARGET void nibble_rows(const uint8_t* w, int64_t row_bytes, const Avx2Activation& a, float* y) {
   using N = Nibbles<F>;
   const __m256i ones = _mm256_set1_epi16(1), low_mask = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(0x10);
-  const __m256i d_lanes = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), m_lanes = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+  const __m256i d_lanes = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
+  const __m256i m_lanes = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
   __m256 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
   const int64_t pairs = a.blocks / 2;
@@ -138,7 +139,8 @@ FOUNDRY_AVX2_TARGET void nibble_rows(const uint8_t* w, int64_t row_bytes, const 
       const __m256i pair_sums = _mm256_add_epi16(_mm256_maddubs_epi16(lo, y_low), _mm256_maddubs_epi16(hi, y_high));
       __m256i dot = _mm256_madd_epi16(pair_sums, ones);
       if constexpr (N::kOffset != 0)
-        dot = _mm256_sub_epi32(dot, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.level_offsets.data() + q * 8)));
+        dot = _mm256_sub_epi32(dot,
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.level_offsets.data() + q * 8)));
       // [d_a, m_a, d_b, m_b] (without minimums: [d_a, -, d_b, -]) from each block's first 4 bytes.
       int32_t first, second;
       std::memcpy(&first, p, 4);
@@ -147,7 +149,8 @@ FOUNDRY_AVX2_TARGET void nibble_rows(const uint8_t* w, int64_t row_bytes, const 
       const __m256 dw = _mm256_permutevar8x32_ps(halves, d_lanes);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, dy), acc[i]);
       if constexpr (N::kMin)
-        acc[i] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(halves, m_lanes), _mm256_loadu_ps(a.level_sums.data() + q * 8), acc[i]);
+        acc[i] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(halves, m_lanes), _mm256_loadu_ps(a.level_sums.data() + q * 8),
+                                 acc[i]);
     }
   }
   for (int i = 0; i < R; ++i) {

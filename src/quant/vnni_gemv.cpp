@@ -8,8 +8,9 @@
 // q4_1 / q5_0 / q5_1 had run one block a step in 256-bit AVX2 code (the q5 fifth bits through an
 // AVX-512 byte mask): decode's products over Llama-110M's weights at 1 thread 15-18 / 14.6-14.9 /
 // 17.7-18.5 GB/s, in these steps 27-35 / 24-32 / 23-31 (Zen 5, alternating processes), Llama-110M
-// q5_0 decode 152 -> 283 tokens/s. The nibble formats' rows go four at a time so each step's activation vectors and scales are loaded once for four rows
-// (q8_0's one at a time: see vnni_rows for both, measured from memory). On a Zen 5 EPYC at 1
+// q5_0 decode 152 -> 283 tokens/s. The nibble formats' rows go four at a time so each step's
+// activation vectors and scales are loaded once for four rows (q8_0's one at a time: see
+// vnni_rows for both, measured from memory). On a Zen 5 EPYC at 1
 // thread (768 columns, one 53 MB matrix read repeatedly, so partly from L3): q8_0 29.9 -> 40-44
 // GB/s, q4_0 12.7 -> 31 GB/s in groups of four against one row at a time with two blocks per step.
 #include "quant/vnni_gemv.h"
@@ -55,9 +56,9 @@ constexpr int64_t kQ8Bytes = 34, kQ4Bytes = 18;
 // offset (q4_0: 8, q5_0: 16) or times the lane's scale (q4_1 / q5_1, for the blocks' minimums).
 struct PreparedActivation {
   std::vector<int8_t> levels;
-  std::vector<float> scales;          // 16 per step
-  std::vector<int32_t> level_offsets; // 16 per step (q4_0, q5_0)
-  std::vector<float> level_sums;      // 16 per step (q4_1, q5_1)
+  std::vector<float> scales;           // 16 per step
+  std::vector<int32_t> level_offsets;  // 16 per step (q4_0, q5_0)
+  std::vector<float> level_sums;       // 16 per step (q4_1, q5_1)
 };
 
 FOUNDRY_VNNI_TARGET inline float activation_scale(const uint8_t* xq, int64_t block) {
@@ -145,8 +146,8 @@ struct NibbleStep {
     for (int j = 0; j < 4; ++j) {
       for (int i = 0; i < 8; ++i) t.nibbles[8 * j + i] = word(kBlockWords * j + kHeaderWords + i);
       for (int l = 0; l < 4; ++l) {
-        t.scales[4 * j + l] = word(kBlockWords * j);               // d
-        t.scales[16 + 4 * j + l] = word(kBlockWords * j + 1);      // m (the _1 kinds)
+        t.scales[4 * j + l] = word(kBlockWords * j);           // d
+        t.scales[16 + 4 * j + l] = word(kBlockWords * j + 1);  // m (the _1 kinds)
       }
       const int fifth = kBlockWords * j + 1 + (kMin ? 1 : 0);
       t.fifth[j] = word(fifth);          // bits 0-15: the low nibbles' mask
@@ -175,8 +176,10 @@ struct NibbleStep {
                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y)));
       const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(quads), _mm256_extracti128_si256(quads, 1));
       if constexpr (kOffset != 0)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(a.level_offsets.data() + b * 4), _mm_mullo_epi32(sums, _mm_set1_epi32(kOffset)));
-      if constexpr (kMin) _mm_storeu_ps(a.level_sums.data() + b * 4, _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_set1_ps(dy)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(a.level_offsets.data() + b * 4),
+                         _mm_mullo_epi32(sums, _mm_set1_epi32(kOffset)));
+      if constexpr (kMin)
+        _mm_storeu_ps(a.level_sums.data() + b * 4, _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_set1_ps(dy)));
     }
   }
   FOUNDRY_VNNI_TARGET static Y load(const PreparedActivation& a, int64_t c) {
@@ -185,13 +188,15 @@ struct NibbleStep {
   FOUNDRY_VNNI_TARGET static StepDot dot_and_scales(const uint8_t* w, const Y& y, const PreparedActivation& a,
                                                     int64_t c) {
     const __m512i head = _mm512_loadu_si512(w);
-    const __m512i tail = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * kTailWord)));
+    const __m512i tail =
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * kTailWord)));
     const __m512i q = _mm512_permutex2var_epi16(head, _mm512_loadu_si512(kWords.nibbles), tail);
     const __m512i low_mask = _mm512_set1_epi8(0x0F);
     __m512i lo = _mm512_and_si512(q, low_mask);
     __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low_mask);
     if constexpr (kFifth) {
-      const __m128i bits = _mm512_castsi512_si128(_mm512_permutex2var_epi16(head, _mm512_loadu_si512(kWords.fifth), tail));
+      const __m128i bits =
+          _mm512_castsi512_si128(_mm512_permutex2var_epi16(head, _mm512_loadu_si512(kWords.fifth), tail));
       const __m512i sixteen = _mm512_set1_epi8(16);
       lo = _mm512_mask_add_epi8(lo, __mmask64(_mm_cvtsi128_si64(bits)), lo, sixteen);  // lo < 16: add is or
       hi = _mm512_mask_add_epi8(hi, __mmask64(_mm_extract_epi64(bits, 1)), hi, sixteen);
