@@ -296,6 +296,37 @@ TEST(Models, FusedHalfStepsEqualThePerOpPath) {
   }
 }
 
+// A 16-bit model's decode products read its weights in place as the f16 / bf16 block format (q, k and
+// v as one job): the dense op's values to one rounding of the output (the bias is added in float32
+// before it), the fused products the same bits as one at a time; more rows than decode's (prefill)
+// and a transposed (Conv1D) weight stay the dense op.
+TEST(Models, SixteenBitDecodeProductsMatchTheDenseOp) {
+  namespace hf = models::hf;
+  autograd::NoGradGuard no_grad;
+  manual_seed(21);
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    hf::WeightProducts wp;
+    const int64_t out = 48, k = 64;
+    Tensor w1 = randn({out, k}).to(dt), w2 = randn({out + 16, k}).to(dt), b1 = randn({out}).to(dt), none;
+    for (int64_t rows : {int64_t(1), int64_t(3), int64_t(40)}) {
+      Tensor x = randn({1, rows, k}).to(dt);
+      Tensor got = wp.product(x, w1, b1, false), want = hf::WeightProducts::dense(x, w1, b1, false);
+      ASSERT_EQ(got.dtype(), dt);
+      ASSERT_EQ(got.sizes(), want.sizes());
+      const double ulp = dt == DType::BFloat16 ? 1.0 / 128 : 1.0 / 1024;
+      EXPECT_TRUE(allclose(got.to(DType::Float32), want.to(DType::Float32), ulp, 1e-3)) << rows;
+      const hf::WeightProducts::Operand ops[] = {{&w1, &b1}, {&w2, &none}};
+      std::vector<Tensor> both = wp.products(x, ops, false);
+      EXPECT_TRUE(equal(both[0], got)) << rows;
+      EXPECT_TRUE(equal(both[1], wp.product(x, w2, none, false))) << rows;
+      if (rows > models::CausalLM::kQuantizedMaxRows) EXPECT_TRUE(equal(got, want));
+    }
+    Tensor wt = randn({k, out}).to(dt), x = randn({1, 1, k}).to(dt);  // Conv1D's [in, out]
+    EXPECT_TRUE(equal(wp.product(x, wt, none, true), hf::WeightProducts::dense(x, wt, none, true)));
+  }
+}
+
 // The decode step's direct calls (no op dispatch): the residual add in place, the RMS norm through
 // the op's kernel and the rotary tables written straight out give the ops' own bits.
 TEST(Models, DecodeStepDirectCallsEqualTheOps) {

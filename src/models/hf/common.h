@@ -137,6 +137,9 @@ class WeightProducts {
   /// The quantized rows a product of x with w reads: adopted or already made, else (float32 x)
   /// made now; null when w stays dense. One map lookup when they exist.
   const Quantized* lookup(const Tensor& x, const Tensor& w, bool transposed, Memo* memo) const;
+  /// A float16 / bfloat16 model's weight read in place as the f16 / bf16 block format, for
+  /// products with few rows of x in that dtype (decode) and no format set; null otherwise.
+  const Quantized* sixteen_bit_view(const Tensor& x, const Tensor& w, bool transposed) const;
   uint64_t generation_ = 1;  // bumped when entries of quantized_ go or change: memos made before are stale
   /// Whether the format quantizes w (one is set and w's rows are whole blocks of it).
   bool format_applies(const Tensor& w, bool transposed) const;
@@ -144,6 +147,7 @@ class WeightProducts {
   std::string prefill_ = "auto";
   mutable std::unordered_map<const void*, std::shared_ptr<Quantized>> quantized_;  // by weight impl: one lookup per product
   mutable HugePageChunks chunks_;  // where quantized copies are made
+  mutable std::unordered_map<const void*, std::shared_ptr<Quantized>> views_;  // sixteen_bit_view's, by weight impl
 };
 
 /// Whether loaders copy weight matrices out of their file mapping into HugePageChunks (see
