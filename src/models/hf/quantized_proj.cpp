@@ -394,14 +394,17 @@ const WeightProducts::Quantized* WeightProducts::sixteen_bit_view(const Tensor& 
       (dt != DType::BFloat16 && dt != DType::Float16) || !w.is_contiguous() || x.dim() == 0 ||
       x.size(-1) != w.size(1) || x.numel() / std::max<int64_t>(w.size(1), 1) > CausalLM::kQuantizedMaxRows)
     return nullptr;
+  // Checked against w at every use, so an entry never outlives what it reads and holds nothing
+  // alive (a model converted to another dtype frees its 16-bit weights).
+  const quant::BlockFormatTraits* format =
+      &quant::traits(dt == DType::BFloat16 ? quant::BlockFormat::BF16 : quant::BlockFormat::F16);
   std::shared_ptr<Quantized>& v = views_[w.impl()];
-  if (!v || v->data != w.data_ptr() || v->rows != w.size(0) || v->k != w.size(1)) {
+  if (!v || v->data != w.data_ptr() || v->format != format || v->rows != w.size(0) || v->k != w.size(1)) {
     v = std::make_shared<Quantized>();
-    v->format = &quant::traits(dt == DType::BFloat16 ? quant::BlockFormat::BF16 : quant::BlockFormat::F16);
+    v->format = format;
     v->rows = w.size(0);
     v->k = w.size(1);
     v->data = static_cast<const uint8_t*>(w.data_ptr());
-    v->keepalive = w;
   }
   return v.get();
 }
