@@ -86,15 +86,6 @@ FOUNDRY_AVX2_TARGET void q8_0_rows(const uint8_t* w, int64_t row_bytes, int64_t 
 // A block left over (an odd count) takes the scalar reference's dot after the loop. Against the
 // one-block steps q4_1 / q5_0 / q5_1 had (Zen 5 capped to AVX2, 1 thread, medians of 5
 // alternating runs): products 13.1 -> 23.0, 13.0 -> 14.6, 15.7 -> 15.8 GB/s (q4_0 21.9 / 21.4).
-template <BlockFormat F>
-struct Nibbles {
-  static constexpr bool kMin = F == BlockFormat::Q4_1 || F == BlockFormat::Q5_1;
-  static constexpr bool kFifth = F == BlockFormat::Q5_0 || F == BlockFormat::Q5_1;
-  static constexpr int64_t kHeader = 2 + (kMin ? 2 : 0) + (kFifth ? 4 : 0);  // d [m] [fifth bits]
-  static constexpr int64_t kBytes = kHeader + 16;
-  static constexpr int32_t kOffset = F == BlockFormat::Q4_0 ? 8 : F == BlockFormat::Q5_0 ? 16 : 0;
-};
-
 // The 32-bit mask as 32 bytes, 0xFF where its bit is set (bit j -> byte j).
 FOUNDRY_AVX2_TARGET inline __m256i bytes_of_bits(uint32_t bits) {
   const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(bits)),
@@ -107,7 +98,7 @@ FOUNDRY_AVX2_TARGET inline __m256i bytes_of_bits(uint32_t bits) {
 
 template <BlockFormat F, int R>
 FOUNDRY_AVX2_TARGET void nibble_rows(const uint8_t* w, int64_t row_bytes, const Avx2Activation& a, float* y) {
-  using N = Nibbles<F>;
+  using N = NibbleLayout<F>;
   const __m256i ones = _mm256_set1_epi16(1), low_mask = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(0x10);
   const __m256i d_lanes = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
   const __m256i m_lanes = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
@@ -173,13 +164,13 @@ FOUNDRY_AVX2_TARGET void nibble_rows(const uint8_t* w, int64_t row_bytes, const 
 // alternating runs: q5_0 0.41 against 0.36 with two, q5_1 0.43 against 0.40; 2 threads alike).
 template <BlockFormat F>
 void avx2_rows(const uint8_t* w, const Avx2Activation& a, int64_t r0, int64_t r1, float* y) {
-  constexpr bool kQ8 = F == BlockFormat::Q8_0;
-  constexpr int64_t kGroup = kQ8 ? 1 : (F == BlockFormat::Q5_0 || F == BlockFormat::Q5_1) ? 1 : 2;
-  const int64_t row_bytes = a.blocks * (kQ8 ? kQ8Bytes : Nibbles<F>::kBytes);
   int64_t r = r0;
-  if constexpr (kQ8) {
+  if constexpr (F == BlockFormat::Q8_0) {
+    const int64_t row_bytes = a.blocks * kQ8Bytes;
     for (; r < r1; ++r) q8_0_rows<1>(w + r * row_bytes, row_bytes, avx2::kStreamAhead, a, y + r);
   } else {
+    constexpr int64_t kGroup = NibbleLayout<F>::kFifth ? 1 : 2;
+    const int64_t row_bytes = a.blocks * NibbleLayout<F>::kBytes;
     for (; r + kGroup <= r1; r += kGroup) nibble_rows<F, kGroup>(w + r * row_bytes, row_bytes, a, y + r);
     for (; r < r1; ++r) nibble_rows<F, 1>(w + r * row_bytes, row_bytes, a, y + r);
   }
@@ -187,8 +178,8 @@ void avx2_rows(const uint8_t* w, const Avx2Activation& a, int64_t r0, int64_t r1
 
 template <BlockFormat F>
 void prepare_pairs(Avx2Activation& a) {
-  constexpr int32_t kOffset = Nibbles<F>::kOffset;
-  constexpr bool kMin = Nibbles<F>::kMin;
+  constexpr int32_t kOffset = NibbleLayout<F>::kOffset;
+  constexpr bool kMin = NibbleLayout<F>::kMin;
   const int64_t pairs = a.blocks / 2;
   a.pair_levels.resize(size_t(pairs * 64));
   a.pair_scales.resize(size_t(pairs * 8));

@@ -654,23 +654,14 @@ RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* 
 
 // The fastest kernel this CPU has for t.
 RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
-  switch (t.format) {
-    case BlockFormat::Q8_0:
-    case BlockFormat::Q4_0:
-    case BlockFormat::Q4_1:
-    case BlockFormat::Q5_0:
-    case BlockFormat::Q5_1:
-      if (use_vnni()) return {gemv_vnni_rows(t.format, xq, k), 4};
-      break;
-    default: break;
-  }
-  if (use_avx2()) {  // the x86 byte kernels (AVX2, some with AVX-512 steps where use_vnni())
+  // q8_0 and the 32-value nibble formats: VNNI steps, else AVX2 ones.
+  const bool byte_blocks = t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0 ||
+                           t.format == BlockFormat::Q4_1 || t.format == BlockFormat::Q5_0 ||
+                           t.format == BlockFormat::Q5_1;
+  if (byte_blocks && use_vnni()) return {gemv_vnni_rows(t.format, xq, k), 4};
+  if (byte_blocks && use_avx2()) return {gemv_avx2_rows(t.format, xq, k), 4};
+  if (use_avx2()) {  // the other x86 byte kernels (nf4 with AVX-512 steps where use_vnni())
     switch (t.format) {
-      case BlockFormat::Q8_0:
-      case BlockFormat::Q4_0:
-      case BlockFormat::Q4_1:
-      case BlockFormat::Q5_0:
-      case BlockFormat::Q5_1: return {gemv_avx2_rows(t.format, xq, k), 4};
       case BlockFormat::NF4: return {gemv_nf4_x86_rows(use_vnni(), xq, k)};
       case BlockFormat::Q5_K:
       case BlockFormat::Q6_K: {

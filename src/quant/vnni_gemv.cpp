@@ -7,12 +7,12 @@
 // (q8_0: two blocks per 512-bit vector; the nibble formats: four blocks' nibbles per vector).
 // q4_1 / q5_0 / q5_1 had run one block a step in 256-bit AVX2 code (the q5 fifth bits through an
 // AVX-512 byte mask): decode's products over Llama-110M's weights at 1 thread 15-18 / 14.6-14.9 /
-// 17.7-18.5 GB/s, in these steps 27-35 / 24-32 / 23-31 (Zen 5, alternating processes), Llama-110M
-// q5_0 decode 152 -> 283 tokens/s. The nibble formats' rows go four at a time so each step's
-// activation vectors and scales are loaded once for four rows (q8_0's one at a time: see
-// vnni_rows for both, measured from memory). On a Zen 5 EPYC at 1
-// thread (768 columns, one 53 MB matrix read repeatedly, so partly from L3): q8_0 29.9 -> 40-44
-// GB/s, q4_0 12.7 -> 31 GB/s in groups of four against one row at a time with two blocks per step.
+// 17.7-18.5 GB/s, in these steps 27-35 / 24-32 / 23-31 (Zen 5, alternating processes); Llama-110M
+// q5_0 decode 0.92x llama.cpp (run U) -> 1.82x right after. The nibble formats' rows go four at a
+// time so each step's activation vectors and scales are loaded once for four rows (q8_0's one at a
+// time: see vnni_rows for both, measured from memory). On a Zen 5 EPYC at 1 thread (768 columns,
+// one 53 MB matrix read repeatedly, so partly from L3): q8_0 29.9 -> 40-44 GB/s, q4_0 12.7 -> 31
+// GB/s in groups of four against one row at a time with two blocks per step.
 #include "quant/vnni_gemv.h"
 
 #include "core/isa.h"
@@ -48,7 +48,7 @@ bool vnni_available() {
 
 namespace {
 
-constexpr int64_t kQ8Bytes = 34, kQ4Bytes = 18;
+constexpr int64_t kQ8Bytes = 34;
 
 // The activation row laid out for one format's steps (see each format's prepare): its levels in
 // the order the weight vectors' bytes come in, each lane's float scale and, for the nibble
@@ -126,14 +126,14 @@ struct Q8_0Step {
 // it keeps its loads.
 template <BlockFormat F>
 struct NibbleStep {
+  using L = NibbleLayout<F>;
   static constexpr BlockFormat kFormat = F;
-  static constexpr bool kMin = F == BlockFormat::Q4_1 || F == BlockFormat::Q5_1;
-  static constexpr bool kFifth = F == BlockFormat::Q5_0 || F == BlockFormat::Q5_1;
-  static constexpr int kHeaderWords = 1 + (kMin ? 1 : 0) + (kFifth ? 2 : 0);  // d [m] [fifth bits]
-  static constexpr int kBlockWords = kHeaderWords + 8;
-  static constexpr int64_t kBytes = 2 * kBlockWords, kBlocks = 4, kRows = 4;
+  static constexpr bool kMin = L::kMin, kFifth = L::kFifth;
+  static constexpr int kHeaderWords = int(L::kHeader / 2);  // d [m] [fifth bits]
+  static constexpr int kBlockWords = int(L::kBytes / 2);
+  static constexpr int64_t kBytes = L::kBytes, kBlocks = 4, kRows = 4;
   static constexpr int kTailWord = 4 * kBlockWords - 16;  // the 32-byte load's first word
-  static constexpr int32_t kOffset = F == BlockFormat::Q4_0 ? 8 : F == BlockFormat::Q5_0 ? 16 : 0;
+  static constexpr int32_t kOffset = L::kOffset;
   struct Y {
     __m512i low, high;
   };

@@ -25,6 +25,19 @@ using GemvRowRange = std::function<void(const uint8_t* w, int64_t rows, int64_t 
 /// calling thread prepares its next product (the prepared row is the thread's, reused).
 GemvRowRange gemv_vnni_rows(BlockFormat format, const void* xq, int64_t k);
 
+/// The 32-value nibble formats' blocks as the x86 kernels read them (VNNI and AVX2): fp16 d, fp16 m
+/// (q4_1 / q5_1), 32 fifth bits (q5_0 / q5_1), then 16 bytes of nibbles (levels 0-15 low, 16-31
+/// high); a value is d (u - kOffset) (+ m) for its unsigned level u.
+template <BlockFormat F>
+struct NibbleLayout {
+  static_assert(F == BlockFormat::Q4_0 || F == BlockFormat::Q4_1 || F == BlockFormat::Q5_0 || F == BlockFormat::Q5_1);
+  static constexpr bool kMin = F == BlockFormat::Q4_1 || F == BlockFormat::Q5_1;
+  static constexpr bool kFifth = F == BlockFormat::Q5_0 || F == BlockFormat::Q5_1;
+  static constexpr int64_t kHeader = 2 + (kMin ? 2 : 0) + (kFifth ? 4 : 0);  // bytes before the nibbles
+  static constexpr int64_t kBytes = kHeader + 16;
+  static constexpr int32_t kOffset = F == BlockFormat::Q4_0 ? 8 : F == BlockFormat::Q5_0 ? 16 : 0;
+};
+
 /// The CPU runs AVX2 + FMA + F16C, and this build has the kernels (k_gemv_x86.cpp).
 bool avx2_available();
 /// The q8_0, q4_0, q4_1, q5_0 or q5_1 AVX2 kernel (avx2_gemv.cpp), the same contract as
