@@ -428,11 +428,11 @@ def test_sentencepiece_tokenizer_goes_into_llama_keys(tmp_path):
 
 
 @pytest.mark.parametrize("tied", [False, True])
-def test_gguf_token_embedding_bytes_kept_only_for_a_tied_head(tmp_path, tied):
+def test_gguf_token_embedding_stays_quantized(tmp_path, tied):
     """Loading copies a GGUF file's matrices into memory of Foundry's allocator; the token
-    embedding's quantized bytes are copied only when the output head is tied to it (the one
-    product that reads them): with output.weight, the model holds the dequantized table and not
-    also its q8_0 bytes (8.7 MB here)."""
+    embedding stays in the file's format too, its rows dequantized as they are looked up (no
+    dense float32 table, 32.8 MB here against its 8.7 MB of q8_0), whether or not the output head
+    is tied to it. The rows looked up are the file's rows as its reader dequantizes them."""
     import torch
     import test_pretrained as tp
     if not os.path.exists(tp.FOUNDRY):
@@ -452,11 +452,19 @@ def test_gguf_token_embedding_bytes_kept_only_for_a_tied_head(tmp_path, tied):
     before = foundry.memory_stats()["allocated_bytes.all.current"]
     model = foundry.models.from_pretrained(out)
     held = foundry.memory_stats()["allocated_bytes.all.current"] - before
-    # the dense table, the layer's and (untied) the head's q8_0 bytes, in chunks of a few MB
-    others = (4 * 256 * 256 + 3 * 256 * 256) // 32 * 34 + (0 if tied else embedding_q8)
+    # the embedding's, the layer's and (untied) the head's q8_0 bytes, in chunks that grow to 32 MB
+    # (21.0 MB tied, 31.5 untied): less than the dense table alone, which the model held before
+    quantized = embedding_q8 + (4 * 256 * 256 + 3 * 256 * 256) // 32 * 34 + (0 if tied else embedding_q8)
+    assert quantized <= held < dense_embedding, held
+    # The looked-up rows are the file's: the folder given the reader's dequantized table computes
+    # the same logits (the head quantized to the same q8_0 bytes at load).
+    w["model.embed_tokens.weight"] = torch.from_numpy(foundry.gguf.tensor(out, "token_embd.weight").numpy().copy())
     if tied:
-        assert held >= dense_embedding + embedding_q8, held
-    else:
-        assert dense_embedding + others <= held < dense_embedding + others + embedding_q8, held
-    ids = foundry.tensor([[1, 2, 3]])
-    assert model(ids).numpy().shape == (1, 3, 32000)
+        w.pop("lm_head.weight", None)
+    tp.write_folder(str(tmp_path / "hf-embd"), cfg, w)
+    same = foundry.models.from_pretrained(str(tmp_path / "hf-embd"), quantize="q8_0")
+    ids = foundry.tensor([[1, 2, 3, 31999, 0]])
+    a, b = model(ids).numpy(), same(ids).numpy()
+    assert a.shape == (1, 5, 32000) and np.array_equal(a, b), np.abs(a - b).max()
+    with pytest.raises(IndexError, match="index 32000 is out of range"):
+        model(foundry.tensor([[32000]]))

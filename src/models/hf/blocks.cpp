@@ -118,7 +118,9 @@ std::vector<Tensor> Linear::forward_each(const Tensor& x, std::initializer_list<
 // ---- Embedding ------------------------------------------------------------------------------------
 
 Embedding::Embedding(const WeightSource& ws, int64_t num, int64_t dim, std::optional<int64_t> padding_idx)
-    : weight(register_parameter("weight", ws.get("weight", {num, dim}))), padding_idx_(padding_idx) {
+    : weight(register_parameter("weight", ws.get("weight", {num, dim}))),
+      padding_idx_(padding_idx),
+      products_(ws.products()) {
   if (padding_idx_ && (*padding_idx_ < 0 || *padding_idx_ >= num)) padding_idx_.reset();
   // A fresh model (a checkpoint always has the tensor): transformers' _init_weights zeroes the padding row.
   if (padding_idx_ && !ws.has("weight")) weight.select(0, *padding_idx_).zero_();
@@ -129,7 +131,11 @@ std::string Embedding::extra_repr() const {
   return padding_idx_ ? s + ", padding_idx=" + std::to_string(*padding_idx_) : s;
 }
 
-Tensor Embedding::forward(const Tensor& ids) { return embedding(ids, weight, padding_idx_); }
+Tensor Embedding::forward(const Tensor& ids) {
+  if (products_ && !records(weight))
+    if (Tensor rows = products_->adopted_rows(weight, ids); rows.defined()) return rows;
+  return embedding(ids, weight, padding_idx_);
+}
 
 // ---- norms --------------------------------------------------------------------------------------
 

@@ -138,6 +138,7 @@ class Embedding : public nn::Module {
 
  private:
   std::optional<int64_t> padding_idx_;
+  std::shared_ptr<WeightProducts> products_;  // where a table kept quantized (adopted) is read
 };
 
 /// LayerNorm (weight, bias), RMSNorm (weight; HF's LlamaRMSNorm) or Gemma's RMSNorm scaling by

@@ -124,6 +124,10 @@ class WeightProducts {
   void adopt(const Tensor& w, const std::string& format, const Tensor& bytes, bool transposed = false);
   /// Whether products with w read adopted quantized bytes (w itself is then a placeholder).
   bool adopted(const Tensor& w) const;
+  /// Rows `ids` of an adopted w, dequantized to w's dtype ([*ids.shape, k]): an embedding table
+  /// kept in its file's format (a GGUF's token_embd) looked up without a dense copy. Undefined
+  /// when w is not adopted.
+  Tensor adopted_rows(const Tensor& w, const Tensor& ids) const;
   bool any_adopted() const;
   /// Whether products with w read quantized bytes (adopted, or quantized by the format).
   bool quantized_for(const Tensor& w, bool transposed) const;
