@@ -97,8 +97,14 @@ void bind_models(py::module_& m) {
       .def("parameters", [](const CausalLM& m) { return m.parameters(); })
       .def("named_parameters", [](const CausalLM& m) { return m.named_parameters(); },
            "(name, tensor) with transformers' names, tied tensors once")
-      .def("state_dict", [](const CausalLM& m) { return state_dict_of(m); },
-           "every parameter by its transformers name (tied ones under each name)")
+      .def("state_dict",
+           [](const CausalLM& m) {
+             py::dict d;
+             for (auto& [k, v] : m.state_dict()) d[py::str(k)] = v;
+             return d;
+           },
+           "every parameter by its transformers name (tied ones under each name); weights held quantized "
+           "(a GGUF file's) dequantized")
       .def("load_state_dict",
            [](CausalLM& m, py::dict state, bool strict) {
              nn::NamedTensors s;

@@ -468,3 +468,34 @@ def test_gguf_token_embedding_stays_quantized(tmp_path, tied):
     assert a.shape == (1, 5, 32000) and np.array_equal(a, b), np.abs(a - b).max()
     with pytest.raises(IndexError, match="index 32000 is out of range"):
         model(foundry.tensor([[32000]]))
+
+
+def test_gguf_model_state_dict_holds_the_values_it_computes_with(tmp_path):
+    """A GGUF model's matrices are the file's quantized bytes: state_dict() gives them dequantized
+    (the reader's values; Q and K rows back in Hugging Face's order), not the placeholders the
+    parameters are, and load_state_dict refuses to write one (it would change nothing computed)."""
+    import torch
+    import test_pretrained as tp
+    if not os.path.exists(tp.FOUNDRY):
+        pytest.skip("foundry CLI not built at " + tp.FOUNDRY)
+    cfg, make_weights, _ = tp.CASES["llama"]
+    cfg = dict(cfg, num_key_value_heads=2, hidden_size=64, tie_word_embeddings=False)
+    w = make_weights(cfg, torch.Generator().manual_seed(5))
+    folder = str(tmp_path / "hf")
+    tp.write_folder(folder, cfg, w)
+    out = str(tmp_path / "m.gguf")
+    tp.run("convert", "--model", folder, "--to", out, "--type", "q8_0")
+    model = foundry.models.from_pretrained(out)
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    read = lambda name: foundry.gguf.tensor(out, name).numpy()  # noqa: E731
+    assert np.array_equal(sd["model.embed_tokens.weight"], read("token_embd.weight"))
+    assert np.array_equal(sd["model.layers.1.mlp.down_proj.weight"], read("blk.1.ffn_down.weight"))
+    assert np.array_equal(sd["lm_head.weight"], read("output.weight"))
+    assert np.array_equal(llama_permute(sd["model.layers.0.self_attn.q_proj.weight"], 4), read("blk.0.attn_q.weight"))
+    assert np.array_equal(llama_permute(sd["model.layers.0.self_attn.k_proj.weight"], 2), read("blk.0.attn_k.weight"))
+    assert np.array_equal(sd["model.norm.weight"], read("output_norm.weight"))
+    # q8_0 of these weights: close to the folder's floats, not zeros
+    q = w["model.layers.0.self_attn.q_proj.weight"].numpy()
+    assert 0 < np.abs(sd["model.layers.0.self_attn.q_proj.weight"] - q).max() < 0.01 * np.abs(q).max()
+    with pytest.raises(ValueError, match="'model.layers.0.self_attn.q_proj.weight' is held quantized"):
+        model.load_state_dict({"model.layers.0.self_attn.q_proj.weight": foundry.tensor(q)}, strict=False)

@@ -114,6 +114,10 @@ def test_quantized_folder_layout_and_logits(tmp_path, model_folder, kind, args):
         got = foundry.models.from_pretrained(out, quantized_prefill="float32")(ids).numpy()
         want = foundry.models.from_pretrained(str(tmp_path / "ref"))(ids).numpy()
     assert np.array_equal(got, want), np.abs(got - want).max()
+    # Its state_dict holds the weights it computes with: the reference-dequantized ones.
+    ref = reference_dense(kind, w)
+    sd = foundry.models.from_pretrained(out).state_dict()
+    assert np.array_equal(sd[UP].numpy(), ref[UP].numpy())
     g = tp.run("generate", "--model", out, "--input-ids", "5,17,33", "--max-new-tokens", "5", "--temperature", "0",
                "--ignore-eos", "--print-ids")
     assert len(json.loads(g.stdout.strip().splitlines()[-1])) == 5

@@ -225,6 +225,12 @@ class CausalLM : public nn::Module {
   const std::string& kv_cache_format() const { return kv_format_; }
   /// Whether some weight products read quantized bytes with no float weight behind them.
   bool has_adopted_quantized_weights() const;
+  /// Module::state_dict with each adopted weight (whose parameter is a placeholder) dequantized:
+  /// the values the model computes with.
+  nn::NamedTensors state_dict() const;
+  /// Module::load_state_dict, refusing (ValueError) a tensor for an adopted weight: products read
+  /// the quantized bytes, so the copy would change nothing the model computes.
+  nn::IncompatibleKeys load_state_dict(const nn::NamedTensors& state, bool strict = true);
   /// A model computing with quantized weights (set_weight_quantization, or adopted bytes) is for
   /// inference: its parameters stop requiring grad, so every forward takes the quantized products
   /// (as bitsandbytes' frozen weights). requires_grad_ on them turns training back on, in float.

@@ -2,6 +2,8 @@
 // HF's shifted loss with labels), per-block gradient checkpointing, weight-product settings, the
 // KV cache factory, and writing the model back as an HF folder.
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "foundry/autograd/checkpoint.h"
 #include "foundry/autograd/grad_mode.h"
@@ -101,6 +103,49 @@ const std::string& CausalLM::weight_quantization() const { return products_->for
 void CausalLM::set_quantized_prefill(const std::string& mode) { products_->set_prefill(mode); }
 
 bool CausalLM::has_adopted_quantized_weights() const { return products_->any_adopted(); }
+
+// The adopted parameters (their placeholders) by data pointer: state_dict's entries are detached
+// aliases, the same memory under another tensor, and a tied weight has one entry per name.
+namespace {
+std::map<const void*, Tensor> adopted_parameters(const CausalLM& model, const hf::WeightProducts& products) {
+  std::map<const void*, Tensor> out;
+  if (!products.any_adopted()) return out;
+  for (const auto& [name, t] : model.named_parameters())
+    if (products.adopted(t)) out[t.data_ptr()] = t;
+  return out;
+}
+}  // namespace
+
+nn::NamedTensors CausalLM::state_dict() const {
+  nn::NamedTensors out = nn::Module::state_dict();
+  const std::map<const void*, Tensor> adopted = adopted_parameters(*this, *products_);
+  if (adopted.empty()) return out;
+  autograd::NoGradGuard no_grad;
+  std::map<const void*, Tensor> dense;  // a tied weight dequantized once
+  for (auto& [name, t] : out) {
+    auto it = adopted.find(t.data_ptr());
+    if (it == adopted.end()) continue;
+    Tensor& d = dense[t.data_ptr()];
+    if (!d.defined()) d = products_->adopted_dense(it->second);
+    t = d;
+  }
+  return out;
+}
+
+nn::IncompatibleKeys CausalLM::load_state_dict(const nn::NamedTensors& state, bool strict) {
+  const std::map<const void*, Tensor> adopted = adopted_parameters(*this, *products_);
+  if (!adopted.empty()) {
+    std::set<std::string> held;
+    for (const auto& [name, t] : nn::Module::state_dict())
+      if (adopted.count(t.data_ptr())) held.insert(name);
+    for (const auto& [name, value] : state)
+      if (held.count(name))
+        raise<ValueError>("load_state_dict: '{}' is held quantized (the checkpoint's bytes, which the model "
+                          "computes with); load the float checkpoint to change its weights",
+                          name);
+  }
+  return nn::Module::load_state_dict(state, strict);
+}
 
 void CausalLM::freeze_if_quantized() {
   if (products_->format().empty() && !products_->any_adopted()) return;

@@ -128,6 +128,8 @@ class WeightProducts {
   /// kept in its file's format (a GGUF's token_embd) looked up without a dense copy. Undefined
   /// when w is not adopted.
   Tensor adopted_rows(const Tensor& w, const Tensor& ids) const;
+  /// An adopted w dequantized whole, in w's dtype and shape; undefined when w is not adopted.
+  Tensor adopted_dense(const Tensor& w) const;
   bool any_adopted() const;
   /// Whether products with w read quantized bytes (adopted, or quantized by the format).
   bool quantized_for(const Tensor& w, bool transposed) const;

@@ -47,6 +47,7 @@ struct WeightProducts::Quantized {
   const uint8_t* data = nullptr;
   Tensor keepalive;  // the storage `data` points into: adopted bytes, or a chunk of carve()
   bool owned = false;  // made by quantizing a weight (carved), not adopted
+  bool transposed = false;  // the rows are W^T's (a [in, out] weight)
 };
 
 std::pair<uint8_t*, Tensor> HugePageChunks::carve(int64_t bytes) {
@@ -118,6 +119,7 @@ void WeightProducts::adopt(const Tensor& weight, const std::string& format, cons
   q->k = k;
   q->keepalive = bytes;
   q->data = static_cast<const uint8_t*>(bytes.data_ptr());
+  q->transposed = transposed;
   quantized_[weight.impl()] = std::move(q);
   ++generation_;  // a memo may point at the rows this replaced
 }
@@ -135,6 +137,14 @@ void release_mapped_pages(const Tensor& w) {
 bool WeightProducts::adopted(const Tensor& w) const {
   auto it = quantized_.find(w.impl());
   return it != quantized_.end() && !it->second->owned;
+}
+
+Tensor WeightProducts::adopted_dense(const Tensor& w) const {
+  auto it = quantized_.find(w.impl());
+  if (it == quantized_.end() || it->second->owned) return Tensor();
+  const Quantized& q = *it->second;
+  Tensor rows = adopted_rows(w, arange(q.rows, DType::Int64));  // [rows, k] float, w's dtype
+  return q.transposed ? rows.t().contiguous() : rows;
 }
 
 Tensor WeightProducts::adopted_rows(const Tensor& w, const Tensor& ids) const {
