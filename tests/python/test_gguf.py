@@ -178,16 +178,25 @@ def llama_permute(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def test_convert_llama_folder_and_load_it(tmp_path):
+def llama_folder(tmp_path, seed, **overrides):
+    """A random Llama folder written as Hugging Face does (test_pretrained's case): (config, weights,
+    the reference forward, the folder); skips where the foundry CLI is not built."""
     import torch
     import test_pretrained as tp
     if not os.path.exists(tp.FOUNDRY):
         pytest.skip("foundry CLI not built at " + tp.FOUNDRY)
     cfg, make_weights, forward = tp.CASES["llama"]
-    cfg = dict(cfg, num_key_value_heads=2, hidden_size=64, tie_word_embeddings=False)
-    w = make_weights(cfg, torch.Generator().manual_seed(71))
+    cfg = dict(cfg, **overrides)
+    w = make_weights(cfg, torch.Generator().manual_seed(seed))
     folder = str(tmp_path / "hf")
     tp.write_folder(folder, cfg, w)
+    return cfg, w, forward, folder
+
+
+def test_convert_llama_folder_and_load_it(tmp_path):
+    import torch
+    import test_pretrained as tp
+    cfg, w, forward, folder = llama_folder(tmp_path, 71, num_key_value_heads=2, hidden_size=64, tie_word_embeddings=False)
     ids = [[5, 17, 33, 8, 21, 2, 40]]
     with torch.no_grad():
         ref = forward(cfg, w, torch.tensor(ids), torch.ones(1, 7, dtype=torch.long)).numpy()
@@ -474,15 +483,8 @@ def test_gguf_model_state_dict_holds_the_values_it_computes_with(tmp_path):
     """A GGUF model's matrices are the file's quantized bytes: state_dict() gives them dequantized
     (the reader's values; Q and K rows back in Hugging Face's order), not the placeholders the
     parameters are, and load_state_dict refuses to write one (it would change nothing computed)."""
-    import torch
     import test_pretrained as tp
-    if not os.path.exists(tp.FOUNDRY):
-        pytest.skip("foundry CLI not built at " + tp.FOUNDRY)
-    cfg, make_weights, _ = tp.CASES["llama"]
-    cfg = dict(cfg, num_key_value_heads=2, hidden_size=64, tie_word_embeddings=False)
-    w = make_weights(cfg, torch.Generator().manual_seed(5))
-    folder = str(tmp_path / "hf")
-    tp.write_folder(folder, cfg, w)
+    cfg, w, _, folder = llama_folder(tmp_path, 5, num_key_value_heads=2, hidden_size=64, tie_word_embeddings=False)
     out = str(tmp_path / "m.gguf")
     tp.run("convert", "--model", folder, "--to", out, "--type", "q8_0")
     model = foundry.models.from_pretrained(out)
