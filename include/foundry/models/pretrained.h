@@ -209,8 +209,8 @@ class CausalLM : public nn::Module {
   void set_weight_quantization(const std::string& format);
   /// Makes products with the parameter `name` ([out, in]) use `bytes`: its rows already quantized in
   /// `format`, used in place (a GGUF file's tensor, an NF4 folder's weight). The dense parameter is
-  /// then read only by non-product uses (an embedding lookup), so a loader may give a placeholder;
-  /// such a model refuses to train.
+  /// then never read (products and an embedding's lookups read the bytes, state_dict dequantizes
+  /// them), so a loader gives a placeholder; such a model refuses to train.
   void adopt_quantized(const std::string& name, const std::string& format, const Tensor& bytes);
   const std::string& weight_quantization() const;
   static constexpr int64_t kQuantizedMaxRows = 16;
