@@ -350,7 +350,7 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
   // Block-quantized matrices stay quantized: products use the file's bytes (rows of Q and K
   // un-permuted, a copy), and the model gets a placeholder for the dense tensor. The token
   // embedding too: its rows are dequantized as they are looked up (WeightProducts::adopted_rows;
-  // a dense float32 copy of Llama-110M's was 98 MB of a q4_0 model's 266), and a tied output head
+  // a dense float32 copy of Llama-110M's was 98 MB of a q4_0 model's 260 MB peak), and a tied output head
   // reads the same bytes.
   struct Adopted {
     std::string name;

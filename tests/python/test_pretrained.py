@@ -1142,8 +1142,8 @@ def test_q4_0_decoding_runs_and_is_coarser_than_q8_0(tmp_path):
 def test_quantizing_at_load_never_holds_a_whole_float_matrix(tmp_path):
     """--quantize reads a memory-mapped float32 matrix a tile of rows at a time and drops each
     tile's pages once quantized: a tied 98 MB embedding (vocab 64000 x 384) adds its 14 MB of
-    q4_0 to the load's peak memory, not the float table (the peak was 187 MB against 120 after the
-    load for Llama-110M before). Peak RSS of two child processes whose models differ only in the
+    q4_0 to the load's peak memory, not the float table (Llama-110M's load peaked at 187 MB, 130
+    right after it, before). Peak RSS of two child processes whose models differ only in the
     vocabulary."""
     sizes = {}
     for vocab in (64000, 512):

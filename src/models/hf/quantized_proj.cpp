@@ -139,11 +139,27 @@ bool WeightProducts::adopted(const Tensor& w) const {
   return it != quantized_.end() && !it->second->owned;
 }
 
+namespace {
+
+// Rows [r0, r1) of a quantized [rows, k] matrix as float32 [r1 - r0, k].
+Tensor dequantized_rows(const quant::BlockFormatTraits& t, const uint8_t* w, int64_t k, int64_t r0, int64_t r1) {
+  const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
+  Tensor out = empty({r1 - r0, k}, DType::Float32);
+  float* d = out.data<float>();
+  const quant::RowDequantizer dequantize = quant::fast_dequantizer(t);
+  parallel_for(r0, r1, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) dequantize(w + r * row_bytes, d + (r - r0) * k, k);
+  });
+  return out;
+}
+
+}  // namespace
+
 Tensor WeightProducts::adopted_dense(const Tensor& w) const {
   auto it = quantized_.find(w.impl());
   if (it == quantized_.end() || it->second->owned) return Tensor();
   const Quantized& q = *it->second;
-  Tensor rows = adopted_rows(w, arange(q.rows, DType::Int64));  // [rows, k] float, w's dtype
+  Tensor rows = dequantized_rows(*q.format, q.data, q.k, 0, q.rows).to(w.dtype());  // [rows, k]
   return q.transposed ? rows.t().contiguous() : rows;
 }
 
@@ -163,10 +179,11 @@ Tensor WeightProducts::adopted_rows(const Tensor& w, const Tensor& ids) const {
   shape.push_back(q.k);
   Tensor out = empty(shape, DType::Float32);
   float* dst = out.data<float>();
-  // The format's reference dequantizer: the values a dense copy of the table held (GGUFFile::tensor).
-  const quant::BlockFormatTraits& t = *q.format;
+  // The reference dequantizer's floats (fast_dequantizer's SIMD forms give them bit for bit): the
+  // values a dense copy of the table held (GGUFFile::tensor).
+  const quant::RowDequantizer dequantize = quant::fast_dequantizer(*q.format);
   parallel_for(0, n, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(q.k, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) t.dequantize(q.data + id[i] * row_bytes, dst + i * q.k, q.k);
+    for (int64_t i = b; i < e; ++i) dequantize(q.data + id[i] * row_bytes, dst + i * q.k, q.k);
   });
   return w.dtype() == DType::Float32 ? out : out.to(w.dtype());
 }
@@ -207,7 +224,7 @@ const std::shared_ptr<WeightProducts::Quantized>& WeightProducts::quantized(cons
   const quant::RowQuantizer quantize = quant::exact_quantizer(t);
   // A tile of rows at a time, each tile's pages of a memory-mapped weight dropped once quantized:
   // the load's peak memory holds the quantized model and one tile, not the largest float matrix
-  // too (Llama-110M's tied 98 MB embedding put a q4_0 load's peak at 187 MB against 120 after).
+  // too (Llama-110M's tied 98 MB embedding put a q4_0 load's peak at 187 MB, 130 right after it).
   // A transposed weight's rows are its columns, spread over all its pages: one tile.
   const int64_t tile = transposed ? q->rows : tile_rows(k);
   for (int64_t r0 = 0; r0 < q->rows; r0 += tile) {
@@ -499,18 +516,6 @@ bool WeightProducts::format_applies(const Tensor& w, bool transposed) const {
 }
 
 namespace {
-
-// Rows [r0, r1) of a quantized [rows, k] matrix as float32 [r1 - r0, k].
-Tensor dequantized_rows(const quant::BlockFormatTraits& t, const uint8_t* w, int64_t k, int64_t r0, int64_t r1) {
-  const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
-  Tensor out = empty({r1 - r0, k}, DType::Float32);
-  float* d = out.data<float>();
-  const quant::RowDequantizer dequantize = quant::fast_dequantizer(t);
-  parallel_for(r0, r1, 16, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) dequantize(w + r * row_bytes, d + (r - r0) * k, k);
-  });
-  return out;
-}
 
 // y = x W^T over a quantized W, one tile of W's rows at a time; x [m, k] float32 contiguous.
 Tensor tiled_product(const Tensor& x, const quant::BlockFormatTraits& t, const uint8_t* w, int64_t rows, int64_t k) {
