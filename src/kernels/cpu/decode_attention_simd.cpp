@@ -47,6 +47,16 @@ HWY_INLINE float LoadScalar(const uint8_t* row, int64_t i) {
 
 constexpr int64_t kChunk = 64;  // positions scored before their values are summed
 
+// The cached rows come from memory, not the caches: between a layer's attention at one token and at
+// the next, the step streams every weight of the model, which evicts them. A head's rows are a few
+// KB to a few hundred KB of consecutive memory, too short a run for the hardware prefetcher to
+// reach full speed before it ends, so the key rows are fetched kAhead bytes before they are scored
+// and each value row while its key is scored (its sum comes after the tile's scores).
+constexpr int64_t kAhead = 2048;
+HWY_INLINE void PrefetchBytes(const uint8_t* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+}
+
 template <KVRowType kType>
 void Tile(const float* q, int64_t rep, int64_t D, const DecodeAttnTile& tile, float scale, const float* bias,
           int64_t bias_stride, float* m, float* l, float* acc) {
@@ -58,6 +68,7 @@ void Tile(const float* q, int64_t rep, int64_t D, const DecodeAttnTile& tile, fl
   const int64_t stride = tile.stride;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   HWY_ALIGN float s[kChunk + 16];
+  PrefetchBytes(kb, std::min(kAhead, tile.n * stride));
   for (int64_t j0 = 0; j0 < tile.n; j0 += kChunk) {
     const int64_t n = std::min(kChunk, tile.n - j0);
     for (int64_t r = 0; r < rep; ++r) {
@@ -66,6 +77,10 @@ void Tile(const float* q, int64_t rep, int64_t D, const DecodeAttnTile& tile, fl
       int64_t j = 0;
       for (; j + 4 <= n; j += 4) {
         const uint8_t* k0 = kb + (j0 + j) * stride;
+        if (r == 0) {  // the other rows of a group meet the same rows in the cache
+          PrefetchBytes(k0 + kAhead, 4 * stride);
+          PrefetchBytes(vb + (j0 + j) * stride, 4 * stride);
+        }
         auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
         for (int64_t i = 0; i < Dv; i += N) {
           const auto qv = hn::LoadU(d, qr + i);
