@@ -34,13 +34,13 @@ inline float finish(float acc, float alpha, float beta, const float* y, const fl
   return v;
 }
 
-// The weight stream kPrefetchAhead bytes past p, fetched without polluting the caches that the
-// activation and the step's other data live in (prefetchnta: one-row kernels with it read ~40 GB/s
-// at 1 thread on a Zen 5 against ~32 without and ~25 with prefetcht0 at the same distance, in a
-// loop over Llama-110M's bf16 matrices on huge pages). `bytes` is one loop step's weights.
-constexpr int64_t kPrefetchAhead = 2048;
+// The weight stream kAhead bytes past p, fetched without polluting the caches that the activation
+// and the step's other data live in (prefetchnta: one-row kernels with it read ~40 GB/s at 1 thread
+// on a Zen 5 against ~32 without and ~25 with prefetcht0 at the same distance, in a loop over
+// Llama-110M's bf16 matrices on huge pages). `bytes` is one loop step's weights.
+template <int64_t kAhead = 2048>
 HWY_INLINE void PrefetchAhead(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p) + kPrefetchAhead;
+  const char* c = static_cast<const char*>(p) + kAhead;
   for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, 0, 0);
 }
 
@@ -114,17 +114,22 @@ void GemvColsF32(const float* A, int64_t lda, int64_t K, int64_t n0, int64_t n1,
 // streams ~37 GB/s from memory at 1 thread where vdpbf16ps against a bf16 x, four rows at a time
 // with the next rows prefetched, read ~22 (a standalone loop over Llama-110M's matrices; the
 // widening costs nothing beside the memory stream, and x stays float32).
+// f16 rows stream 8 KB ahead: f16 Llama-110M decode, 8 KB against 2 KB alternating in one process
+// (a process's memory streams at its own speed on this host), median of the pairs: 1 thread
+// +3.7 / +14.1 / +9.5 / +4.7%, 2 threads -1.7 / +5.4%; bf16 at 8 KB: 1 thread +0.3 / -1.8 / +0.9 /
+// +2.3%, 2 threads -2.8 / -0.9%, so it keeps 2 KB.
 template <typename H>
 void GemvRows16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y) {
   const hn::ScalableTag<float> df;
   const hn::Rebind<H, decltype(df)> dh;
   const int64_t N = int64_t(hn::Lanes(df));
+  constexpr int64_t kAhead = std::is_same_v<H, hwy::float16_t> ? 8192 : 2048;
   for (int64_t r = r0; r < r1; ++r) {
     const auto* a = reinterpret_cast<const H*>(A + r * lda);
     auto acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
     int64_t i = 0;
     for (; i + 4 * N <= K; i += 4 * N) {
-      PrefetchAhead(a + i, 4 * N * sizeof(uint16_t));
+      PrefetchAhead<kAhead>(a + i, 4 * N * sizeof(uint16_t));
       acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i)), hn::LoadU(df, x + i), acc0);
       acc1 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + N)), hn::LoadU(df, x + i + N), acc1);
       acc2 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + 2 * N)), hn::LoadU(df, x + i + 2 * N), acc2);
