@@ -154,6 +154,12 @@ void GemvCols16(const uint16_t* A, int64_t lda, int64_t K, int64_t n0, int64_t n
   const hn::Rebind<H, decltype(d)> dh;
   const int64_t N = int64_t(hn::Lanes(d));
   constexpr int64_t kStrip = 4096;  // 8 KB of each row per pass, 16 KB of sums in L1
+  // Each pass prefetches (prefetchnta) the next pass's eight rows, a line of each per 64 bytes of
+  // the strip: eight streams a row apart are more than the hardware prefetcher keeps ahead of.
+  // GPT-2 124M f16 / bf16 checkpoints, decode, with and without it alternating in one process
+  // (8 pairs each): 1 thread +13.9% / +13.2%, 2 threads +7.4% / +9.0%, 31 of 32 pairs faster; two
+  // passes ahead instead: 1 thread -0.4% (f16) / +6.5% (bf16), 2 threads -4.9% (f16).
+  constexpr int64_t kLineValues = 64 / int64_t(sizeof(uint16_t));
   HWY_ALIGN float acc[kStrip];
   auto row = [&](int64_t k, int64_t j) {
     return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const H*>(A + k * lda + j)));
@@ -168,9 +174,12 @@ void GemvCols16(const uint16_t* A, int64_t lda, int64_t K, int64_t n0, int64_t n
     std::fill(acc, acc + W, 0.f);
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {  // eight rows per pass over the accumulators (four: 10% slower)
+      const bool prefetch_next = k + 16 <= K;
       const auto x0 = hn::Set(d, x[k]), x1 = hn::Set(d, x[k + 1]), x2 = hn::Set(d, x[k + 2]), x3 = hn::Set(d, x[k + 3]);
       const auto x4 = hn::Set(d, x[k + 4]), x5 = hn::Set(d, x[k + 5]), x6 = hn::Set(d, x[k + 6]), x7 = hn::Set(d, x[k + 7]);
       for (int64_t j = 0; j < Wv; j += N) {
+        if (prefetch_next && j % kLineValues == 0)
+          for (int64_t i = 8; i < 16; ++i) __builtin_prefetch(A + (k + i) * lda + s0 + j, 0, 0);
         auto v = hn::Mul(x0, row(k, s0 + j));
         auto u = hn::Mul(x1, row(k + 1, s0 + j));
         v = hn::MulAdd(x2, row(k + 2, s0 + j), v);
