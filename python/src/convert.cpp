@@ -253,10 +253,12 @@ Tensor batch_of(py::object obj) {
   return t.dim() == 1 ? t.unsqueeze(0) : t;
 }
 
-py::dict state_dict_of(const nn::Module& module) {
+py::dict dict_of(const std::vector<std::pair<std::string, Tensor>>& tensors) {
   py::dict d;
-  for (auto& [k, v] : module.state_dict()) d[py::str(k)] = v;
+  for (const auto& [k, v] : tensors) d[py::str(k)] = v;
   return d;
 }
+
+py::dict state_dict_of(const nn::Module& module) { return dict_of(module.state_dict()); }
 
 }  // namespace foundry::python

@@ -30,6 +30,8 @@ std::vector<TensorIndex> index_from(py::handle obj);
 DType dtype_from(py::handle obj);
 /// Token ids (or a mask, labels) as an int64 batch [B, T]: a 1-D input becomes one row; None undefined.
 Tensor batch_of(py::object obj);
+/// Named tensors (nn::NamedTensors) as a Python dict (name -> the same tensor).
+py::dict dict_of(const std::vector<std::pair<std::string, Tensor>>& tensors);
 /// module.state_dict() as a Python dict (name -> tensor sharing the module's storage).
 py::dict state_dict_of(const nn::Module& module);
 

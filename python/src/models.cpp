@@ -97,12 +97,7 @@ void bind_models(py::module_& m) {
       .def("parameters", [](const CausalLM& m) { return m.parameters(); })
       .def("named_parameters", [](const CausalLM& m) { return m.named_parameters(); },
            "(name, tensor) with transformers' names, tied tensors once")
-      .def("state_dict",
-           [](const CausalLM& m) {
-             py::dict d;
-             for (auto& [k, v] : m.state_dict()) d[py::str(k)] = v;
-             return d;
-           },
+      .def("state_dict", [](const CausalLM& m) { return dict_of(m.state_dict()); },
            "every parameter by its transformers name (tied ones under each name); weights held quantized "
            "(a GGUF file's) dequantized")
       .def("load_state_dict",
