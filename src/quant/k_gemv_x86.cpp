@@ -243,35 +243,103 @@ FOUNDRY_AVX2_TARGET void dot_q4_K_avx2(const uint8_t* w, const uint8_t* const* y
   for (int t = 0; t < T; ++t) out[t] = sum_lanes(acc[t]);
 }
 
-// dot4_q4_K_vnni's pass for AVX2: four weight rows against one activation row, each row's
-// arithmetic dot_q4_K_avx2<1>'s.
+// Two rows' 16 bytes at a and b in one vector: row a in bytes 0-15, row b in 16-31.
+FOUNDRY_AVX2_TARGET inline __m256i two_rows(const uint8_t* a, const uint8_t* b) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+}
+
+// Two rows' eight bytes (scales or mins) as int16: row a's in lanes 0-7, row b's in 8-15.
+FOUNDRY_AVX2_TARGET inline __m256i two_rows_int16(uint64_t a, uint64_t b) {
+  // vmovq + vpunpcklqdq: _mm_set_epi64x went through the stack, and the 16-byte load after two
+  // 8-byte stores missed store forwarding.
+  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(_mm_cvtsi64_si128(int64_t(a)), _mm_cvtsi64_si128(int64_t(b))));
+}
+
+inline int32_t dword_at(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The 16 bytes at p in both halves of a vector.
+FOUNDRY_AVX2_TARGET inline __m256i both_halves(const uint8_t* p) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Lane `first` of v in lanes 0-3, lane `second` in 4-7.
+FOUNDRY_AVX2_TARGET inline __m256 halves_of(__m256 v, int first, int second) {
+  return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(first, first, first, first, second, second, second, second));
+}
+
+// dot4_q4_K_vnni's pass for AVX2: four weight rows against one activation row, two rows to a
+// vector (16 levels of each per 128-bit half, the activation's 16 levels broadcast to both). A
+// sub-block's two vpmaddubsw add in int16 (4 x 15 x 128 fits) before one vpmaddwd by both rows'
+// scales, where one row to a vector needs a vpmaddwd, a vpaddd and a scale vpshufb per 32 levels
+// (docs/decisions.md has the measurements). The mins meet the activation's eight sub-block sums
+// (bsums paired, which fit int16: 32 x 127) in one vpmaddwd per pair of rows.
 FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, const uint8_t* y, int64_t superblocks,
                                         float* out) {
-  __m256 acc[4];
-  for (int r = 0; r < 4; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  __m256 acc01 = _mm256_setzero_ps(), acc23 = _mm256_setzero_ps();  // lanes 0-3 rows 0 / 2, 4-7 rows 1 / 3
   for (int64_t b = 0; b < superblocks; ++b) {
     const uint8_t* yb = y + b * kQ8KBytes;
     const float dy = q8_K_scale(yb);
     const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + kSuperBlock));
-    #pragma GCC unroll 4  // the accumulators stay in registers (a rolled loop kept them on the stack)
+    const __m256i sub_sums32 = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
+    const __m256i sub_sums = _mm256_broadcastsi128_si256(
+        _mm_packs_epi32(_mm256_castsi256_si128(sub_sums32), _mm256_extracti128_si256(sub_sums32, 1)));
+    const uint8_t* rows[4];
+    uint64_t scales[4], mins[4];
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
-      const uint8_t* wb = w + r * row_bytes + b * kQ4KBytes;
-      prefetch_ahead(wb);
-      uint64_t scales, mins;
-      unpack_scales_mins(wb + 4, scales, mins);
-      const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(scales))));
-      __m256i isum = _mm256_setzero_si256();
-      for (int j = 0; j < 8; ++j) {
-        const __m256i pairs = _mm256_maddubs_epi16(sub_block_levels(wb, j),
-                                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + 32 * j)));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, sub_block_scale(sc16, j)));
-      }
-      const __m256i min_dot = _mm256_madd_epi16(bsums, paired_mins(mins));
-      const float d = f16_at(wb), dmin = f16_at(wb + 2);
-      acc[r] = accumulate_avx2(acc[r], isum, min_dot, d, dmin, dy);
+      rows[r] = w + r * row_bytes + b * kQ4KBytes;
+      prefetch_ahead(rows[r]);
+      unpack_scales_mins(rows[r] + 4, scales[r], mins[r]);
     }
+    const __m256i scales01 = two_rows_int16(scales[0], scales[1]), scales23 = two_rows_int16(scales[2], scales[3]);
+    const __m256i min_dot01 = _mm256_madd_epi16(sub_sums, two_rows_int16(mins[0], mins[1]));
+    const __m256i min_dot23 = _mm256_madd_epi16(sub_sums, two_rows_int16(mins[2], mins[3]));
+    // d, dmin of the four rows times dy, -dy: d0 -dmin0 d1 -dmin1 ...
+    __m128i halves = _mm_cvtsi32_si128(dword_at(rows[0]));
+    halves = _mm_insert_epi32(halves, dword_at(rows[1]), 1);
+    halves = _mm_insert_epi32(halves, dword_at(rows[2]), 2);
+    halves = _mm_insert_epi32(halves, dword_at(rows[3]), 3);
+    const __m256 factors = _mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_setr_ps(dy, -dy, dy, -dy, dy, -dy, dy, -dy));
+    __m256i isum01 = _mm256_setzero_si256(), isum23 = _mm256_setzero_si256();
+    #pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      // Chunk c: sub-block 2c in the low nibbles, 2c + 1 in the high; each half of a row's 32 bytes
+      // meets 16 activation levels.
+      const uint8_t* yc = yb + 4 + 64 * c;
+      const __m256i y_even0 = both_halves(yc), y_even1 = both_halves(yc + 16), y_odd0 = both_halves(yc + 32),
+                    y_odd1 = both_halves(yc + 48);
+      const __m256i pick_even = _mm256_set1_epi16(int16_t((4 * c) | ((4 * c + 1) << 8)));
+      const __m256i pick_odd = _mm256_set1_epi16(int16_t((4 * c + 2) | ((4 * c + 3) << 8)));
+      #pragma GCC unroll 2
+      for (int pair = 0; pair < 2; ++pair) {
+        const uint8_t* first = rows[2 * pair] + 16 + 32 * c;
+        const uint8_t* second = rows[2 * pair + 1] + 16 + 32 * c;
+        const __m256i q0 = two_rows(first, second), q1 = two_rows(first + 16, second + 16);
+        const __m256i even = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q0, low_mask), y_even0),
+                                              _mm256_maddubs_epi16(_mm256_and_si256(q1, low_mask), y_even1));
+        const __m256i odd =
+            _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q0, 4), low_mask), y_odd0),
+                             _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q1, 4), low_mask), y_odd1));
+        const __m256i sc = pair ? scales23 : scales01;
+        __m256i& isum = pair ? isum23 : isum01;
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(even, _mm256_shuffle_epi8(sc, pick_even)));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(odd, _mm256_shuffle_epi8(sc, pick_odd)));
+      }
+    }
+    acc01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum01), halves_of(factors, 0, 2), acc01);
+    acc01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_dot01), halves_of(factors, 1, 3), acc01);
+    acc23 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum23), halves_of(factors, 4, 6), acc23);
+    acc23 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_dot23), halves_of(factors, 5, 7), acc23);
   }
-  for (int r = 0; r < 4; ++r) out[r] = sum_lanes(acc[r]);
+  const __m128 sums01 = _mm_hadd_ps(_mm256_castps256_ps128(acc01), _mm256_extractf128_ps(acc01, 1));
+  const __m128 sums23 = _mm_hadd_ps(_mm256_castps256_ps128(acc23), _mm256_extractf128_ps(acc23, 1));
+  _mm_storeu_ps(out, _mm_hadd_ps(sums01, sums23));
 }
 
 // q5_K (176-byte super-blocks: d, dmin, the 12 scale / min bytes, 32 bytes of fifth bits, then
