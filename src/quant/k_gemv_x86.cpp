@@ -291,7 +291,7 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
         _mm_packs_epi32(_mm256_castsi256_si128(sub_sums32), _mm256_extracti128_si256(sub_sums32, 1)));
     const uint8_t* rows[4];
     uint64_t scales[4], mins[4];
-    #pragma GCC unroll 4
+    #pragma GCC unroll 4  // the arrays stay in registers (rolled, they went through the stack)
     for (int r = 0; r < 4; ++r) {
       rows[r] = w + r * row_bytes + b * kQ4KBytes;
       prefetch_ahead(rows[r]);
