@@ -33,7 +33,7 @@ namespace foundry::quant {
 
 namespace {
 
-constexpr int64_t kQ4KBytes = 144, kQ8KBytes = 292, kSuperBlock = 256;
+constexpr int64_t kQ4KBytes = 144, kQ5KBytes = 176, kQ8KBytes = 292, kSuperBlock = 256;
 constexpr int64_t kPrefetchBytes = 1024;  // the weights stream once: fetch this far ahead
 constexpr int64_t kAhead = avx2::kStreamAhead;  // the one-row kernels' prefetchnta distance
 
@@ -68,8 +68,9 @@ inline float q8_K_scale(const uint8_t* yb) {
 // ran inside the group's rows, which the pass is already reading), with prefetchnta as
 // vnni_gemv.cpp's rows: as fast, and the L2 stays the step's.
 constexpr int64_t kDecodePrefetchBytes = 12288;
+template <int64_t kBlockBytes = kQ4KBytes>
 inline void prefetch_ahead(const uint8_t* w) {
-  for (int64_t o = 0; o < kQ4KBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(w) + kDecodePrefetchBytes + o, _MM_HINT_NTA);
+  for (int64_t o = 0; o < kBlockBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(w) + kDecodePrefetchBytes + o, _MM_HINT_NTA);
 }
 
 // The 8 mins as int16 pairs m0 m0 m1 m1 ...: vpmaddwd with the activation's 16 sums then gives
@@ -272,14 +273,24 @@ FOUNDRY_AVX2_TARGET inline __m256 halves_of(__m256 v, int first, int second) {
   return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(first, first, first, first, second, second, second, second));
 }
 
-// dot4_q4_K_vnni's pass for AVX2: four weight rows against one activation row, two rows to a
+// Sub-block j's fifth bits (bit j of each q5_K qh byte) moved to bit 4 (a masked bit stays in its
+// byte under a 16-bit shift); j is a constant once the pass's loops are unrolled.
+FOUNDRY_AVX2_TARGET inline __m256i fifth_bits(__m256i qh, int j) {
+  const __m256i bit = _mm256_and_si256(qh, _mm256_set1_epi8(int8_t(1 << j)));
+  return j < 4 ? _mm256_slli_epi16(bit, 4 - j) : _mm256_srli_epi16(bit, j - 4);
+}
+
+// dot4_q4_K_vnni's pass for AVX2, and q5_K's (kQ5: the fifth bits of 32 qh bytes after the scales,
+// then q4_K's nibbles; levels 0..31): four weight rows against one activation row, two rows to a
 // vector (16 levels of each per 128-bit half, the activation's 16 levels broadcast to both). A
-// sub-block's two vpmaddubsw add in int16 (4 x 15 x 128 fits) before one vpmaddwd by both rows'
+// sub-block's two vpmaddubsw add in int16 (4 x 31 x 128 fits) before one vpmaddwd by both rows'
 // scales, where one row to a vector needs a vpmaddwd, a vpaddd and a scale vpshufb per 32 levels
 // (docs/decisions.md has the measurements). The mins meet the activation's eight sub-block sums
 // (bsums paired, which fit int16: 32 x 127) in one vpmaddwd per pair of rows.
-FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, const uint8_t* y, int64_t superblocks,
-                                        float* out) {
+template <bool kQ5>
+FOUNDRY_AVX2_TARGET void dot4_qK_avx2(const uint8_t* w, int64_t row_bytes, const uint8_t* y, int64_t superblocks,
+                                      float* out) {
+  constexpr int64_t kBlockBytes = kQ5 ? kQ5KBytes : kQ4KBytes, kNibbles = kQ5 ? 48 : 16;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   __m256 acc01 = _mm256_setzero_ps(), acc23 = _mm256_setzero_ps();  // lanes 0-3 rows 0 / 2, 4-7 rows 1 / 3
   for (int64_t b = 0; b < superblocks; ++b) {
@@ -293,8 +304,8 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
     uint64_t scales[4], mins[4];
     #pragma GCC unroll 4  // the arrays stay in registers (rolled, they went through the stack)
     for (int r = 0; r < 4; ++r) {
-      rows[r] = w + r * row_bytes + b * kQ4KBytes;
-      prefetch_ahead(rows[r]);
+      rows[r] = w + r * row_bytes + b * kBlockBytes;
+      prefetch_ahead<kBlockBytes>(rows[r]);
       unpack_scales_mins(rows[r] + 4, scales[r], mins[r]);
     }
     const __m256i scales01 = two_rows_int16(scales[0], scales[1]), scales23 = two_rows_int16(scales[2], scales[3]);
@@ -307,6 +318,11 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
     halves = _mm_insert_epi32(halves, dword_at(rows[3]), 3);
     const __m256 factors = _mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_setr_ps(dy, -dy, dy, -dy, dy, -dy, dy, -dy));
     __m256i isum01 = _mm256_setzero_si256(), isum23 = _mm256_setzero_si256();
+    __m256i fifth[2][2];  // [pair][levels 0-15, 16-31]: the rows' qh bytes
+    if constexpr (kQ5) {
+      for (int pair = 0; pair < 2; ++pair)
+        for (int half = 0; half < 2; ++half) fifth[pair][half] = two_rows(rows[2 * pair] + 16 + 16 * half, rows[2 * pair + 1] + 16 + 16 * half);
+    }
     #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       // Chunk c: sub-block 2c in the low nibbles, 2c + 1 in the high; each half of a row's 32 bytes
@@ -318,14 +334,20 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
       const __m256i pick_odd = _mm256_set1_epi16(int16_t((4 * c + 2) | ((4 * c + 3) << 8)));
       #pragma GCC unroll 2
       for (int pair = 0; pair < 2; ++pair) {
-        const uint8_t* first = rows[2 * pair] + 16 + 32 * c;
-        const uint8_t* second = rows[2 * pair + 1] + 16 + 32 * c;
+        const uint8_t* first = rows[2 * pair] + kNibbles + 32 * c;
+        const uint8_t* second = rows[2 * pair + 1] + kNibbles + 32 * c;
         const __m256i q0 = two_rows(first, second), q1 = two_rows(first + 16, second + 16);
-        const __m256i even = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q0, low_mask), y_even0),
-                                              _mm256_maddubs_epi16(_mm256_and_si256(q1, low_mask), y_even1));
-        const __m256i odd =
-            _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q0, 4), low_mask), y_odd0),
-                             _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q1, 4), low_mask), y_odd1));
+        __m256i even0 = _mm256_and_si256(q0, low_mask), even1 = _mm256_and_si256(q1, low_mask);
+        __m256i odd0 = _mm256_and_si256(_mm256_srli_epi16(q0, 4), low_mask);
+        __m256i odd1 = _mm256_and_si256(_mm256_srli_epi16(q1, 4), low_mask);
+        if constexpr (kQ5) {
+          even0 = _mm256_or_si256(even0, fifth_bits(fifth[pair][0], 2 * c));
+          even1 = _mm256_or_si256(even1, fifth_bits(fifth[pair][1], 2 * c));
+          odd0 = _mm256_or_si256(odd0, fifth_bits(fifth[pair][0], 2 * c + 1));
+          odd1 = _mm256_or_si256(odd1, fifth_bits(fifth[pair][1], 2 * c + 1));
+        }
+        const __m256i even = _mm256_add_epi16(_mm256_maddubs_epi16(even0, y_even0), _mm256_maddubs_epi16(even1, y_even1));
+        const __m256i odd = _mm256_add_epi16(_mm256_maddubs_epi16(odd0, y_odd0), _mm256_maddubs_epi16(odd1, y_odd1));
         const __m256i sc = pair ? scales23 : scales01;
         __m256i& isum = pair ? isum23 : isum01;
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(even, _mm256_shuffle_epi8(sc, pick_even)));
@@ -344,9 +366,9 @@ FOUNDRY_AVX2_TARGET void dot4_q4_K_avx2(const uint8_t* w, int64_t row_bytes, con
 
 // q5_K (176-byte super-blocks: d, dmin, the 12 scale / min bytes, 32 bytes of fifth bits, then
 // q4_K's nibble layout): q4_K's step with sub-block j's fifth bits (bit j of each qh byte) moved to
-// bit 4 of its levels (0..31: vpmaddubsw's pair sums stay below 2 x 31 x 127). One row at a time.
+// bit 4 of its levels (0..31: vpmaddubsw's pair sums stay below 2 x 31 x 127). One row at a time:
+// the rows after dot4_qK_avx2<true>'s passes.
 FOUNDRY_AVX2_TARGET float dot_q5_K_avx2(const uint8_t* w, const uint8_t* y, int64_t superblocks) {
-  constexpr int64_t kQ5KBytes = 176;
   const __m256i low_mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < superblocks; ++b, w += kQ5KBytes) {
@@ -425,7 +447,10 @@ void gemv_q56_K_avx2_rows(bool q6, const void* w, int64_t k, const void* xq, int
   const auto* base = static_cast<const uint8_t*>(w);
   const int64_t superblocks = k / kSuperBlock, row_bytes = superblocks * (q6 ? 210 : 176);
   const auto dot = q6 ? dot_q6_K_avx2 : dot_q5_K_avx2;
-  for (int64_t r = r0; r < r1; ++r) y[r] = dot(base + r * row_bytes, static_cast<const uint8_t*>(xq), superblocks);
+  int64_t r = r0;
+  if (!q6)
+    for (; r + 4 <= r1; r += 4) dot4_qK_avx2<true>(base + r * row_bytes, row_bytes, static_cast<const uint8_t*>(xq), superblocks, y + r);
+  for (; r < r1; ++r) y[r] = dot(base + r * row_bytes, static_cast<const uint8_t*>(xq), superblocks);
 }
 
 bool avx2_available() {
@@ -437,7 +462,7 @@ void gemv_q4_K_rows(bool vnni, const void* w, int64_t k, const void* xq, int64_t
   const auto* base = static_cast<const uint8_t*>(w);
   const auto* act = static_cast<const uint8_t*>(xq);
   const int64_t superblocks = k / kSuperBlock, row_bytes = superblocks * kQ4KBytes;
-  const auto four_weight_rows = vnni ? dot4_q4_K_vnni : dot4_q4_K_avx2;
+  const auto four_weight_rows = vnni ? dot4_q4_K_vnni : dot4_qK_avx2<false>;
   const auto one = vnni ? dot_q4_K_vnni<1> : dot_q4_K_avx2<1>;
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) four_weight_rows(base + r * row_bytes, row_bytes, act, superblocks, y + r);

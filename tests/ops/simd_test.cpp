@@ -328,6 +328,41 @@ TEST(QuantKernels, X86Q4KGemmMatchesScalarReference) {
   if (kernels == 0) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this CPU";
 }
 
+// The AVX2 q5_K / q6_K decode kernels (q5_K four rows a pass, two to a vector, with a row range
+// that leaves a tail and starts off a multiple of four) against the scalar reference, on levels at
+// both ends (all 6-bit scales and mins, fifth bits set and clear) and activation levels -127 / +127.
+TEST(QuantKernels, X86Q56KDecodeMatchesScalarReference) {
+  if (!foundry::quant::avx2_available()) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t rows = 23, k = 256 * 3;
+  std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
+  for (int64_t i = 0; i < rows * k; ++i) w[size_t(i)] = nd(rng) * std::ldexp(1.f, int((i / 32) % 9) - 4) + 0.5f * float((i / 32) % 3);
+  for (int64_t i = 0; i < 32; ++i) w[size_t(4 * k + 96 + i)] = 0.f;
+  for (float& v : x) v = nd(rng);
+  x[7] = -40.f;
+  x[8] = 40.f;
+  for (const char* name : {"q5_K", "q6_K"}) {
+    const auto& t = foundry::quant::traits(name);
+    const auto& act = foundry::quant::traits(t.dot_format);
+    const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
+    std::vector<uint8_t> wq(static_cast<size_t>(rows * row_bytes)), xq(static_cast<size_t>(foundry::quant::quantized_bytes(act, 1, k)));
+    for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * row_bytes, k);
+    act.quantize(x.data(), xq.data(), k);
+    ASSERT_EQ(int8_t(xq[4 + 7]), -127);
+    ASSERT_EQ(int8_t(xq[4 + 8]), 127);
+    std::vector<float> y(static_cast<size_t>(rows), -1.f);
+    const int64_t r0 = 1;  // passes over rows 1-20, then a 2-row tail
+    foundry::quant::gemv_q56_K_avx2_rows(std::string(name) == "q6_K", wq.data(), k, xq.data(), r0, rows, y.data());
+    EXPECT_EQ(y[0], -1.f) << name << ": row 0 is outside the range";
+    for (int64_t r = r0; r < rows; ++r) {
+      float scale = 0.f;
+      for (int64_t j = 0; j < k; ++j) scale += std::fabs(w[size_t(r * k + j)] * x[size_t(j)]);
+      ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * row_bytes, xq.data(), k), 1e-5f * scale) << name << " row " << r;
+    }
+  }
+}
+
 // The prefill's x86 integer GEMMs (block_gemm_x86.cpp: VNNI panels of 16 rows, tiles of 16
 // activation rows; AVX2 panels of 8, tiles of 4, q8_0's of 8) against the scalar reference: row
 // counts that leave a partial panel, activation row counts that leave a partial tile, a zero block, weight
