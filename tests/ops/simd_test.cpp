@@ -85,6 +85,23 @@ std::vector<float> normals_over_binades(int64_t k, int64_t block, uint32_t seed)
 class EachTarget : public foundry_test::PerTarget {};
 using foundry_test::target_name;
 
+// rows x k weights quantized row by row in format t, and one activation row in t's dot format.
+struct QuantizedRows {
+  int64_t row_bytes = 0;
+  std::vector<uint8_t> w, x;
+};
+QuantizedRows quantize_rows(const foundry::quant::BlockFormatTraits& t, const std::vector<float>& w,
+                            const std::vector<float>& x, int64_t rows, int64_t k) {
+  const auto& act = foundry::quant::traits(t.dot_format);
+  QuantizedRows q;
+  q.row_bytes = foundry::quant::quantized_bytes(t, 1, k);
+  q.w.resize(static_cast<size_t>(rows * q.row_bytes));
+  q.x.resize(static_cast<size_t>(foundry::quant::quantized_bytes(act, 1, k)));
+  for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, q.w.data() + r * q.row_bytes, k);
+  act.quantize(x.data(), q.x.data(), k);
+  return q;
+}
+
 }  // namespace
 
 TEST_P(EachTarget, UnaryFloatMatchesReference) {
@@ -344,11 +361,7 @@ TEST(QuantKernels, X86Q56KDecodeMatchesScalarReference) {
   x[8] = 40.f;
   for (const char* name : {"q5_K", "q6_K"}) {
     const auto& t = foundry::quant::traits(name);
-    const auto& act = foundry::quant::traits(t.dot_format);
-    const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
-    std::vector<uint8_t> wq(static_cast<size_t>(rows * row_bytes)), xq(static_cast<size_t>(foundry::quant::quantized_bytes(act, 1, k)));
-    for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * row_bytes, k);
-    act.quantize(x.data(), xq.data(), k);
+    const auto [row_bytes, wq, xq] = quantize_rows(t, w, x, rows, k);
     ASSERT_EQ(int8_t(xq[4 + 7]), -127);
     ASSERT_EQ(int8_t(xq[4 + 8]), 127);
     std::vector<float> y(static_cast<size_t>(rows), -1.f);
@@ -564,11 +577,7 @@ TEST_P(EachTarget, GemvOfEveryFormatMatchesScalarReference) {
   for (int64_t i = 0; i < 64; ++i) w[size_t(5 * k + i)] = 0.f;  // a zero sub-block and nf4 block
   for (const char* name : {"q4_0", "q8_0", "q4_K", "q5_K", "q6_K", "nf4", "bf16", "f16", "q4_1", "q5_0", "q5_1"}) {
     const auto& t = foundry::quant::traits(name);
-    const auto& act = foundry::quant::traits(t.dot_format);
-    const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
-    std::vector<uint8_t> wq(static_cast<size_t>(rows * row_bytes)), xq(static_cast<size_t>(foundry::quant::quantized_bytes(act, 1, k)));
-    for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * row_bytes, k);
-    act.quantize(x.data(), xq.data(), k);
+    const auto [row_bytes, wq, xq] = quantize_rows(t, w, x, rows, k);
     std::vector<float> y(static_cast<size_t>(rows));
     foundry::quant::gemv(t, wq.data(), rows, k, xq.data(), y.data());
     for (int64_t r = 0; r < rows; ++r) {
