@@ -321,7 +321,8 @@ FOUNDRY_AVX2_TARGET void dot4_qK_avx2(const uint8_t* w, int64_t row_bytes, const
     __m256i fifth[2][2];  // [pair][levels 0-15, 16-31]: the rows' qh bytes
     if constexpr (kQ5) {
       for (int pair = 0; pair < 2; ++pair)
-        for (int half = 0; half < 2; ++half) fifth[pair][half] = two_rows(rows[2 * pair] + 16 + 16 * half, rows[2 * pair + 1] + 16 + 16 * half);
+        for (int half = 0; half < 2; ++half)
+          fifth[pair][half] = two_rows(rows[2 * pair] + 16 + 16 * half, rows[2 * pair + 1] + 16 + 16 * half);
     }
     #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
