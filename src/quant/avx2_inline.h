@@ -1,5 +1,5 @@
-// Small AVX2 helpers shared by the x86 byte kernels (k_gemv_x86.cpp, avx2_gemv.cpp). Include only
-// where __x86_64__ and GCC / clang attributes are available.
+// Small AVX2 helpers shared by the x86 byte kernels (k_gemv_x86.cpp, avx2_gemv.cpp,
+// block_gemm_x86.cpp). Include only where __x86_64__ and GCC / clang attributes are available.
 #pragma once
 
 #include <immintrin.h>
@@ -18,6 +18,13 @@ __attribute__((target("avx2,fma,f16c"))) inline float f16_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
+}
+
+/// The 4 bytes at p (unaligned) as an int32.
+inline int32_t dword_at(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
 }
 
 /// The sum of v's eight lanes.

@@ -49,13 +49,8 @@ constexpr int64_t kQ8Bytes = 34, kQ4Bytes = 18;
 constexpr int kStepsPerBlock = 8;  // 4 levels per int32 lane and step: 32 levels a block
 constexpr int kSubBlocks = int(detail::kQK_K / 32);
 
+using avx2::dword_at;
 using avx2::f16_at;
-
-inline int32_t dword_at(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 enum class Weights { Q4_0, Q8_0Offset, Q8_0Magnitude, Q4_K };
 

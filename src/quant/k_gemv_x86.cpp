@@ -80,6 +80,7 @@ FOUNDRY_AVX2_TARGET inline __m256i paired_mins(uint64_t mins) {
   return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
 }
 
+using avx2::dword_at;
 using avx2::f16_at;
 using avx2::sum_lanes;
 
@@ -255,12 +256,6 @@ FOUNDRY_AVX2_TARGET inline __m256i two_rows_int16(uint64_t a, uint64_t b) {
   // vmovq + vpunpcklqdq: _mm_set_epi64x went through the stack, and the 16-byte load after two
   // 8-byte stores missed store forwarding.
   return _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(_mm_cvtsi64_si128(int64_t(a)), _mm_cvtsi64_si128(int64_t(b))));
-}
-
-inline int32_t dword_at(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
 }
 
 // The 16 bytes at p in both halves of a vector.
