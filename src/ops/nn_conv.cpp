@@ -212,7 +212,8 @@ void register_nn_conv_ops(Registry& r) {
   r.add({.schema_text = "convolution(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, "
                         "int[] dilation, bool transposed, int[] output_padding, int groups) -> Tensor",
          .family = "nn",
-         .doc = "1-d / 2-d convolution or transposed convolution on batched input (oneDNN for float32)",
+         .doc = "1-d / 2-d convolution or transposed convolution on batched input (oneDNN for float32; Winograd "
+                "F(4x4, 3x3) for large 3x3 stride-1 forward passes on AVX-512 CPUs unless FOUNDRY_CONV_WINOGRAD=0)",
          .saves = {"input", "weight"},
          .forward =
              [](const Args& a) {

@@ -14,6 +14,7 @@
 #include "foundry/ops/ops.h"
 #include "foundry/ops/registry.h"
 #include "../../src/kernels/cpu/attention.h"
+#include "../../src/core/isa.h"
 #include "../../src/kernels/cpu/conv.h"
 #include "../../src/kernels/cpu/norm.h"
 #include "../../src/kernels/cpu/softmax.h"
@@ -461,6 +462,27 @@ TEST(NnConv, Conv2dMatchesNaiveDefinition) {
         ref1.push_back(acc);
       }
   expect_close(conv1d(x1, w1, {}, {2}, {1}, {2}), tensor<double>(ref1, {2, 5, 5}), 1e-5, 1e-5);
+}
+
+// A 3x3, stride-1 convolution with 98 output tiles of 4x4 runs Winograd F(4x4, 3x3) on AVX-512 CPUs
+// (oneDNN's jit_wino_4x3), within float32 rounding of the direct definition, and the direct kernel
+// when set_conv_winograd(false) says so.
+TEST(NnConv, WinogradForwardMatchesNaiveDefinition) {
+  Tensor x = rnd({2, 32, 28, 28}), w = rnd({32, 32, 3, 3}), b = rnd({32});
+  const Tensor ref = naive_conv2d(x, w, b, 1, 1, 1, 1);
+  kernels::ConvGeometry g;
+  g.N = 2, g.C = 32, g.H = g.W = 28, g.OC = 32, g.KH = g.KW = 3, g.OH = g.OW = 28, g.ph = g.pw = 1;
+  const bool avx512 = __builtin_cpu_supports("avx512f") && max_isa() == MaxIsa::Native;
+  const std::string impl = kernels::conv_forward_implementation(g, true);
+  EXPECT_EQ(impl.find("wino") != std::string::npos, avx512) << impl;
+  const Tensor y = conv2d(x, w, b, {1, 1}, {1, 1});
+  expect_close(y, ref, 1e-4, 1e-4);
+  kernels::set_conv_winograd(false);
+  EXPECT_EQ(kernels::conv_forward_implementation(g, true).find("wino"), std::string::npos);
+  const Tensor direct = conv2d(x, w, b, {1, 1}, {1, 1});
+  kernels::set_conv_winograd(true);
+  expect_close(direct, ref, 1e-4, 1e-4);
+  if (avx512) EXPECT_FALSE(equal(y, direct));  // another kernel ran (its sums round differently)
 }
 
 TEST(NnConv, OneDnnMatchesReferenceLoopsForEveryPass) {

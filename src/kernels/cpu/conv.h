@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "foundry/core/tensor.h"
@@ -57,5 +58,11 @@ int64_t conv_out_size(int64_t in, int64_t k, const ConvArgs& a, size_t dim);
 
 /// Set to force the reference loops for float32 too (tests compare the two paths).
 void set_conv_use_reference(bool on);
+/// Whether a float32 forward convolution may run Winograd F(4x4, 3x3) where it is faster (3x3,
+/// stride 1, many output tiles, AVX-512 CPUs; conv_dnnl.cpp): on unless FOUNDRY_CONV_WINOGRAD=0.
+void set_conv_winograd(bool on);
+/// oneDNN's name for the kernel a float32 forward convolution of geometry g runs (e.g.
+/// "jit_wino_4x3:avx512_core", "jit:avx2").
+std::string conv_forward_implementation(const ConvGeometry& g, bool bias);
 
 }  // namespace foundry::kernels
