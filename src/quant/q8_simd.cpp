@@ -667,7 +667,7 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
       case BlockFormat::Q6_K: {
         const bool q6 = t.format == BlockFormat::Q6_K;
         return {[q6, xq, k](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-          gemv_q56_K_avx2_rows(q6, w, k, xq, r0, r1, y);
+          gemv_q56_K_x86_rows(use_vnni(), q6, w, k, xq, r0, r1, y);
         }};
       }
       default: break;

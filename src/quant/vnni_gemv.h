@@ -55,8 +55,10 @@ void gemm_blocks_x86(BlockFormat format, bool vnni, const void* w, int64_t rows,
 /// Rows [r0, r1) of a q4_K matrix times one q8_K row (decode) on the calling thread, r0 a
 /// multiple of 4: VNNI or AVX2 as above.
 void gemv_q4_K_rows(bool vnni, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1, float* y);
-/// The same for a q6_K (`q6`) or q5_K matrix with AVX2 (k_gemv_x86.cpp; call only when
-/// avx2_available()), any r0 (q5_K four rows a pass from r0).
-void gemv_q56_K_avx2_rows(bool q6, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1, float* y);
+/// The same for a q6_K (`q6`) or q5_K matrix (k_gemv_x86.cpp; call only when avx2_available()),
+/// any r0 (q5_K four rows a pass from r0): q6_K with AVX-512 where `avx512` (call only when
+/// vnni_available()), else AVX2.
+void gemv_q56_K_x86_rows(bool avx512, bool q6, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1,
+                         float* y);
 
 }  // namespace foundry::quant

@@ -345,9 +345,10 @@ TEST(QuantKernels, X86Q4KGemmMatchesScalarReference) {
   if (kernels == 0) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this CPU";
 }
 
-// The AVX2 q5_K / q6_K decode kernels (q5_K four rows a pass, two to a vector, with a row range
-// that leaves a tail and starts off a multiple of four) against the scalar reference, on levels at
-// both ends (all 6-bit scales and mins, fifth bits set and clear) and activation levels -127 / +127.
+// The x86 q5_K / q6_K decode kernels (AVX2: q5_K four rows a pass, two to a vector, with a row
+// range that leaves a tail and starts off a multiple of four; q6_K's AVX-512 kernel where the CPU
+// has it) against the scalar reference, on levels at both ends (all 6-bit scales and mins, fifth
+// bits set and clear) and activation levels -127 / +127.
 TEST(QuantKernels, X86Q56KDecodeMatchesScalarReference) {
   if (!foundry::quant::avx2_available()) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(17);
@@ -364,14 +365,19 @@ TEST(QuantKernels, X86Q56KDecodeMatchesScalarReference) {
     const auto [row_bytes, wq, xq] = quantize_rows(t, w, x, rows, k);
     ASSERT_EQ(int8_t(xq[4 + 7]), -127);
     ASSERT_EQ(int8_t(xq[4 + 8]), 127);
-    std::vector<float> y(static_cast<size_t>(rows), -1.f);
-    const int64_t r0 = 1;  // passes over rows 1-20, then a 2-row tail
-    foundry::quant::gemv_q56_K_avx2_rows(std::string(name) == "q6_K", wq.data(), k, xq.data(), r0, rows, y.data());
-    EXPECT_EQ(y[0], -1.f) << name << ": row 0 is outside the range";
-    for (int64_t r = r0; r < rows; ++r) {
-      float scale = 0.f;
-      for (int64_t j = 0; j < k; ++j) scale += std::fabs(w[size_t(r * k + j)] * x[size_t(j)]);
-      ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * row_bytes, xq.data(), k), 1e-5f * scale) << name << " row " << r;
+    for (const bool avx512 : {false, true}) {
+      if (avx512 && !foundry::quant::vnni_available()) continue;
+      std::vector<float> y(static_cast<size_t>(rows), -1.f);
+      const int64_t r0 = 1;  // passes over rows 1-20, then a 2-row tail
+      foundry::quant::gemv_q56_K_x86_rows(avx512, std::string(name) == "q6_K", wq.data(), k, xq.data(), r0, rows,
+                                          y.data());
+      EXPECT_EQ(y[0], -1.f) << name << ": row 0 is outside the range";
+      for (int64_t r = r0; r < rows; ++r) {
+        float scale = 0.f;
+        for (int64_t j = 0; j < k; ++j) scale += std::fabs(w[size_t(r * k + j)] * x[size_t(j)]);
+        ASSERT_NEAR(y[size_t(r)], t.dot(wq.data() + r * row_bytes, xq.data(), k), 1e-5f * scale)
+            << name << (avx512 ? " (AVX-512)" : " (AVX2)") << " row " << r;
+      }
     }
   }
 }
