@@ -30,8 +30,9 @@ packages=(
   # the sanitizer tree (scripts/sanitize.sh, scripts/fuzz.sh): clang with its ASan/UBSan/libFuzzer
   # runtimes, clang's OpenMP, and llvm-symbolizer for readable reports
   clang libclang-rt-dev libomp-dev llvm
-  # benchmarks: bench/decode_profile records the decode step with perf
-  linux-perf
+  # benchmarks: bench/decode_profile records the decode step with perf; bench/quant_decode reads
+  # llama-bench's peak RSS through GNU time
+  linux-perf time
 )
 
 missing=()

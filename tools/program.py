@@ -15,3 +15,11 @@ def start(doc, name):
         sys.exit(0)
     if not os.environ.get("FOUNDRY_TRACEBACK"):
         sys.excepthook = lambda kind, err, tb: sys.exit("%s: error: %s: %s" % (sys.argv[0], kind.__name__, err))
+
+
+def peak_rss_mb():
+    """This process's peak resident size in MB: /proc/self/status's VmHWM, not ru_maxrss, which Linux
+    starts at the parent's resident size when a child execs (a bench script holding 700 MB made every
+    child report at least that)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024

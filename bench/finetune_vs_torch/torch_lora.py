@@ -5,11 +5,11 @@ zeros, nn.Linear modules) and torch.optim.AdamW on the adapter. Prints one JSON 
 bench_finetune. Usage: torch_lora.py DIR THREADS TARGETS PRECISION [batch seq r steps warmup]"""
 import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
 _sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
-__import__("program").start(__doc__, __name__)
+program = __import__("program")
+program.start(__doc__, __name__)
 import json
 import math
 import os
-import resource
 import sys
 import time
 
@@ -114,7 +114,7 @@ def main():
         if s >= warmup:
             times.append((time.perf_counter() - t0) * 1000)
     ms = sorted(times)[len(times) // 2]
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = program.peak_rss_mb()
     print(json.dumps({"ms": ms, "tokens_per_s": batch * seq / (ms / 1000), "peak_rss_mb": rss, "loss": loss.item(),
                       "trainable": len(params)}))
 

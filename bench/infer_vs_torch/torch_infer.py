@@ -4,7 +4,8 @@ DynamicCache. Prints one JSON line: load time, prefill and decode tokens/s, peak
 Usage: torch_infer.py DIR THREADS [prefill prompt decode]"""
 import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
 _sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
-__import__("program").start(__doc__, __name__)
+program = __import__("program")
+program.start(__doc__, __name__)
 import json
 import math
 import os
@@ -131,8 +132,7 @@ def main():
         for _ in range(decode - 1):
             nxt = model.forward(nxt, cache)[0, -1].argmax().view(1, 1)
         decode_tps = (decode - 1) / (time.perf_counter() - t)
-    # VmHWM (this process's peak), not ru_maxrss, which Linux carries over from the parent across exec.
-    rss = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM")) / 1024
+    rss = program.peak_rss_mb()
     print(json.dumps({"load_s": round(load_s, 4), "prefill_tps": round(prefill_tps, 1),
                       "decode_tps": round(decode_tps, 2), "peak_rss_mb": round(rss, 1)}))
 

@@ -52,6 +52,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "infer_vs_torch"))
@@ -145,19 +146,21 @@ def add_llama_tokenizer(folder):
 
 
 def llama_bench(llama_dir, gguf, threads):
-    """(pp128 tokens/s, tg128 tokens/s, peak RSS MB) from llama-bench; the RSS is that one process's
-    (os.wait4's rusage, not RUSAGE_CHILDREN's running maximum over every child)."""
-    p = subprocess.Popen([os.path.join(llama_dir, "llama-bench"), "-m", gguf, "-t", str(threads), "-p", "128",
-                          "-n", "128", "-r", "1", "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                         text=True)
-    out = p.stdout.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    if status != 0:
-        raise RuntimeError(f"llama-bench failed on {gguf} (status {status})")
-    rows = json.loads(out)
+    """(pp128 tokens/s, tg128 tokens/s, peak RSS MB) from llama-bench. The RSS is /usr/bin/time's
+    (GNU time, Debian's `time`): Linux starts a child's ru_maxrss at its parent's resident size when it
+    execs, so a child of this script, once the script had held the 16-bit copies' 700 MB, read 706
+    MB for every llama-bench run after it; GNU time's own small process is the parent instead."""
+    with tempfile.NamedTemporaryFile("r") as rss_file:
+        p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss_file.name, os.path.join(llama_dir, "llama-bench"),
+                            "-m", gguf, "-t", str(threads), "-p", "128", "-n", "128", "-r", "1", "-o", "json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"llama-bench failed on {gguf} (status {p.returncode})")
+        peak_kb = int(rss_file.read().split()[-1])
+    rows = json.loads(p.stdout)
     pp = next(r["avg_ts"] for r in rows if r["n_prompt"] > 0 and r["n_gen"] == 0)
     tg = next(r["avg_ts"] for r in rows if r["n_gen"] > 0 and r["n_prompt"] == 0)
-    return pp, tg, usage.ru_maxrss / 1024
+    return pp, tg, peak_kb / 1024
 
 
 def cpu_name():
@@ -180,6 +183,9 @@ def main():
     print(f"CPU: {cpu_name()}; read bandwidth (sum of a 1 GiB array): {stream[1]:.1f} GB/s (1 thread), "
           f"{stream[2]:.1f} GB/s (2 threads)")
     llama_dir = llama_cpp_dir()
+    if llama_dir and not os.path.exists("/usr/bin/time"):
+        sys.exit("quant_decode: error: /usr/bin/time (GNU time) measures llama-bench's peak RSS; install it: "
+                 "apt-get install time (scripts/install-deps.sh does)")
     foundry_cli = os.path.join(os.path.dirname(os.path.abspath(binary)), "foundry")
     print(f"llama.cpp: {llama_dir or 'not available (no ../shared/tools/llama.cpp): columns left out'}\n")
     # "f16 native" / "bf16 native": an f16 / bf16 checkpoint computed in that dtype (--dtype native);

@@ -2,10 +2,10 @@
 Usage: torch_step.py THREADS [float32|bfloat16]  (bfloat16: torch.cpu.amp autocast, float32 master weights)"""
 import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
 _sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
-__import__("program").start(__doc__, __name__)
+program = __import__("program")
+program.start(__doc__, __name__)
 import json
 import math
-import resource
 import sys
 import time
 
@@ -69,4 +69,4 @@ for s in range(warmup + steps):
 times.sort()
 med = times[len(times) // 2]
 print(json.dumps({"ms": med, "tokens_per_s": batch * seq / (med / 1000),
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "loss": loss.item()}))
+                  "peak_rss_mb": program.peak_rss_mb(), "loss": loss.item()}))

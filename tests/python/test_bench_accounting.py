@@ -1,7 +1,10 @@
 """The benchmark scripts' own arithmetic: bench/quant_decode's bytes-per-token count (the tied
-output matrix once; a tied folder stores no lm_head.weight, so it really runs tied)."""
+output matrix once; a tied folder stores no lm_head.weight, so it really runs tied), and the peak
+RSS the PyTorch-side scripts report (their own, not their parent's)."""
 import importlib.util
 import os
+import resource
+import subprocess
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -44,3 +47,18 @@ def test_decode_profile_classes_the_step_symbols():
     }
     for sym, cls in want.items():
         assert dp.classify(sym) == cls, (sym, dp.classify(sym), cls)
+
+
+def test_peak_rss_is_the_childs_own_not_its_parents():
+    # A child started while this process holds 300 MB: Linux's ru_maxrss starts at the parent's
+    # resident size on exec (what made bench/quant_decode report llama-bench at 706 MB); VmHWM,
+    # which tools/program.py's peak_rss_mb reads, is the child's own.
+    held = bytearray(300 << 20)
+    for i in range(0, len(held), 4096):
+        held[i] = 1
+    probe = "import sys; sys.path.insert(0, sys.argv[1]); import program; print(program.peak_rss_mb())"
+    out = subprocess.run(["/usr/bin/python3", "-c", probe, os.path.join(ROOT, "tools")], capture_output=True,
+                         text=True, check=True).stdout
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 > 300
+    assert float(out) < 100, out
+    del held
