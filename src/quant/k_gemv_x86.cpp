@@ -33,7 +33,7 @@ namespace foundry::quant {
 
 namespace {
 
-constexpr int64_t kQ4KBytes = 144, kQ5KBytes = 176, kQ8KBytes = 292, kSuperBlock = 256;
+constexpr int64_t kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210, kQ8KBytes = 292, kSuperBlock = 256;
 constexpr int64_t kPrefetchBytes = 1024;  // the weights stream once: fetch this far ahead
 constexpr int64_t kAhead = avx2::kStreamAhead;  // the one-row kernels' prefetchnta distance
 
@@ -269,7 +269,7 @@ FOUNDRY_AVX2_TARGET inline __m256 halves_of(__m256 v, int first, int second) {
 }
 
 // Sub-block j's fifth bits (bit j of each q5_K qh byte) moved to bit 4 (a masked bit stays in its
-// byte under a 16-bit shift); j is a constant once the pass's loops are unrolled.
+// byte under a 16-bit shift).
 FOUNDRY_AVX2_TARGET inline __m256i fifth_bits(__m256i qh, int j) {
   const __m256i bit = _mm256_and_si256(qh, _mm256_set1_epi8(int8_t(1 << j)));
   return j < 4 ? _mm256_slli_epi16(bit, 4 - j) : _mm256_srli_epi16(bit, j - 4);
@@ -365,7 +365,7 @@ FOUNDRY_AVX2_TARGET void dot4_qK_avx2(const uint8_t* w, int64_t row_bytes, const
 // bit 4 of its levels (0..31: vpmaddubsw's pair sums stay below 2 x 31 x 127). One row at a time:
 // the rows after dot4_qK_avx2<true>'s passes.
 FOUNDRY_AVX2_TARGET float dot_q5_K_avx2(const uint8_t* w, const uint8_t* y, int64_t superblocks) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < superblocks; ++b, w += kQ5KBytes) {
     for (int64_t o = 0; o < kQ5KBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(w) + kAhead + o, _MM_HINT_NTA);
@@ -380,8 +380,7 @@ FOUNDRY_AVX2_TARGET float dot_q5_K_avx2(const uint8_t* w, const uint8_t* y, int6
       const __m256i nibbles[2] = {_mm256_and_si256(q, low_mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask)};
       for (int h = 0; h < 2; ++h) {
         const int j = 2 * c + h;
-        const __m256i fifth = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high_bits, j), one), 4);
-        const __m256i pairs = _mm256_maddubs_epi16(_mm256_or_si256(nibbles[h], fifth),
+        const __m256i pairs = _mm256_maddubs_epi16(_mm256_or_si256(nibbles[h], fifth_bits(high_bits, j)),
                                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 4 + 32 * j)));
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, sub_block_scale(sc16, j)));
       }
@@ -399,7 +398,6 @@ FOUNDRY_AVX2_TARGET float dot_q5_K_avx2(const uint8_t* w, const uint8_t* y, int6
 // levels' offset of 32 leaves through the activation's 16-value sums once per super-block
 // (sum_j scale_j (sum(u y) - 32 bsum_j)). One row at a time.
 FOUNDRY_AVX2_TARGET float dot_q6_K_avx2(const uint8_t* w, const uint8_t* y, int64_t superblocks) {
-  constexpr int64_t kQ6KBytes = 210;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const __m256i pair_masks[4] = {_mm256_set1_epi8(0x03), _mm256_set1_epi8(0x0C), _mm256_set1_epi8(0x30),
                                  _mm256_set1_epi8(int8_t(0xC0))};
@@ -447,7 +445,6 @@ FOUNDRY_AVX2_TARGET float dot_q6_K_avx2(const uint8_t* w, const uint8_t* y, int6
 // decode's products over Llama-110M's q6_K matrices from memory 1.18-1.34x at 1 thread, 1.27-1.31x
 // at 2; Llama-110M q6_K decode 1.16x / 1.30x (medians of 6).
 FOUNDRY_AVX512_VNNI_TARGET float dot_q6_K_avx512(const uint8_t* w, const uint8_t* y, int64_t superblocks) {
-  constexpr int64_t kQ6KBytes = 210;
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
   const __m512i low_pairs = _mm512_inserti64x4(_mm512_set1_epi8(0x03), _mm256_set1_epi8(0x0C), 1);
   const __m512i high_pairs = _mm512_inserti64x4(_mm512_set1_epi8(0x30), _mm256_set1_epi8(int8_t(0xC0)), 1);
@@ -493,7 +490,7 @@ FOUNDRY_AVX512_VNNI_TARGET float dot_q6_K_avx512(const uint8_t* w, const uint8_t
 void gemv_q56_K_x86_rows(bool avx512, bool q6, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1,
                          float* y) {
   const auto* base = static_cast<const uint8_t*>(w);
-  const int64_t superblocks = k / kSuperBlock, row_bytes = superblocks * (q6 ? 210 : 176);
+  const int64_t superblocks = k / kSuperBlock, row_bytes = superblocks * (q6 ? kQ6KBytes : kQ5KBytes);
   const auto dot = q6 ? (avx512 ? dot_q6_K_avx512 : dot_q6_K_avx2) : dot_q5_K_avx2;
   int64_t r = r0;
   if (!q6)

@@ -616,12 +616,7 @@ TEST_P(EachTarget, ByteFormatGemvHandlesEveryBlockCount) {
     for (const char* name : {"q4_0", "q8_0", "nf4", "q4_1", "q5_0", "q5_1"}) {
       const auto& t = foundry::quant::traits(name);
       if (k % t.block_size) continue;
-      const auto& act = foundry::quant::traits(t.dot_format);
-      const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k);
-      std::vector<uint8_t> wq(static_cast<size_t>(rows * row_bytes));
-      std::vector<uint8_t> xq(static_cast<size_t>(foundry::quant::quantized_bytes(act, 1, k)));
-      for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * row_bytes, k);
-      act.quantize(x.data(), xq.data(), k);
+      const auto [row_bytes, wq, xq] = quantize_rows(t, w, x, rows, k);
       std::vector<float> y(static_cast<size_t>(rows));
       foundry::quant::gemv(t, wq.data(), rows, k, xq.data(), y.data());
       for (int64_t r = 0; r < rows; ++r) {
