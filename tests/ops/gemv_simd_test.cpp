@@ -99,5 +99,52 @@ TEST_P(GemvEachTarget, SixteenBitColumnsMatchDoubleSums) {
   }
 }
 
+// Ranges of 128 KB and more are read as four streams at once (GemvRows): every row's sum is the
+// same bits as the row computed alone, so results do not depend on how threads cut the rows, and
+// they match a double sum. Row counts off the four-stream step, rows with vector and scalar tails,
+// padded rows; float32 through gemv_rows_f32 on one thread (one range), the 16-bit forms directly.
+TEST_P(GemvEachTarget, FourStreamRangesMatchRowsComputedAlone) {
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  for (auto [R, K] : {std::pair<int64_t, int64_t>{131, 513}, {1027, 768}, {403, 171}}) {
+    const int64_t lda = K + 3;
+    auto A = values(size_t(R * lda), uint32_t(R + K));
+    auto x = values(size_t(K), 23);
+    auto bias = values(size_t(R), 29);
+    ASSERT_GE(R * K * 2, 128 * 1024);
+    std::vector<float> whole(size_t(R), 0.25f), alone = whole, ref = whole;
+    kernels::gemv_rows_f32(A.data(), lda, R, K, x.data(), whole.data(), 0.5f, 2.f, bias.data());
+    for (int64_t r = 0; r < R; ++r)
+      kernels::gemv_rows_f32(A.data() + r * lda, lda, 1, K, x.data(), alone.data() + r, 0.5f, 2.f, bias.data() + r);
+    kernels::gemv_rows_f32_ref(A.data(), lda, R, K, x.data(), ref.data(), 0.5f, 2.f, bias.data());
+    for (int64_t r = 0; r < R; ++r) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(whole[size_t(r)]), std::bit_cast<uint32_t>(alone[size_t(r)])) << "f32 R=" << R << " row " << r;
+      ASSERT_NEAR(whole[size_t(r)], ref[size_t(r)], 2e-6 * double(K) + 1e-6) << "f32 R=" << R << " row " << r;
+    }
+    for (const bool bf16 : {true, false}) {
+      std::vector<uint16_t> A16(A.size());
+      for (size_t i = 0; i < A.size(); ++i)
+        A16[i] = bf16 ? uint16_t(std::bit_cast<uint32_t>(A[i] / 1000.0f) >> 16) : Half(A[i] / 1000.0f).bits;
+      auto rows = bf16 ? kernels::gemv_rows_bf16_range : kernels::gemv_rows_f16_range;
+      std::vector<float> y(size_t(R), -1.f), y1(size_t(R), -1.f);
+      rows(A16.data(), lda, 0, R, K, x.data(), y.data());
+      for (int64_t r = 0; r < R; ++r) rows(A16.data(), lda, r, r + 1, K, x.data(), y1.data());
+      for (int64_t r = 0; r < R; ++r) {
+        double want = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const uint16_t bits = A16[size_t(r * lda + k)];
+          const double w = bf16 ? double(std::bit_cast<float>(uint32_t(bits) << 16)) : double(Half::to_float(bits));
+          want += double(x[size_t(k)]) * w;
+          mag += std::fabs(double(x[size_t(k)]) * w);
+        }
+        ASSERT_EQ(std::bit_cast<uint32_t>(y[size_t(r)]), std::bit_cast<uint32_t>(y1[size_t(r)]))
+            << "bf16 " << bf16 << " R=" << R << " row " << r;
+        ASSERT_NEAR(y[size_t(r)], want, 1e-6 * mag + 1e-6) << "bf16 " << bf16 << " R=" << R << " row " << r;
+      }
+    }
+  }
+  set_num_threads(threads);
+}
+
 INSTANTIATE_TEST_SUITE_P(Targets, GemvEachTarget, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
                          target_name);

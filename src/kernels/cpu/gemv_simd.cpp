@@ -1,8 +1,9 @@
 // Matrix-vector kernels for float32 (decode-time products: one token times a weight matrix).
 // They are memory bound, so the aim is to stream the matrix once at full bandwidth:
-//  - rows form  y = A x   (A row-major): one row at a time, a sequential stream into four
-//    accumulators, prefetched ahead with prefetchnta (four rows interleaved with the next rows
-//    prefetched into L1, as before, streamed 11-12% slower in float32 decode; bf16 rows the same);
+//  - rows form  y = A x   (A row-major): each row a sequential stream into two accumulators,
+//    prefetched ahead with prefetchnta; a long range of rows is read as four such streams at once,
+//    one per quarter of it (GemvRows). Four adjacent rows interleaved with the next rows prefetched
+//    into L1 streamed 11-12% slower in float32 decode than one row at a time (bf16 rows the same);
 //  - cols form  y = x A   (A row-major, i.e. x @ W with W [K, N]): four rows of A are swept
 //    contiguously per step into a column strip of y kept in L1, so the matrix is read in long
 //    sequential runs and y is loaded/stored once per four rows.
@@ -44,28 +45,115 @@ HWY_INLINE void PrefetchAhead(const void* p, size_t bytes) {
   for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, 0, 0);
 }
 
-// Rows [r0, r1) of y = alpha * A x + beta * y (+ bias): each row one sequential stream into four
-// accumulators, the stream prefetched ahead (PrefetchAhead, which runs on into the next rows).
-void GemvRowsF32(const float* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
-                 float* y, float alpha, float beta, const float* bias) {
+// The rows form (y = A x, A row-major) of every element type: float32, and 16-bit floats (raw
+// bits; T = hwy::bfloat16_t or hwy::float16_t) widened to float32 (bf16: a shift; f16: vcvtph2ps on
+// x86) against a float32 x. On a Zen 5 the bf16 form streams ~37 GB/s from memory at 1 thread where
+// vdpbf16ps against a bf16 x, four rows at a time with the next rows prefetched, read ~22 (a
+// standalone loop over Llama-110M's matrices; the widening costs nothing beside the memory stream,
+// and x stays float32).
+//
+// A range of at least kFourStreamsBytes is read as four streams at once, one per quarter of it, each
+// prefetched kStreamAhead bytes ahead: one core keeps more reads in flight across four streams than
+// along one (Llama-110M's matrices, 1 thread, products alone beside a plain sum of as many bytes,
+// bench_infer --products, alternating processes: f16 25.0-28.7 -> 33.6-35.8 GB/s, bf16 24.0-28.3
+// -> 30.0-36.1; a standalone loop: one stream 27-33 GB/s, four 34-36, two or eight slower than four;
+// a range of 63 KB (a 2-thread chunk) gained nothing, 126 KB +15%). Every row sums in the same
+// order whichever way it was read (two accumulators over pairs of vectors, then one, then the
+// scalar tail), so the results do not depend on the thread count's chunks.
+constexpr int64_t kFourStreamsBytes = 128 * 1024;
+constexpr int64_t kStreamAhead = 2048;
+
+template <typename T, class D>
+HWY_INLINE hn::Vec<D> LoadWidened(D d, const T* p) {
+  if constexpr (std::is_same_v<T, float>) return hn::LoadU(d, p);
+  else return hn::PromoteTo(d, hn::LoadU(hn::Rebind<T, D>(), p));
+}
+
+template <typename T>
+HWY_INLINE float widened(const T* p) {
+  if constexpr (std::is_same_v<T, float>) return *p;
+  else if constexpr (std::is_same_v<T, hwy::bfloat16_t>) return std::bit_cast<float>(uint32_t(reinterpret_cast<const uint16_t&>(*p)) << 16);
+  else return Half::to_float(reinterpret_cast<const uint16_t&>(*p));
+}
+
+// The rest of row a's dot product with x from column i on, given its two accumulators.
+template <typename T, class V>
+HWY_INLINE float RowDotFinish(const T* a, int64_t i, int64_t K, const float* x, V s0, V s1) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  for (; i + N <= K; i += N) s0 = hn::MulAdd(LoadWidened(d, a + i), hn::LoadU(d, x + i), s0);
+  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
+  for (; i < K; ++i) sum += widened(a + i) * x[i];
+  return sum;
+}
+
+// Rows [r0, r1), one after the other, prefetched kAhead bytes ahead (PrefetchAhead, which runs on
+// into the next rows); store(r, dot) writes row r's result.
+template <int64_t kAhead, typename T, class Store>
+void RowsOneStream(const T* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, const Store& store) {
   const hn::ScalableTag<float> d;
   const int64_t N = int64_t(hn::Lanes(d));
   for (int64_t r = r0; r < r1; ++r) {
-    const float* a = A + r * lda;
-    auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
-    int64_t k = 0;
-    for (; k + 4 * N <= K; k += 4 * N) {
-      PrefetchAhead(a + k, 4 * N * sizeof(float));
-      s0 = hn::MulAdd(hn::LoadU(d, a + k), hn::LoadU(d, x + k), s0);
-      s1 = hn::MulAdd(hn::LoadU(d, a + k + N), hn::LoadU(d, x + k + N), s1);
-      s2 = hn::MulAdd(hn::LoadU(d, a + k + 2 * N), hn::LoadU(d, x + k + 2 * N), s2);
-      s3 = hn::MulAdd(hn::LoadU(d, a + k + 3 * N), hn::LoadU(d, x + k + 3 * N), s3);
+    const T* a = A + r * lda;
+    auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+    int64_t i = 0;
+    for (; i + 2 * N <= K; i += 2 * N) {
+      PrefetchAhead<kAhead>(a + i, 2 * N * sizeof(T));
+      s0 = hn::MulAdd(LoadWidened(d, a + i), hn::LoadU(d, x + i), s0);
+      s1 = hn::MulAdd(LoadWidened(d, a + i + N), hn::LoadU(d, x + i + N), s1);
     }
-    for (; k + N <= K; k += N) s0 = hn::MulAdd(hn::LoadU(d, a + k), hn::LoadU(d, x + k), s0);
-    float t = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
-    for (; k < K; ++k) t += a[k] * x[k];
-    y[r] = finish(t, alpha, beta, y + r, bias ? bias + r : nullptr);
+    store(r, RowDotFinish(a, i, K, x, s0, s1));
   }
+}
+
+// Rows r0 + s * q + j for s < 4, j < q: four streams, row j of each quarter at a time.
+template <typename T, class Store>
+void RowsFourStreams(const T* A, int64_t lda, int64_t r0, int64_t q, int64_t K, const float* x, const Store& store) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = int64_t(hn::Lanes(d));
+  for (int64_t j = 0; j < q; ++j) {
+    const T* a0 = A + (r0 + j) * lda;
+    const T* a1 = a0 + q * lda;
+    const T* a2 = a1 + q * lda;
+    const T* a3 = a2 + q * lda;
+    auto s00 = hn::Zero(d), s01 = hn::Zero(d), s10 = hn::Zero(d), s11 = hn::Zero(d);
+    auto s20 = hn::Zero(d), s21 = hn::Zero(d), s30 = hn::Zero(d), s31 = hn::Zero(d);
+    int64_t i = 0;
+    for (; i + 2 * N <= K; i += 2 * N) {
+      for (const T* a : {a0, a1, a2, a3}) PrefetchAhead<kStreamAhead>(a + i, 2 * N * sizeof(T));
+      const auto x0 = hn::LoadU(d, x + i), x1 = hn::LoadU(d, x + i + N);
+      s00 = hn::MulAdd(LoadWidened(d, a0 + i), x0, s00);
+      s10 = hn::MulAdd(LoadWidened(d, a1 + i), x0, s10);
+      s20 = hn::MulAdd(LoadWidened(d, a2 + i), x0, s20);
+      s30 = hn::MulAdd(LoadWidened(d, a3 + i), x0, s30);
+      s01 = hn::MulAdd(LoadWidened(d, a0 + i + N), x1, s01);
+      s11 = hn::MulAdd(LoadWidened(d, a1 + i + N), x1, s11);
+      s21 = hn::MulAdd(LoadWidened(d, a2 + i + N), x1, s21);
+      s31 = hn::MulAdd(LoadWidened(d, a3 + i + N), x1, s31);
+    }
+    store(r0 + j, RowDotFinish(a0, i, K, x, s00, s01));
+    store(r0 + q + j, RowDotFinish(a1, i, K, x, s10, s11));
+    store(r0 + 2 * q + j, RowDotFinish(a2, i, K, x, s20, s21));
+    store(r0 + 3 * q + j, RowDotFinish(a3, i, K, x, s30, s31));
+  }
+}
+
+template <int64_t kAhead, typename T, class Store>
+void GemvRows(const T* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, const Store& store) {
+  if ((r1 - r0) * K * int64_t(sizeof(T)) >= kFourStreamsBytes) {
+    const int64_t q = (r1 - r0) / 4;
+    RowsFourStreams(A, lda, r0, q, K, x, store);
+    r0 += 4 * q;
+  }
+  RowsOneStream<kAhead>(A, lda, r0, r1, K, x, store);
+}
+
+// Rows [r0, r1) of y = alpha * A x + beta * y (+ bias).
+void GemvRowsF32(const float* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
+                 float* y, float alpha, float beta, const float* bias) {
+  GemvRows<2048>(A, lda, r0, r1, K, x, [&](int64_t r, float dot) {
+    y[r] = finish(dot, alpha, beta, y + r, bias ? bias + r : nullptr);
+  });
 }
 
 // Columns [n0, n1) of y = alpha * x A + beta * y (+ bias), A [K, *] row-major.
@@ -108,42 +196,15 @@ void GemvColsF32(const float* A, int64_t lda, int64_t K, int64_t n0, int64_t n1,
   }
 }
 
-// Rows [r0, r1) of y = A x for 16-bit float rows (raw bits, lda apart; H = hwy::bfloat16_t or
-// hwy::float16_t) against a float32 x: each row one sequential stream, widened to float32 (bf16: a
-// shift; f16: vcvtph2ps on x86) and multiply-added into four accumulators. On a Zen 5 the bf16 form
-// streams ~37 GB/s from memory at 1 thread where vdpbf16ps against a bf16 x, four rows at a time
-// with the next rows prefetched, read ~22 (a standalone loop over Llama-110M's matrices; the
-// widening costs nothing beside the memory stream, and x stays float32).
-// f16 rows stream 8 KB ahead: f16 Llama-110M decode, 8 KB against 2 KB alternating in one process
-// (a process's memory streams at its own speed on this host), median of the pairs: 1 thread
+// Rows [r0, r1) of y = A x for 16-bit rows (lda apart), GemvRows above.
+// f16's single stream runs 8 KB ahead: f16 Llama-110M decode, 8 KB against 2 KB alternating in one
+// process (a process's memory streams at its own speed on this host), median of the pairs: 1 thread
 // +3.7 / +14.1 / +9.5 / +4.7%, 2 threads -1.7 / +5.4%; bf16 at 8 KB: 1 thread +0.3 / -1.8 / +0.9 /
 // +2.3%, 2 threads -2.8 / -0.9%, so it keeps 2 KB.
 template <typename H>
 void GemvRows16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y) {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<H, decltype(df)> dh;
-  const int64_t N = int64_t(hn::Lanes(df));
   constexpr int64_t kAhead = std::is_same_v<H, hwy::float16_t> ? 8192 : 2048;
-  for (int64_t r = r0; r < r1; ++r) {
-    const auto* a = reinterpret_cast<const H*>(A + r * lda);
-    auto acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
-    int64_t i = 0;
-    for (; i + 4 * N <= K; i += 4 * N) {
-      PrefetchAhead<kAhead>(a + i, 4 * N * sizeof(uint16_t));
-      acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i)), hn::LoadU(df, x + i), acc0);
-      acc1 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + N)), hn::LoadU(df, x + i + N), acc1);
-      acc2 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + 2 * N)), hn::LoadU(df, x + i + 2 * N), acc2);
-      acc3 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i + 3 * N)), hn::LoadU(df, x + i + 3 * N), acc3);
-    }
-    for (; i + N <= K; i += N) acc0 = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, a + i)), hn::LoadU(df, x + i), acc0);
-    float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
-    const uint16_t* bits = A + r * lda;
-    for (; i < K; ++i) {
-      if constexpr (std::is_same_v<H, hwy::bfloat16_t>) sum += std::bit_cast<float>(uint32_t(bits[i]) << 16) * x[i];
-      else sum += Half::to_float(bits[i]) * x[i];
-    }
-    y[r] = sum;
-  }
+  GemvRows<kAhead>(reinterpret_cast<const H*>(A), lda, r0, r1, K, x, [y](int64_t r, float dot) { y[r] = dot; });
 }
 
 // Columns [n0, n1) of y = x A for 16-bit A [K, *] row-major (a GPT-2 Conv1D weight; H as
