@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "foundry/core/parallel.h"
@@ -20,6 +21,27 @@ class GemvEachTarget : public foundry_test::PerTarget {};
 using foundry_test::target_name;
 
 std::vector<float> values(size_t n, uint32_t seed) { return foundry_test::lcg_values(n, seed, 1000.0f); }
+
+// v / 1000 as bf16 or f16 bits (bf16 by truncation).
+std::vector<uint16_t> sixteen_bit(const std::vector<float>& v, bool bf16) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = bf16 ? uint16_t(std::bit_cast<uint32_t>(v[i] / 1000.0f) >> 16) : Half(v[i] / 1000.0f).bits;
+  return out;
+}
+
+// The double sum of x[k] * w[k * step] over the exactly widened 16-bit w, and the sum of the terms'
+// magnitudes (the tolerance's scale).
+std::pair<double, double> double_dot(const uint16_t* w, int64_t step, const float* x, int64_t K, bool bf16) {
+  double want = 0, mag = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const uint16_t bits = w[k * step];
+    const double v = bf16 ? double(std::bit_cast<float>(uint32_t(bits) << 16)) : double(Half::to_float(bits));
+    want += double(x[k]) * v;
+    mag += std::fabs(double(x[k]) * v);
+  }
+  return {want, mag};
+}
 
 }  // namespace
 
@@ -78,21 +100,12 @@ TEST_P(GemvEachTarget, SixteenBitColumnsMatchDoubleSums) {
   for (int64_t K : {1, 3, 4, 7, 64, 301}) {
     for (int64_t N : {1, 15, 16, 17, 100, 1030, 2304}) {
       const int64_t lda = N + 3;
-      auto Af = values(size_t(K * lda), uint32_t(K * 31 + N));
-      std::vector<uint16_t> A(Af.size());
-      for (size_t i = 0; i < A.size(); ++i)
-        A[i] = bf16 ? uint16_t(std::bit_cast<uint32_t>(Af[i] / 1000.0f) >> 16) : Half(Af[i] / 1000.0f).bits;
+      const std::vector<uint16_t> A = sixteen_bit(values(size_t(K * lda), uint32_t(K * 31 + N)), bf16);
       auto x = values(size_t(K), 5);
       std::vector<float> y(size_t(N), -1.0f);
       kernels::gemv_cols_16(bf16, A.data(), lda, K, N, x.data(), y.data());
       for (int64_t n = 0; n < N; ++n) {
-        double want = 0, mag = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          const uint16_t bits = A[size_t(k * lda + n)];
-          const double w = bf16 ? double(std::bit_cast<float>(uint32_t(bits) << 16)) : double(Half::to_float(bits));
-          want += double(x[size_t(k)]) * w;
-          mag += std::fabs(double(x[size_t(k)]) * w);
-        }
+        const auto [want, mag] = double_dot(A.data() + n, lda, x.data(), K, bf16);
         ASSERT_NEAR(y[size_t(n)], want, 1e-6 * mag + 1e-6) << "bf16 " << bf16 << " K=" << K << " N=" << N << " n=" << n;
       }
     }
@@ -122,21 +135,13 @@ TEST_P(GemvEachTarget, FourStreamRangesMatchRowsComputedAlone) {
       ASSERT_NEAR(whole[size_t(r)], ref[size_t(r)], 2e-6 * double(K) + 1e-6) << "f32 R=" << R << " row " << r;
     }
     for (const bool bf16 : {true, false}) {
-      std::vector<uint16_t> A16(A.size());
-      for (size_t i = 0; i < A.size(); ++i)
-        A16[i] = bf16 ? uint16_t(std::bit_cast<uint32_t>(A[i] / 1000.0f) >> 16) : Half(A[i] / 1000.0f).bits;
+      const std::vector<uint16_t> A16 = sixteen_bit(A, bf16);
       auto rows = bf16 ? kernels::gemv_rows_bf16_range : kernels::gemv_rows_f16_range;
       std::vector<float> y(size_t(R), -1.f), y1(size_t(R), -1.f);
       rows(A16.data(), lda, 0, R, K, x.data(), y.data());
       for (int64_t r = 0; r < R; ++r) rows(A16.data(), lda, r, r + 1, K, x.data(), y1.data());
       for (int64_t r = 0; r < R; ++r) {
-        double want = 0, mag = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          const uint16_t bits = A16[size_t(r * lda + k)];
-          const double w = bf16 ? double(std::bit_cast<float>(uint32_t(bits) << 16)) : double(Half::to_float(bits));
-          want += double(x[size_t(k)]) * w;
-          mag += std::fabs(double(x[size_t(k)]) * w);
-        }
+        const auto [want, mag] = double_dot(A16.data() + r * lda, 1, x.data(), K, bf16);
         ASSERT_EQ(std::bit_cast<uint32_t>(y[size_t(r)]), std::bit_cast<uint32_t>(y1[size_t(r)]))
             << "bf16 " << bf16 << " R=" << R << " row " << r;
         ASSERT_NEAR(y[size_t(r)], want, 1e-6 * mag + 1e-6) << "bf16 " << bf16 << " R=" << R << " row " << r;
