@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -612,6 +613,10 @@ struct RowKernel {
   // thread left the LM head's chunks at 1.7 MB; 2-thread q4_0 decode's caller waited for the worker
   // in 10.7% of its samples with 4, 6.1-6.9% with 64).
   int chunks_per_thread = 64;
+  // Where set (a kernel of single rows), a matrix of kGemvFourStreamsBytes or more is cut in
+  // quarters: chunk unit j is its rows j, Q + j, 2Q + j and 3Q + j, run by one call for a run of j,
+  // so a thread's run of chunks reads four long streams (kernels::gemv_quarters_16).
+  std::function<void(const uint8_t* w, int64_t first, int64_t stride, int64_t count, float* y)> quarters;
 };
 
 // What a product's row ranges read, one per thread and reused (a product is prepared and run to its
@@ -688,31 +693,53 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
     (bf16 ? kernels::convert_bf16_to_f32 : kernels::convert_f16_to_f32)(static_cast<const uint16_t*>(xq), p.xs.data(), k);
     const PreparedRow* pp = &p;
     const auto rows16 = bf16 ? kernels::gemv_rows_bf16_range : kernels::gemv_rows_f16_range;
-    return {[pp, rows16](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+    RowKernel kernel{[pp, rows16](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
       rows16(reinterpret_cast<const uint16_t*>(w), pp->k, r0, r1, pp->k, pp->xs.data(), y);
     }};
+    kernel.quarters = [pp, bf16](const uint8_t* w, int64_t first, int64_t stride, int64_t count, float* y) {
+      kernels::gemv_quarters_16(bf16, reinterpret_cast<const uint16_t*>(w), pp->k, first, stride, count, pp->k,
+                                pp->xs.data(), y);
+    };
+    return kernel;
   }
   return highway_row_kernel(t, k, xq);
 }
 
 // The targets' rows (`row_bytes` each) split over the threads as one job, in chunks of whole row
-// groups.
+// groups, or of quarters' rows (RowKernel::quarters).
 void run_rows(const RowKernel& kernel, int64_t row_bytes, std::span<const GemvTarget> targets) {
-  // The targets' row groups numbered one after the other: first[i] is target i's first (reused:
-  // decode runs several products a layer).
-  thread_local std::vector<int64_t> firsts;
-  std::vector<int64_t>& first = firsts;  // the caller's, captured by the chunks (a thread_local is never captured)
+  // The targets' chunk units numbered one after the other: first[i] is target i's first, and
+  // quartered[i] its units that are four rows (the rest are row groups). Reused: decode runs several
+  // products a layer; the chunks capture the caller's vectors (a thread_local is never captured).
+  thread_local std::vector<int64_t> firsts, quarter_units;
+  std::vector<int64_t>& first = firsts;
+  std::vector<int64_t>& quartered = quarter_units;
   first.assign(targets.size() + 1, 0);
-  for (size_t i = 0; i < targets.size(); ++i) first[i + 1] = first[i] + (targets[i].rows + kernel.group - 1) / kernel.group;
-  const int64_t grain = std::max<int64_t>(1, kernel.chunk_bytes / std::max<int64_t>(kernel.group * row_bytes, 1));
+  quartered.assign(targets.size(), 0);
+  int64_t unit_rows = kernel.group;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const int64_t rows = targets[i].rows;
+    if (kernel.quarters && rows * row_bytes >= kernels::kGemvFourStreamsBytes) {
+      quartered[i] = rows / 4;
+      unit_rows = 4;
+      first[i + 1] = first[i] + quartered[i] + rows % 4;
+    } else {
+      first[i + 1] = first[i] + (rows + kernel.group - 1) / kernel.group;
+    }
+  }
+  const int64_t grain = std::max<int64_t>(1, kernel.chunk_bytes / std::max<int64_t>(unit_rows * row_bytes, 1));
   parallel_for(0, first.back(), grain, kernel.chunks_per_thread, [&](int64_t b, int64_t e) {
     size_t i = size_t(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
     for (; b < e; ++i) {
-      const int64_t stop = std::min(e, first[i + 1]);
+      const int64_t stop = std::min(e, first[i + 1]), u0 = b - first[i], u1 = stop - first[i];
       const GemvTarget& g = targets[i];
-      if (stop > b)
-        kernel.rows(static_cast<const uint8_t*>(g.w), g.rows, (b - first[i]) * kernel.group,
-                    std::min(g.rows, (stop - first[i]) * kernel.group), g.y);
+      const uint8_t* w = static_cast<const uint8_t*>(g.w);
+      if (const int64_t q = quartered[i]; q > 0) {
+        if (u0 < q) kernel.quarters(w, u0, q, std::min(u1, q) - u0, g.y);
+        if (u1 > q) kernel.rows(w, g.rows, 3 * q + std::max(u0, q), 3 * q + u1, g.y);  // the last rows % 4 rows
+      } else if (stop > b) {
+        kernel.rows(w, g.rows, u0 * kernel.group, std::min(g.rows, u1 * kernel.group), g.y);
+      }
       b = stop;
     }
   });

@@ -631,7 +631,7 @@ TEST_P(EachTarget, ByteFormatGemvHandlesEveryBlockCount) {
 
 // gemv_many: several matrices sharing one activation row as one parallel job give each matrix's
 // gemv result bit for bit, whatever the row counts (multiples of the kernels' 4-row groups or not,
-// a matrix of no rows) and the thread count; rows of 16-bit formats whose length ends in a partial
+// a matrix of no rows) and the thread count, and the same bits at 1, 2 and 3 threads; rows of 16-bit formats whose length ends in a partial
 // vector are within rounding of the scalar dot.
 TEST_P(EachTarget, GemvManyEqualsGemvPerMatrix) {
   std::mt19937 rng(17);
@@ -655,7 +655,8 @@ TEST_P(EachTarget, GemvManyEqualsGemvPerMatrix) {
       ws.emplace_back(static_cast<size_t>(rows * row_bytes) + 1);
       for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, ws.back().data() + r * row_bytes, k);
     }
-    for (int threads : {1, 2}) {
+    std::vector<std::vector<float>> at_one_thread;
+    for (int threads : {1, 2, 3}) {
       foundry::set_num_threads(threads);
       std::vector<std::vector<float>> one, many;
       std::vector<foundry::quant::GemvTarget> targets;
@@ -674,6 +675,10 @@ TEST_P(EachTarget, GemvManyEqualsGemvPerMatrix) {
         }
         EXPECT_EQ(many[i].back(), -1.f) << name << ": wrote past matrix " << i;
       }
+      // The same bits at every thread count (the 16-bit matrices of 128 KB and more run as four
+      // quarters, in chunks that differ with the threads).
+      if (threads == 1) at_one_thread = many;
+      else ASSERT_EQ(many, at_one_thread) << name << " k " << k << " threads " << threads;
     }
   }
   foundry::set_num_threads(saved);

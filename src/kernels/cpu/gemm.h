@@ -45,6 +45,9 @@ GemmPolicy gemm_policy();
 void set_gemm_policy(GemmPolicy p);
 
 // ---- matrix-vector kernels (float32, SIMD; exposed for tests against the scalar twins) ------
+/// A range of rows this long or longer is read as four streams at once, one per quarter of it
+/// (gemv_simd.cpp's GemvRows): shorter ranges gained nothing.
+constexpr int64_t kGemvFourStreamsBytes = 128 * 1024;
 /// y[r] = alpha * sum_k A[r * lda + k] * x[k] + beta * y[r] (+ bias[r]), r < R.
 void gemv_rows_f32(const float* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y, float alpha,
                    float beta, const float* bias);
@@ -62,6 +65,10 @@ void gemv_rows_f16_range(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1,
                          float* y);
 void gemv_rows_bf16_range(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
                           float* y);
+/// Rows first + s * stride + j for s < 4 and j < count of the same, as four streams (a caller that
+/// gives each thread runs of j, so that a thread's chunks continue four long streams).
+void gemv_quarters_16(bool bf16, const uint16_t* A, int64_t lda, int64_t first, int64_t stride, int64_t count, int64_t K,
+                      const float* x, float* y);
 /// Scalar twins of the two float32 kernels (same contract, double accumulation).
 void gemv_rows_f32_ref(const float* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y, float alpha,
                        float beta, const float* bias);

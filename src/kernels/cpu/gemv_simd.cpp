@@ -52,7 +52,7 @@ HWY_INLINE void PrefetchAhead(const void* p, size_t bytes) {
 // standalone loop over Llama-110M's matrices; the widening costs nothing beside the memory stream,
 // and x stays float32).
 //
-// A range of at least kFourStreamsBytes is read as four streams at once, one per quarter of it, each
+// A range of at least kGemvFourStreamsBytes is read as four streams at once, one per quarter of it, each
 // prefetched kStreamAhead bytes ahead: one core keeps more reads in flight across four streams than
 // along one (Llama-110M's matrices, 1 thread, products alone beside a plain sum of as many bytes,
 // bench_infer --products, alternating processes: f16 25.0-28.7 -> 33.6-35.8 GB/s, bf16 24.0-28.3
@@ -60,7 +60,6 @@ HWY_INLINE void PrefetchAhead(const void* p, size_t bytes) {
 // a range of 63 KB (a 2-thread chunk) gained nothing, 126 KB +15%). Every row sums in the same
 // order whichever way it was read (two accumulators over pairs of vectors, then one, then the
 // scalar tail), so the results do not depend on the thread count's chunks.
-constexpr int64_t kFourStreamsBytes = 128 * 1024;
 constexpr int64_t kStreamAhead = 2048;
 
 template <typename T, class D>
@@ -106,16 +105,18 @@ void RowsOneStream(const T* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, c
   }
 }
 
-// Rows r0 + s * q + j for s < 4, j < q: four streams, row j of each quarter at a time.
+// Rows first + s * stride + j for s < 4, j < count: four streams, one row of each at a time.
 template <typename T, class Store>
-void RowsFourStreams(const T* A, int64_t lda, int64_t r0, int64_t q, int64_t K, const float* x, const Store& store) {
+void RowsFourStreams(const T* A, int64_t lda, int64_t first, int64_t stride, int64_t count, int64_t K, const float* x,
+                     const Store& store) {
   const hn::ScalableTag<float> d;
   const int64_t N = int64_t(hn::Lanes(d));
-  for (int64_t j = 0; j < q; ++j) {
-    const T* a0 = A + (r0 + j) * lda;
-    const T* a1 = a0 + q * lda;
-    const T* a2 = a1 + q * lda;
-    const T* a3 = a2 + q * lda;
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t r0 = first + j;
+    const T* a0 = A + r0 * lda;
+    const T* a1 = a0 + stride * lda;
+    const T* a2 = a1 + stride * lda;
+    const T* a3 = a2 + stride * lda;
     auto s00 = hn::Zero(d), s01 = hn::Zero(d), s10 = hn::Zero(d), s11 = hn::Zero(d);
     auto s20 = hn::Zero(d), s21 = hn::Zero(d), s30 = hn::Zero(d), s31 = hn::Zero(d);
     int64_t i = 0;
@@ -131,18 +132,18 @@ void RowsFourStreams(const T* A, int64_t lda, int64_t r0, int64_t q, int64_t K, 
       s21 = hn::MulAdd(LoadWidened(d, a2 + i + N), x1, s21);
       s31 = hn::MulAdd(LoadWidened(d, a3 + i + N), x1, s31);
     }
-    store(r0 + j, RowDotFinish(a0, i, K, x, s00, s01));
-    store(r0 + q + j, RowDotFinish(a1, i, K, x, s10, s11));
-    store(r0 + 2 * q + j, RowDotFinish(a2, i, K, x, s20, s21));
-    store(r0 + 3 * q + j, RowDotFinish(a3, i, K, x, s30, s31));
+    store(r0, RowDotFinish(a0, i, K, x, s00, s01));
+    store(r0 + stride, RowDotFinish(a1, i, K, x, s10, s11));
+    store(r0 + 2 * stride, RowDotFinish(a2, i, K, x, s20, s21));
+    store(r0 + 3 * stride, RowDotFinish(a3, i, K, x, s30, s31));
   }
 }
 
 template <int64_t kAhead, typename T, class Store>
 void GemvRows(const T* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, const Store& store) {
-  if ((r1 - r0) * K * int64_t(sizeof(T)) >= kFourStreamsBytes) {
+  if ((r1 - r0) * K * int64_t(sizeof(T)) >= kGemvFourStreamsBytes) {
     const int64_t q = (r1 - r0) / 4;
-    RowsFourStreams(A, lda, r0, q, K, x, store);
+    RowsFourStreams(A, lda, r0, q, q, K, x, store);
     r0 += 4 * q;
   }
   RowsOneStream<kAhead>(A, lda, r0, r1, K, x, store);
@@ -152,6 +153,14 @@ void GemvRows(const T* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const 
 void GemvRowsF32(const float* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
                  float* y, float alpha, float beta, const float* bias) {
   GemvRows<2048>(A, lda, r0, r1, K, x, [&](int64_t r, float dot) {
+    y[r] = finish(dot, alpha, beta, y + r, bias ? bias + r : nullptr);
+  });
+}
+
+// The same for rows first + s * stride + j, s < 4, j < count (RowsFourStreams).
+void GemvQuartersF32(const float* A, int64_t lda, int64_t first, int64_t stride, int64_t count, int64_t K,
+                     const float* x, float* y, float alpha, float beta, const float* bias) {
+  RowsFourStreams(A, lda, first, stride, count, K, x, [&](int64_t r, float dot) {
     y[r] = finish(dot, alpha, beta, y + r, bias ? bias + r : nullptr);
   });
 }
@@ -205,6 +214,12 @@ template <typename H>
 void GemvRows16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y) {
   constexpr int64_t kAhead = std::is_same_v<H, hwy::float16_t> ? 8192 : 2048;
   GemvRows<kAhead>(reinterpret_cast<const H*>(A), lda, r0, r1, K, x, [y](int64_t r, float dot) { y[r] = dot; });
+}
+
+template <typename H>
+void GemvQuarters16(const uint16_t* A, int64_t lda, int64_t first, int64_t stride, int64_t count, int64_t K,
+                    const float* x, float* y) {
+  RowsFourStreams(reinterpret_cast<const H*>(A), lda, first, stride, count, K, x, [y](int64_t r, float dot) { y[r] = dot; });
 }
 
 // Columns [n0, n1) of y = x A for 16-bit A [K, *] row-major (a GPT-2 Conv1D weight; H as
@@ -269,6 +284,14 @@ void GemvRowsBF16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_
 void GemvRowsF16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y) {
   GemvRows16<hwy::float16_t>(A, lda, r0, r1, K, x, y);
 }
+void GemvQuartersBF16(const uint16_t* A, int64_t lda, int64_t first, int64_t stride, int64_t count, int64_t K,
+                      const float* x, float* y) {
+  GemvQuarters16<hwy::bfloat16_t>(A, lda, first, stride, count, K, x, y);
+}
+void GemvQuartersF16(const uint16_t* A, int64_t lda, int64_t first, int64_t stride, int64_t count, int64_t K,
+                     const float* x, float* y) {
+  GemvQuarters16<hwy::float16_t>(A, lda, first, stride, count, K, x, y);
+}
 void GemvColsBF16(const uint16_t* A, int64_t lda, int64_t K, int64_t n0, int64_t n1, const float* x, float* y) {
   GemvCols16<hwy::bfloat16_t>(A, lda, K, n0, n1, x, y);
 }
@@ -283,6 +306,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace foundry::kernels {
 HWY_EXPORT(GemvRowsF32);
+HWY_EXPORT(GemvQuartersF32);
+HWY_EXPORT(GemvQuartersBF16);
+HWY_EXPORT(GemvQuartersF16);
 HWY_EXPORT(GemvColsF32);
 HWY_EXPORT(GemvRowsBF16);
 HWY_EXPORT(GemvColsBF16);
@@ -306,11 +332,14 @@ void gemv_rows_f32(const float* A, int64_t lda, int64_t R, int64_t K, const floa
     HWY_DYNAMIC_DISPATCH(GemvRowsF32)(A, lda, 0, R, K, x, y, alpha, beta, bias);
     return;
   }
-  int64_t grain = std::max<int64_t>(4, kGemvGrainRowMacs / std::max<int64_t>(K, 1));
-  grain = (grain + 3) / 4 * 4;
-  parallel_for(0, R, grain, kGemvChunksPerThread, [&](int64_t b, int64_t e) {
-    HWY_DYNAMIC_DISPATCH(GemvRowsF32)(A, lda, b, e, K, x, y, alpha, beta, bias);
+  // Chunks of j in [0, Q) (rows j, Q + j, 2Q + j, 3Q + j): a thread's run of chunks reads four
+  // long streams (gemv_quarters).
+  const int64_t Q = R / 4;
+  const int64_t grain = std::max<int64_t>(1, kGemvGrainRowMacs / std::max<int64_t>(4 * K, 1));
+  parallel_for(0, Q, grain, kGemvChunksPerThread, [&](int64_t b, int64_t e) {
+    HWY_DYNAMIC_DISPATCH(GemvQuartersF32)(A, lda, b, Q, e - b, K, x, y, alpha, beta, bias);
   });
+  HWY_DYNAMIC_DISPATCH(GemvRowsF32)(A, lda, 4 * Q, R, K, x, y, alpha, beta, bias);
 }
 
 void gemv_rows_bf16_range(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
@@ -321,6 +350,12 @@ void gemv_rows_bf16_range(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1
 void gemv_rows_f16_range(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
                          float* y) {
   HWY_DYNAMIC_DISPATCH(GemvRowsF16)(A, lda, r0, r1, K, x, y);
+}
+
+void gemv_quarters_16(bool bf16, const uint16_t* A, int64_t lda, int64_t first, int64_t stride, int64_t count, int64_t K,
+                      const float* x, float* y) {
+  if (bf16) HWY_DYNAMIC_DISPATCH(GemvQuartersBF16)(A, lda, first, stride, count, K, x, y);
+  else HWY_DYNAMIC_DISPATCH(GemvQuartersF16)(A, lda, first, stride, count, K, x, y);
 }
 
 void gemv_rows_16(bool bf16, const uint16_t* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y) {
