@@ -326,20 +326,29 @@ constexpr int64_t kGemvGrainRowMacs = kGemvGrainMacs / 4;
 constexpr int kGemvChunksPerThread = 16;
 }  // namespace
 
-void gemv_rows_f32(const float* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y, float alpha,
-                   float beta, const float* bias) {
-  if (R * K <= kGemvGrainMacs) {  // as before the finer chunks: small products stay on one thread
-    HWY_DYNAMIC_DISPATCH(GemvRowsF32)(A, lda, 0, R, K, x, y, alpha, beta, bias);
-    return;
-  }
-  // Chunks of j in [0, Q) (rows j, Q + j, 2Q + j, 3Q + j): a thread's run of chunks reads four
-  // long streams (gemv_quarters).
+// Rows [0, R) over the threads as quarters: chunks of j in [0, Q), each j the rows j, Q + j, 2Q + j
+// and 3Q + j (quarters(first, stride, count)), so a thread's run of chunks reads four long streams;
+// then the last R % 4 rows (rows(r0, r1)). A row sums in the same order whichever call ran it.
+template <class Quarters, class Rows>
+void rows_in_quarters(int64_t R, int64_t K, const Quarters& quarters, const Rows& rows) {
   const int64_t Q = R / 4;
   const int64_t grain = std::max<int64_t>(1, kGemvGrainRowMacs / std::max<int64_t>(4 * K, 1));
-  parallel_for(0, Q, grain, kGemvChunksPerThread, [&](int64_t b, int64_t e) {
-    HWY_DYNAMIC_DISPATCH(GemvQuartersF32)(A, lda, b, Q, e - b, K, x, y, alpha, beta, bias);
-  });
-  HWY_DYNAMIC_DISPATCH(GemvRowsF32)(A, lda, 4 * Q, R, K, x, y, alpha, beta, bias);
+  parallel_for(0, Q, grain, kGemvChunksPerThread, [&](int64_t b, int64_t e) { quarters(b, Q, e - b); });
+  rows(4 * Q, R);
+}
+
+void gemv_rows_f32(const float* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y, float alpha,
+                   float beta, const float* bias) {
+  auto rows = [&](int64_t r0, int64_t r1) {
+    HWY_DYNAMIC_DISPATCH(GemvRowsF32)(A, lda, r0, r1, K, x, y, alpha, beta, bias);
+  };
+  if (R * K <= kGemvGrainMacs) {  // as before the finer chunks: small products stay on one thread
+    rows(0, R);
+    return;
+  }
+  rows_in_quarters(R, K, [&](int64_t first, int64_t stride, int64_t count) {
+    HWY_DYNAMIC_DISPATCH(GemvQuartersF32)(A, lda, first, stride, count, K, x, y, alpha, beta, bias);
+  }, rows);
 }
 
 void gemv_rows_bf16_range(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
@@ -359,12 +368,16 @@ void gemv_quarters_16(bool bf16, const uint16_t* A, int64_t lda, int64_t first, 
 }
 
 void gemv_rows_16(bool bf16, const uint16_t* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y) {
+  auto rows = [&](int64_t r0, int64_t r1) { (bf16 ? gemv_rows_bf16_range : gemv_rows_f16_range)(A, lda, r0, r1, K, x, y); };
+  if (R * K * int64_t(sizeof(uint16_t)) >= kGemvFourStreamsBytes) {
+    rows_in_quarters(R, K, [&](int64_t first, int64_t stride, int64_t count) {
+      gemv_quarters_16(bf16, A, lda, first, stride, count, K, x, y);
+    }, rows);
+    return;
+  }
   // Chunks of ~32 KB of weights, up to 16 per thread, as the float32 rows form.
   const int64_t grain = std::max<int64_t>(1, kGemvGrainRowMacs / std::max<int64_t>(K, 1));
-  parallel_for(0, R, grain, kGemvChunksPerThread, [&](int64_t b, int64_t e) {
-    if (bf16) HWY_DYNAMIC_DISPATCH(GemvRowsBF16)(A, lda, b, e, K, x, y);
-    else HWY_DYNAMIC_DISPATCH(GemvRowsF16)(A, lda, b, e, K, x, y);
-  });
+  parallel_for(0, R, grain, kGemvChunksPerThread, [&](int64_t b, int64_t e) { rows(b, e); });
 }
 
 // Threads take blocks of whole rows (each a contiguous run of memory, where strips of columns
