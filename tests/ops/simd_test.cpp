@@ -631,8 +631,8 @@ TEST_P(EachTarget, ByteFormatGemvHandlesEveryBlockCount) {
 
 // gemv_many: several matrices sharing one activation row as one parallel job give each matrix's
 // gemv result bit for bit, whatever the row counts (multiples of the kernels' 4-row groups or not,
-// a matrix of no rows) and the thread count, and the same bits at 1, 2 and 3 threads; rows of 16-bit formats whose length ends in a partial
-// vector are within rounding of the scalar dot.
+// a matrix of no rows), and the same bits at 1, 2 and 3 threads; rows of 16-bit formats whose
+// length ends in a partial vector are within rounding of the scalar dot.
 TEST_P(EachTarget, GemvManyEqualsGemvPerMatrix) {
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.f, 1.f);
