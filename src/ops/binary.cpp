@@ -22,13 +22,6 @@ namespace {
 
 Tensor W(double v) { return wrap_scalar(v); }
 
-DType result_type(std::initializer_list<const Tensor*> ts) {
-  ResultTypeState st;
-  for (const Tensor* t : ts)
-    if (t->defined()) st.add_tensor(t->dtype(), t->dim(), t->impl()->wrapped_number);
-  return st.result();
-}
-
 enum class Promote { Same, ToFloat, IntOnly };
 
 // Casts and broadcasts the tensor arguments at `idx` to a common dtype and shape.

@@ -273,6 +273,24 @@ void GemvCols16(const uint16_t* A, int64_t lda, int64_t K, int64_t n0, int64_t n
   }
 }
 
+// y[n] = the sum of rows[i * N + n] over i = 0, 1, ..., count - 1, added in that order (the same bits
+// as adding them one row at a time), each column's running sum in a register.
+void SumRowsInOrder(const float* rows, int64_t count, int64_t N, float* y) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = int64_t(hn::Lanes(d));
+  int64_t n = 0;
+  for (; n + L <= N; n += L) {
+    auto acc = hn::LoadU(d, rows + n);
+    for (int64_t i = 1; i < count; ++i) acc = hn::Add(acc, hn::LoadU(d, rows + i * N + n));
+    hn::StoreU(acc, d, y + n);
+  }
+  for (; n < N; ++n) {
+    float acc = rows[n];
+    for (int64_t i = 1; i < count; ++i) acc += rows[i * N + n];
+    y[n] = acc;
+  }
+}
+
 void GemvRowsBF16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y) {
   GemvRows16<hwy::bfloat16_t>(A, lda, r0, r1, K, x, y);
 }
@@ -309,6 +327,7 @@ HWY_EXPORT(GemvRowsBF16);
 HWY_EXPORT(GemvColsBF16);
 HWY_EXPORT(GemvRowsF16);
 HWY_EXPORT(GemvColsF16);
+HWY_EXPORT(SumRowsInOrder);
 
 namespace {
 // Work per thread chunk: at least ~64K multiply-adds so small products stay on one thread.
@@ -397,11 +416,9 @@ void gemv_cols_16(bool bf16, const uint16_t* A, int64_t lda, int64_t K, int64_t 
       cols(A + r0 * lda, lda, rows, 0, N, x + r0, partial.data() + i * N);
     }
   });
-  std::copy(partial.data(), partial.data() + N, y);
-  for (int64_t i = 1; i < blocks; ++i) {
-    const float* p = partial.data() + i * N;
-    for (int64_t n = 0; n < N; ++n) y[n] += p[n];
-  }
+  // One pass over the partials in SIMD, on the caller alone (it had been a pass over y per block,
+  // in SSE: 2.2% of GPT-2 124M f16 decode's samples at 1 thread, 1.4% after).
+  HWY_DYNAMIC_DISPATCH(SumRowsInOrder)(partial.data(), blocks, N, y);
 }
 
 void gemv_cols_f32(const float* A, int64_t lda, int64_t K, int64_t N, const float* x, float* y, float alpha,
