@@ -12,8 +12,9 @@ overhead: everything else (allocation, op dispatch, tensor bookkeeping). Samples
 inside the window (page faults, weight quantization) are left out. The caller's row is the step's
 critical path; the worker's idle share is time the caller spent on serial work. "overhead
 us/token" puts the overhead share in time (share x the step of the run without perf): ~80-140 us
-a token on Llama-110M, and ~80 on a 6 MB q4_0 model of the same 12 layers and ops, so it is the
-ops' own cost, not the weight stream's evictions, and a faster step shows a larger share of it.
+a token on Llama-110M, and ~80 on a 6 MB q4_0 model of the same 12 layers and ops, so it is mostly
+the ops' own cost (the rest their records evicted by the weight stream), and a faster step shows a
+larger share of it.
 
 Usage: /usr/bin/python3 bench/decode_profile/run.py [build/bin/bench_infer] [--format q4_0|f32|...]
        [--decode N] [--threads 1,2]
