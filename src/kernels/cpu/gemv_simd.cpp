@@ -39,7 +39,9 @@ inline float finish(float acc, float alpha, float beta, const float* y, const fl
 // and the step's other data live in (prefetchnta: one-row kernels with it read ~40 GB/s at 1 thread
 // on a Zen 5 against ~32 without and ~25 with prefetcht0 at the same distance, in a loop over
 // Llama-110M's bf16 matrices on huge pages). `bytes` is one loop step's weights.
-template <int64_t kAhead = 2048>
+constexpr int64_t kStreamAhead = 2048;
+
+template <int64_t kAhead = kStreamAhead>
 HWY_INLINE void PrefetchAhead(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p) + kAhead;
   for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, 0, 0);
@@ -60,7 +62,6 @@ HWY_INLINE void PrefetchAhead(const void* p, size_t bytes) {
 // a range of 63 KB (a 2-thread chunk) gained nothing, 126 KB +15%). Every row sums in the same
 // order whichever way it was read (two accumulators over pairs of vectors, then one, then the
 // scalar tail), so the results do not depend on the thread count's chunks.
-constexpr int64_t kStreamAhead = 2048;
 
 template <typename T, class D>
 HWY_INLINE hn::Vec<D> LoadWidened(D d, const T* p) {
@@ -152,7 +153,7 @@ void GemvRows(const T* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const 
 // Rows [r0, r1) of y = alpha * A x + beta * y (+ bias).
 void GemvRowsF32(const float* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x,
                  float* y, float alpha, float beta, const float* bias) {
-  GemvRows<2048>(A, lda, r0, r1, K, x, [&](int64_t r, float dot) {
+  GemvRows<kStreamAhead>(A, lda, r0, r1, K, x, [&](int64_t r, float dot) {
     y[r] = finish(dot, alpha, beta, y + r, bias ? bias + r : nullptr);
   });
 }
@@ -212,7 +213,7 @@ void GemvColsF32(const float* A, int64_t lda, int64_t K, int64_t n0, int64_t n1,
 // +2.3%, 2 threads -2.8 / -0.9%, so it keeps 2 KB.
 template <typename H>
 void GemvRows16(const uint16_t* A, int64_t lda, int64_t r0, int64_t r1, int64_t K, const float* x, float* y) {
-  constexpr int64_t kAhead = std::is_same_v<H, hwy::float16_t> ? 8192 : 2048;
+  constexpr int64_t kAhead = std::is_same_v<H, hwy::float16_t> ? 8192 : kStreamAhead;
   GemvRows<kAhead>(reinterpret_cast<const H*>(A), lda, r0, r1, K, x, [y](int64_t r, float dot) { y[r] = dot; });
 }
 
