@@ -7,7 +7,7 @@ written to /tmp if absent) under `perf record` (Debian's linux-perf), decoding D
 a 32-token prompt, with the recording delayed past load and prefill, at 1 and 2 threads. Each
 thread's samples are classed by symbol: the weight products (matrix-vector kernels and the
 activation quantization), attention over the KV cache, the small compute kernels (norms, rotary,
-SwiGLU, adds, argmax), the pool (a thread waiting for a job or for the other thread's chunks), and
+SwiGLU, adds, argmax, and a 16-bit model's widening of its rows and norm weights), the pool (a thread waiting for a job or for the other thread's chunks), and
 overhead: everything else (allocation, op dispatch, tensor bookkeeping). Samples of load-time work
 inside the window (page faults, weight quantization) are left out. The caller's row is the step's
 critical path; the worker's idle share is time the caller spent on serial work. "overhead
@@ -51,7 +51,8 @@ CLASSES = [
     ("attention", r"Tile<|top12|DecodeAttention|decode_attention|streaming_attention|append_and_attend|store_rows|"
                   r"ConvertF32ToF16|ConvertF32ToBF16|__expf|Half::from_float"),
     ("small kernels", r"RmsNorm|rms_norm|residual_add|UnaryImpl|rope_rows|RopeRows|silu_mul|SiluMul|binary_kernel|BinaryImpl|Run<hwy|"
-                      r"choose_token|first_max_index|argmax|embedding|Embedding|index_select|Softmax|RowSum|AddRms|Rope"),
+                      r"choose_token|first_max_index|argmax|embedding|Embedding|index_select|Softmax|RowSum|AddRms|Rope|"
+                      r"ConvertF16ToF32|ConvertBF16ToF32"),
     ("pool", r"Pool::|parallel_for|sched_yield|futex|WaitFor|pthread_mutex|lll_mutex"),
 ]
 SHOWN = ["products", "attention", "small kernels", "pool", "overhead"]

@@ -198,6 +198,10 @@ Tensor residual_add_(Tensor& h, const Tensor& delta);
 /// rms_norm(x) * w over the last dimension: the rms_norm op's kernel without the dispatcher (two
 /// dispatch levels, ~1.9 us a call in a decode step that runs one or two a layer).
 Tensor rms_norm_rows(const Tensor& x, const Tensor& w, double eps);
+/// x.to(dtype) for a few contiguous rows between float32 and Float16 / BFloat16 (the SIMD casts the
+/// op runs, without its dispatch: decode converts a row or two a layer); other tensors, and any
+/// autograd records, go through the op.
+Tensor convert_rows(const Tensor& x, DType dtype);
 /// silu(g) * u, written over g (a temporary of the caller).
 Tensor silu_mul_(Tensor g, const Tensor& u);
 /// Rotary embedding applied in place to x [B, T, heads * D] (projection output, before

@@ -38,8 +38,8 @@ struct RowLayout {
 Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int64_t row_bytes,
                            const quant::BlockFormatTraits* fmt, DType stored, const RowLayout& layout) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3), rep = H / Hkv;
-  Tensor qc = q.to(DType::Float32).contiguous();
-  Tensor bc = bias.to(DType::Float32).contiguous();
+  Tensor qc = hf::convert_rows(q, DType::Float32).contiguous();
+  Tensor bc = hf::convert_rows(bias, DType::Float32).contiguous();
   const bool per_head = bc.size(1) == H;
   const int64_t S = bc.size(-1);
   Tensor out = empty({B, 1, H * D}, DType::Float32);
@@ -131,7 +131,7 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
       for (int64_t d = 0; d < D; ++d) o[d] *= inv;
     }
   }
-  return out.dtype() == q.dtype() ? out : out.to(q.dtype());
+  return hf::convert_rows(out, q.dtype());
 }
 
 }  // namespace
