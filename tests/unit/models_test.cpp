@@ -292,6 +292,13 @@ TEST(Models, FusedHalfStepsEqualThePerOpPath) {
     EXPECT_TRUE(same_bits(hf::convert_rows(narrow16, DType::Float32), narrow16.to(DType::Float32)));
     const Tensor strided = randn({1, 4, C}).transpose(1, 2);  // not contiguous: the op's own path
     EXPECT_TRUE(same_bits(hf::convert_rows(strided, dt), strided.to(dt)));
+    // GPT-2's norm outside autograd: the layer_norm op's kernel and bits, in this dtype and float32.
+    for (DType ldt : {dt, DType::Float32}) {
+      const Tensor lw = w.to(ldt), lb = randn({C}).to(ldt), none;
+      for (const Tensor& rows : {row.to(ldt), sum.to(ldt)})
+        for (const Tensor* bias : {&lb, &none})
+          EXPECT_TRUE(same_bits(hf::layer_norm_rows(rows, lw, *bias, 1e-5), layer_norm(rows, {C}, lw, *bias, 1e-5)));
+    }
 
     Tensor g = (randn({B, T, 3 * C}) * 4).to(dt), u = randn({B, T, 3 * C}).to(dt);
     EXPECT_TRUE(same_bits(hf::silu_mul_(g.clone(), u), silu(g) * u));

@@ -16,7 +16,7 @@ namespace {
 
 DType compute_dtype(DType t) { return t == DType::Float64 ? DType::Float64 : DType::Float32; }
 
-Tensor prep(const Tensor& t, DType ct) { return t.defined() ? t.to(ct).contiguous() : Tensor(); }
+Tensor prep(const Tensor& t, DType ct) { return t.defined() ? cast_rows(t, ct).contiguous() : Tensor(); }
 
 template <typename T>
 const T* ptr(const Tensor& t) {
@@ -51,7 +51,7 @@ std::vector<Tensor> layer_norm_forward(const Tensor& x, int64_t n, const Tensor&
     });
   }
   if (ct == dt) return {y, mean, rstd};
-  return {y.to(dt), mean.to(dt), rstd.to(dt)};
+  return {cast_rows(y, dt), cast_rows(mean, dt), cast_rows(rstd, dt)};
 }
 
 std::vector<Tensor> layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w, int64_t n, double eps) {
@@ -115,7 +115,7 @@ std::vector<Tensor> rms_norm_forward(const Tensor& x, int64_t n, const Tensor& w
   }
   // Float16 / BFloat16: both roundings in one pass over the rows (five tensor ops per call
   // before: a bf16 model's decode step runs this once or twice per layer).
-  Tensor yh = empty(x.sizes(), dt), wf = w.defined() ? w.to(DType::Float32).contiguous() : Tensor();
+  Tensor yh = empty(x.sizes(), dt), wf = w.defined() ? cast_rows(w, DType::Float32).contiguous() : Tensor();
   const float* yp = y.data<float>();
   const float* wp = ptr<float>(wf);
   auto* out = static_cast<uint16_t*>(yh.data_ptr());
@@ -135,7 +135,7 @@ std::vector<Tensor> rms_norm_forward(const Tensor& x, int64_t n, const Tensor& w
         hc->narrow(buf, out + r * n + i, m);
       }
   });
-  return {yh, rstd.to(dt)};
+  return {yh, cast_rows(rstd, dt)};
 }
 
 std::vector<Tensor> rms_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w, int64_t n, double eps) {

@@ -78,4 +78,16 @@ const HalfConvert* half_convert(DType t) {
   return t == DType::Float16 ? &f16 : t == DType::BFloat16 ? &bf16 : nullptr;
 }
 
+Tensor cast_rows(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  const bool widen = dtype == DType::Float32;
+  const HalfConvert* hc = half_convert(widen ? x.dtype() : dtype);
+  if (!hc || (!widen && x.dtype() != DType::Float32) || !x.is_contiguous() || x.numel() > kGrainSize)
+    return x.to(dtype);
+  Tensor y = empty(x.sizes(), dtype);
+  if (widen) hc->widen(static_cast<const uint16_t*>(x.data_ptr()), y.data<float>(), x.numel());
+  else hc->narrow(x.data<float>(), static_cast<uint16_t*>(y.data_ptr()), x.numel());
+  return y;
+}
+
 }  // namespace foundry::kernels

@@ -153,7 +153,8 @@ std::string Norm::type_name() const {
 std::string Norm::extra_repr() const { return "(" + std::to_string(dim_) + ",), eps=" + nn::py_float(eps_); }
 
 Tensor Norm::forward(const Tensor& x) {
-  if (kind_ == Kind::LayerNorm) return layer_norm(x, {dim_}, weight, bias, eps_);
+  if (kind_ == Kind::LayerNorm)
+    return records(x, weight, bias) ? layer_norm(x, {dim_}, weight, bias, eps_) : layer_norm_rows(x, weight, bias, eps_);
   if (kind_ == Kind::RMSNorm) return records(x, weight) ? rms_norm(x, {dim_}, weight, eps_) : rms_norm_rows(x, weight, eps_);
   return rms_norm(x, {dim_}, weight + ones({}, weight.dtype()), eps_);
 }

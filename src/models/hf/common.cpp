@@ -16,6 +16,7 @@
 #include "foundry/nn/init.h"
 #include "models/hf/blocks.h"
 #include "foundry/models/gguf.h"
+#include "foundry/ops/autocast.h"
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
 #include "models/hf/quantized_checkpoint.h"
@@ -457,17 +458,19 @@ Tensor residual_add_(Tensor& h, const Tensor& delta) {
   return h;
 }
 
+Tensor layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  const int64_t C = x.dim() ? x.size(-1) : 0;
+  auto fits = [&](const Tensor& t) { return !t.defined() || (t.dim() == 1 && t.numel() == C && t.dtype() == x.dtype()); };
+  if (C == 0 || !is_floating(x.dtype()) || !fits(w) || !fits(b) || autocast::is_enabled())
+    return layer_norm(x, {C}, w, b, eps);
+  Shape stats(x.sizes());
+  stats.back() = 1;
+  return kernels::layer_norm_forward(x, C, w, b, eps, stats)[0];
+}
+
 Tensor convert_rows(const Tensor& x, DType dtype) {
-  if (x.dtype() == dtype) return x;
-  const DType half = x.dtype() == DType::Float32 ? dtype : x.dtype();
-  const kernels::HalfConvert* hc = kernels::half_convert(half);
-  if (!hc || (dtype != DType::Float32 && x.dtype() != DType::Float32) || !x.is_contiguous() ||
-      x.numel() > kGrainSize || (x.requires_grad() && autograd::is_grad_enabled()))
-    return x.to(dtype);
-  Tensor y = empty(x.sizes(), dtype);
-  if (dtype == DType::Float32) hc->widen(static_cast<const uint16_t*>(x.data_ptr()), y.data<float>(), x.numel());
-  else hc->narrow(x.data<float>(), static_cast<uint16_t*>(y.data_ptr()), x.numel());
-  return y;
+  if (x.requires_grad() && autograd::is_grad_enabled()) return x.to(dtype);
+  return kernels::cast_rows(x, dtype);
 }
 
 Tensor rms_norm_rows(const Tensor& x, const Tensor& w, double eps) {

@@ -198,6 +198,9 @@ Tensor residual_add_(Tensor& h, const Tensor& delta);
 /// rms_norm(x) * w over the last dimension: the rms_norm op's kernel without the dispatcher (two
 /// dispatch levels, ~1.9 us a call in a decode step that runs one or two a layer).
 Tensor rms_norm_rows(const Tensor& x, const Tensor& w, double eps);
+/// layer_norm(x) * w + b over the last dimension: the layer_norm op's kernel without its two
+/// dispatch levels (GPT-2's decode step runs two a layer); under autocast, the op.
+Tensor layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double eps);
 /// x.to(dtype) for a few contiguous rows between float32 and Float16 / BFloat16 (the SIMD casts the
 /// op runs, without its dispatch: decode converts a row or two a layer); other tensors, and any
 /// autograd records, go through the op.

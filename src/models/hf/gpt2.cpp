@@ -53,7 +53,8 @@ class GPT2Block : public nn::Module {
   std::string type_name() const override { return "GPT2Block"; }
   Tensor forward(const Tensor& x, const LayerContext& ctx, int64_t layer) {
     Tensor h = x + attn->forward(ln_1->forward(x), ctx, layer);
-    return h + mlp->forward(ln_2->forward(h));
+    Tensor delta = mlp->forward(ln_2->forward(h));
+    return records(h, delta) ? h + delta : residual_add_(h, delta);
   }
   std::shared_ptr<Norm> ln_1, ln_2;
   std::shared_ptr<GPT2Attention> attn;
