@@ -6,8 +6,9 @@ Runs `bench_infer` on the Llama-110M shape of bench/quant_decode (random weights
 written to /tmp if absent) under `perf record` (Debian's linux-perf), decoding DECODE tokens after
 a 32-token prompt, with the recording delayed past load and prefill, at 1 and 2 threads. Each
 thread's samples are classed by symbol: the weight products (matrix-vector kernels and the
-activation quantization), attention over the KV cache, the small compute kernels (norms, rotary,
-SwiGLU, adds, argmax, and a 16-bit model's widening of its rows and norm weights), the pool (a thread waiting for a job or for the other thread's chunks), and
+activation quantization), attention over the KV cache (its 16-bit narrowing included), the small
+compute kernels (norms, rotary, SwiGLU, adds, argmax, and a 16-bit model's widening of its rows and
+norm weights), the pool (a thread waiting for a job or for the other thread's chunks), and
 overhead: everything else (allocation, op dispatch, tensor bookkeeping). Samples of load-time work
 inside the window (page faults, weight quantization) are left out. The caller's row is the step's
 critical path; the worker's idle share is time the caller spent on serial work. "overhead
