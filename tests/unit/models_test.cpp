@@ -17,6 +17,7 @@
 #include "foundry/models/generate.h"
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
+#include "kernels/cpu/unary.h"
 #include "models/hf/common.h"
 #include "tiny_models.h"
 
@@ -281,17 +282,17 @@ TEST(Models, FusedHalfStepsEqualThePerOpPath) {
     Tensor composed = (rms_norm(sum.to(DType::Float32), {C}, Tensor(), 1e-5).to(dt).to(DType::Float32) *
                        w.to(DType::Float32)).to(dt);
     EXPECT_TRUE(same_bits(fused, composed));
-    // One row (decode) takes rms_norm_rows' own 16-bit path, and convert_rows the SIMD casts: the
-    // op's bits either way (overflow, subnormals and NaN included).
+    // One row (decode): rms_norm_rows gives the op's bits, and kernels::cast_rows (the SIMD casts
+    // without the to op) the to op's, overflow, subnormals and NaN included.
     Tensor row = (randn({1, 1, C}) * 3).to(dt);
     EXPECT_TRUE(same_bits(hf::rms_norm_rows(row, w, 1e-5), rms_norm(row, {C}, w, 1e-5)));
     Tensor wide = randn({1, 1, 3 * C}) * 5;
     wide.data<float>()[0] = 1e30f, wide.data<float>()[1] = 1e-42f, wide.data<float>()[2] = std::nanf("");
-    EXPECT_TRUE(same_bits(hf::convert_rows(wide, dt), wide.to(dt)));
+    EXPECT_TRUE(same_bits(kernels::cast_rows(wide, dt), wide.to(dt)));
     const Tensor narrow16 = wide.to(dt);
-    EXPECT_TRUE(same_bits(hf::convert_rows(narrow16, DType::Float32), narrow16.to(DType::Float32)));
+    EXPECT_TRUE(same_bits(kernels::cast_rows(narrow16, DType::Float32), narrow16.to(DType::Float32)));
     const Tensor strided = randn({1, 4, C}).transpose(1, 2);  // not contiguous: the op's own path
-    EXPECT_TRUE(same_bits(hf::convert_rows(strided, dt), strided.to(dt)));
+    EXPECT_TRUE(same_bits(kernels::cast_rows(strided, dt), strided.to(dt)));
     // GPT-2's norm outside autograd: the layer_norm op's kernel and bits, in this dtype and float32.
     for (DType ldt : {dt, DType::Float32}) {
       const Tensor lw = w.to(ldt), lb = randn({C}).to(ldt), none;

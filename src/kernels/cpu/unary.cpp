@@ -2,6 +2,8 @@
 // through float buffers.
 #include "kernels/cpu/unary.h"
 
+#include "foundry/autograd/grad_mode.h"
+
 #include "kernels/cpu/dtype_dispatch.h"
 #include "kernels/cpu/loops.h"
 
@@ -82,7 +84,8 @@ Tensor cast_rows(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   const bool widen = dtype == DType::Float32;
   const HalfConvert* hc = half_convert(widen ? x.dtype() : dtype);
-  if (!hc || (!widen && x.dtype() != DType::Float32) || !x.is_contiguous() || x.numel() > kGrainSize)
+  if (!hc || (!widen && x.dtype() != DType::Float32) || !x.is_contiguous() || x.numel() > kGrainSize ||
+      (x.requires_grad() && autograd::is_grad_enabled()))
     return x.to(dtype);
   Tensor y = empty(x.sizes(), dtype);
   if (widen) hc->widen(static_cast<const uint16_t*>(x.data_ptr()), y.data<float>(), x.numel());

@@ -63,7 +63,7 @@ const HalfConvert* half_convert(DType t);
 /// x.to(dtype): a contiguous tensor of up to kGrainSize values between float32 and Float16 /
 /// BFloat16 converted here by the SIMD casts the copy op's contiguous runs use (the same bits,
 /// without the op's dispatch and strided loop: a decode step's norms and products convert a row or
-/// two at a time); anything else through the op. Records nothing for autograd.
+/// two at a time); anything else, and a tensor autograd records, through the op.
 Tensor cast_rows(const Tensor& x, DType dtype);
 
 }  // namespace foundry::kernels

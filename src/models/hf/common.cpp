@@ -23,7 +23,6 @@
 #include "kernels/cpu/binary.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/norm.h"
-#include "kernels/cpu/scratch.h"
 #include "kernels/cpu/unary.h"
 #include "quant/q8_kernels.h"
 
@@ -81,7 +80,7 @@ namespace {
 
 // Rows of `x` [B, H, T, D] quantized into dst [B, H, capacity, row bytes] at positions from..from+T.
 void store_rows(const quant::BlockFormatTraits& t, const Tensor& x, Tensor& dst, int64_t from) {
-  Tensor xc = hf::convert_rows(x, DType::Float32).contiguous();
+  Tensor xc = kernels::cast_rows(x, DType::Float32).contiguous();
   const int64_t B = xc.size(0), H = xc.size(1), T = xc.size(2), D = xc.size(3), row = dst.size(3);
   const float* src = xc.data<float>();
   auto* out = static_cast<uint8_t*>(dst.data_ptr());
@@ -403,7 +402,7 @@ std::pair<Tensor, Tensor> rope_tables(const ModelConfig& c, const Tensor& positi
   std::copy(cp, cp + rows * rot_dim, sp);
   kernels::unary_f32(kernels::UnaryOp::Cos, cp, cp, rows * rot_dim, {});
   kernels::unary_f32(kernels::UnaryOp::Sin, sp, sp, rows * rot_dim, {});
-  return {convert_rows(cos_t, dtype), convert_rows(sin_t, dtype)};
+  return {kernels::cast_rows(cos_t, dtype), kernels::cast_rows(sin_t, dtype)};
 }
 
 Tensor apply_rope(const Tensor& x, const Tensor& cos_in, const Tensor& sin_in) {
@@ -468,11 +467,6 @@ Tensor layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double
   return kernels::layer_norm_forward(x, C, w, b, eps, stats)[0];
 }
 
-Tensor convert_rows(const Tensor& x, DType dtype) {
-  if (x.requires_grad() && autograd::is_grad_enabled()) return x.to(dtype);
-  return kernels::cast_rows(x, dtype);
-}
-
 Tensor rms_norm_rows(const Tensor& x, const Tensor& w, double eps) {
   const int64_t C = w.numel();
   if (x.dim() == 0 || x.size(-1) != C || w.dim() != 1 || x.dtype() != w.dtype()) return rms_norm(x, {C}, w, eps);
@@ -481,25 +475,6 @@ Tensor rms_norm_rows(const Tensor& x, const Tensor& w, double eps) {
     Tensor y = empty(x.sizes(), DType::Float32);
     float rstd;
     kernels::rms_norm_rows_f32(x.data<float>(), w.data<float>(), y.data<float>(), &rstd, 1, C, float(eps));
-    return y;
-  }
-  const kernels::HalfConvert* hc = kernels::half_convert(x.dtype());
-  if (hc && x.numel() == C && x.is_contiguous() && w.is_contiguous()) {
-    // One 16-bit row: rms_norm_forward's half path (the row and the weight widened, the normalised
-    // value rounded before the weight multiplies, the product rounded) without its four tensor
-    // conversions and allocations (a 16-bit model's decode step runs one or two a layer).
-    kernels::ScratchArray<float> buf(size_t(3 * C));
-    float* xf = buf.data();
-    float* yf = xf + C;
-    float* wf = yf + C;
-    hc->widen(half_data(x), xf, C);
-    hc->widen(half_data(w), wf, C);
-    float rstd;
-    kernels::rms_norm_rows_f32(xf, nullptr, yf, &rstd, 1, C, float(eps));
-    hc->round(yf, C);
-    for (int64_t i = 0; i < C; ++i) yf[i] *= wf[i];
-    Tensor y = empty(x.sizes(), x.dtype());
-    hc->narrow(yf, half_data(y), C);
     return y;
   }
   Shape stats(x.sizes());
@@ -634,7 +609,7 @@ Tensor end_layers(const Tensor& h, KVCache* cache, int64_t T, int64_t last_posit
 }
 
 Tensor float_logits(const Tensor& logits) {
-  return convert_rows(logits, DType::Float32);
+  return kernels::cast_rows(logits, DType::Float32);
 }
 
 void parse_recurrent_sizes(const json& j, ModelConfig& c, bool tie_default) {

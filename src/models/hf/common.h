@@ -201,10 +201,6 @@ Tensor rms_norm_rows(const Tensor& x, const Tensor& w, double eps);
 /// layer_norm(x) * w + b over the last dimension: the layer_norm op's kernel without its two
 /// dispatch levels (GPT-2's decode step runs two a layer); under autocast, the op.
 Tensor layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double eps);
-/// x.to(dtype) for a few contiguous rows between float32 and Float16 / BFloat16 (the SIMD casts the
-/// op runs, without its dispatch: decode converts a row or two a layer); other tensors, and any
-/// autograd records, go through the op.
-Tensor convert_rows(const Tensor& x, DType dtype);
 /// silu(g) * u, written over g (a temporary of the caller).
 Tensor silu_mul_(Tensor g, const Tensor& u);
 /// Rotary embedding applied in place to x [B, T, heads * D] (projection output, before

@@ -16,6 +16,7 @@
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
 #include "kernels/cpu/decode_attention.h"
+#include "kernels/cpu/unary.h"
 #include "models/hf/common.h"
 #include "quant/q8_kernels.h"
 
@@ -38,8 +39,8 @@ struct RowLayout {
 Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int64_t row_bytes,
                            const quant::BlockFormatTraits* fmt, DType stored, const RowLayout& layout) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3), rep = H / Hkv;
-  Tensor qc = hf::convert_rows(q, DType::Float32).contiguous();
-  Tensor bc = hf::convert_rows(bias, DType::Float32).contiguous();
+  Tensor qc = kernels::cast_rows(q, DType::Float32).contiguous();
+  Tensor bc = kernels::cast_rows(bias, DType::Float32).contiguous();
   const bool per_head = bc.size(1) == H;
   const int64_t S = bc.size(-1);
   Tensor out = empty({B, 1, H * D}, DType::Float32);
@@ -131,7 +132,7 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
       for (int64_t d = 0; d < D; ++d) o[d] *= inv;
     }
   }
-  return hf::convert_rows(out, q.dtype());
+  return kernels::cast_rows(out, q.dtype());
 }
 
 }  // namespace

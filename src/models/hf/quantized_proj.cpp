@@ -382,14 +382,14 @@ std::vector<Tensor> decode_products(const Tensor& xc, IntList x_sizes, const qua
 
 // How every product ends: the bias added in float32, then x's dtype.
 Tensor finish_product(Tensor out, const Tensor& b, DType dtype) {
-  if (b.defined()) out = out + convert_rows(b, DType::Float32);
-  return convert_rows(out, dtype);
+  if (b.defined()) out = out + kernels::cast_rows(b, DType::Float32);
+  return kernels::cast_rows(out, dtype);
 }
 
 Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFormatTraits& t, int64_t rows_out,
                          int64_t k, const uint8_t* w, const std::string& prefill) {
   autograd::NoGradGuard no_grad;
-  Tensor xc = convert_rows(x, DType::Float32).contiguous();
+  Tensor xc = kernels::cast_rows(x, DType::Float32).contiguous();
   const int64_t m = xc.numel() / k;
   const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
   Shape out_shape(x.sizes());
@@ -500,7 +500,7 @@ std::vector<Tensor> WeightProducts::products(const Tensor& x, std::span<const Op
   autograd::NoGradGuard no_grad;
   SmallVec<QuantizedRows, 4> mats;
   for (const Quantized* q : qs) mats.push_back({q->data, q->rows});
-  out = decode_products(convert_rows(x, DType::Float32).contiguous(), x.sizes(), *qs.front()->format, k,
+  out = decode_products(kernels::cast_rows(x, DType::Float32).contiguous(), x.sizes(), *qs.front()->format, k,
                         std::span<const QuantizedRows>(mats.data(), mats.size()));
   for (size_t i = 0; i < out.size(); ++i) out[i] = finish_product(out[i], *weights[i].b, x.dtype());
   return out;
