@@ -145,6 +145,30 @@ TEST(Models, StreamingDecodeAttentionEqualsFullAttention) {
     const Tensor g32 = got.to(DType::Float32);
     EXPECT_TRUE(allclose(g32, want, tol, tol)) << format << " D " << D << " past " << past << " max diff "
                                                 << amax(abs(g32 - want)).item<float>();
+    // The attention job stored the new rows itself: the cache holds store()'s bits.
+    a.advance(1);
+    b.advance(1);
+    Tensor k2 = randn({B, Hkv, 1, D}).to(dtype), v2 = randn({B, Hkv, 1, D}).to(dtype);
+    auto [ka, va] = a.append(0, k2, v2);
+    auto [kb, vb] = b.append(0, k2, v2);
+    EXPECT_TRUE(equal(ka, kb) && equal(va, vb)) << format << " D " << D << " past " << past;
+  }
+  // Float32 rows into a plain 16-bit cache: narrowed inside the job as the copy op narrows them.
+  for (DType cached : {DType::Float16, DType::BFloat16}) {
+    models::KVCache a(1, 1, 2, 8, 64, cached), b(1, 1, 2, 8, 64, cached);
+    manual_seed(4);
+    Tensor q = randn({1, 2, 1, 64}), k = randn({1, 2, 1, 64}) * 300.0, v = randn({1, 2, 1, 64});
+    k.select(1, 1).narrow(2, 0, 3).copy_(tensor<float>({1e6f, 3e-8f, -7e4f}, {1, 3}));  // overflow, subnormal
+    Tensor got = a.append_and_attend(0, q, k, v, zeros({1, 1, 1, 1}));
+    Tensor vv = b.append(0, k, v).second;  // one position: a head's output is its value row
+    // Head 0 (head 1's key overflowed to infinity: its one score is not finite).
+    Tensor want = vv.to(DType::Float32).select(2, 0).reshape({1, 1, 128}).narrow(2, 0, 64);
+    EXPECT_TRUE(equal(got.narrow(2, 0, 64), want)) << dtype_name(cached);
+    a.advance(1);
+    b.advance(1);
+    auto [ka, va] = a.append(0, v, k);
+    auto [kb, vb] = b.append(0, v, k);
+    EXPECT_TRUE(equal(ka, kb) && equal(va, vb)) << dtype_name(cached);
   }
 }
 
