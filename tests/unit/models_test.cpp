@@ -363,7 +363,9 @@ TEST(Models, SixteenBitDecodeProductsMatchTheDenseOp) {
       std::vector<Tensor> both = wp.products(x, ops, false);
       EXPECT_TRUE(equal(both[0], got)) << rows;
       EXPECT_TRUE(equal(both[1], wp.product(x, w2, none, false))) << rows;
-      if (rows > models::CausalLM::kQuantizedMaxRows) EXPECT_TRUE(equal(got, want));
+      if (rows > models::CausalLM::kQuantizedMaxRows) {
+        EXPECT_TRUE(equal(got, want));
+      }
     }
     Tensor wt = randn({k, out}).to(dt), x = randn({1, 1, k}).to(dt);  // Conv1D's [in, out]
     EXPECT_TRUE(equal(wp.product(x, wt, none, true), hf::WeightProducts::dense(x, wt, none, true)));
