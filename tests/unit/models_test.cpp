@@ -153,6 +153,16 @@ TEST(Models, StreamingDecodeAttentionEqualsFullAttention) {
     auto [kb, vb] = b.append(0, k2, v2);
     EXPECT_TRUE(equal(ka, kb) && equal(va, vb)) << format << " D " << D << " past " << past;
   }
+  // Keys of another head size or head count, or values unlike the keys: an error, nothing stored.
+  for (const char* format : {"", "q8_0"}) {
+    models::KVCache c(1, 1, 2, 8, 64, DType::Float32, format);
+    Tensor q = randn({1, 2, 1, 64}), k = randn({1, 2, 1, 64}), bias = zeros({1, 1, 1, 1});
+    EXPECT_THROW(c.append_and_attend(0, q, randn({1, 2, 1, 96}), randn({1, 2, 1, 96}), bias), ValueError) << format;
+    EXPECT_THROW(c.append_and_attend(0, q, randn({1, 1, 1, 64}), randn({1, 1, 1, 64}), bias), ValueError) << format;
+    EXPECT_THROW(c.append_and_attend(0, q, k, randn({1, 2, 1, 32}), bias), ValueError) << format;
+    EXPECT_THROW(c.append(0, randn({1, 2, 1, 96}), randn({1, 2, 1, 96})), ValueError) << format;
+    EXPECT_EQ(c.length(), 0);
+  }
   // Float32 rows into a plain 16-bit cache: narrowed inside the job as the copy op narrows them.
   for (DType cached : {DType::Float16, DType::BFloat16}) {
     models::KVCache a(1, 1, 2, 8, 64, cached), b(1, 1, 2, 8, 64, cached);

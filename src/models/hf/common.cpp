@@ -108,6 +108,10 @@ Tensor KVCache::read(const Tensor& stored, int64_t length) const {
 void KVCache::store(int64_t layer, const Tensor& k, const Tensor& v) {
   FOUNDRY_CHECK_AS(IndexError, layer >= 0 && layer < int64_t(k_.size()), "KVCache: layer {} of {}", layer, k_.size());
   if (paged()) return store_paged(layer, k, v);
+  FOUNDRY_CHECK_AS(ValueError,
+                   k.dim() == 4 && v.sizes() == k.sizes() && k.size(1) == k_[size_t(layer)].size(1) && k.size(3) == head_dim_,
+                   "KVCache: keys {} and values {} for a cache of {} heads of {}", shape_str(k.sizes()),
+                   shape_str(v.sizes()), k_[size_t(layer)].size(1), head_dim_);
   const int64_t T = k.size(2);
   if (length_ + T > capacity_)
     raise<ValueError>("KVCache: {} cached + {} new positions exceed the capacity of {}", length_, T, capacity_);

@@ -199,8 +199,8 @@ Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& 
   // but the SIMD narrowing is needed; else (paged, a full cache, other dtypes) store() first.
   NewRows new_rows;
   Tensor kc, vc;  // what new_rows.k and new_rows.v point into
-  if (!paged() && layer >= 0 && layer < int64_t(k_.size()) && length_ + 1 <= capacity_ && v.sizes() == k.sizes() &&
-      k_[size_t(layer)].size(1) == Hkv) {
+  if (!paged() && layer >= 0 && layer < int64_t(k_.size()) && length_ + 1 <= capacity_ && k.dim() == 4 &&
+      k.size(3) == D && v.sizes() == k.sizes() && k_[size_t(layer)].size(1) == Hkv) {
     const DType cached = k_[size_t(layer)].dtype();
     if (fmt) {
       kc = kernels::cast_rows(k, DType::Float32).contiguous();
