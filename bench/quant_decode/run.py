@@ -124,6 +124,8 @@ def llama_cpp_avx2_dir(prefix):
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
         steps = [["cmake", "-S", os.path.join(prefix, "src", "llama.cpp"), "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Release",
                   *AVX2_FLAGS, "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+                  # build.sh's switches: the archive has no app/ or UI sources to configure
+                  "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
                   "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_NUMBER=1"],
                  ["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target", "llama-bench"]]
         for step in steps:
@@ -187,7 +189,7 @@ def main():
         sys.exit("quant_decode: error: /usr/bin/time (GNU time) measures llama-bench's peak RSS; install it: "
                  "apt-get install time (scripts/install-deps.sh does)")
     foundry_cli = os.path.join(os.path.dirname(os.path.abspath(binary)), "foundry")
-    print(f"llama.cpp: {llama_dir or 'not available (no ../shared/tools/llama.cpp): columns left out'}\n")
+    print(f"llama.cpp: {llama_dir or 'not available (no ../shared/tools/llama.cpp, or its build failed: above): columns left out'}\n")
     # "f16 native" / "bf16 native": an f16 / bf16 checkpoint computed in that dtype (--dtype native);
     # the others quantize the float32 folder's weights at load (--quantize; f16 / bf16 dots take f16 /
     # bf16 activations).

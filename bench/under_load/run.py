@@ -106,7 +106,7 @@ def main():
             subprocess.run([os.path.join(args.bin_dir, "foundry"), "convert", "--model", folder, "--to", gguf,
                             "--type", "f32"], check=True, capture_output=True)
     print(f"CPU: {quant.cpu_name()}, {cores} cores; load: {args.busy} busy process(es); llama.cpp: "
-          f"{llama_dir or 'not available (no ../shared/tools/llama.cpp): its rows are left out'}\n")
+          f"{llama_dir or 'not available (no ../shared/tools/llama.cpp, or its build failed: above): its rows are left out'}\n")
 
     tmp = tempfile.mkdtemp(prefix="foundry_under_load_")
     config = main_job_config(tmp)
