@@ -52,6 +52,8 @@ struct ModelConfig {
   std::string json;  ///< config.json as read
 };
 
+struct KVCacheRows;
+
 /// Per-layer key/value buffers [batch, kv_heads, capacity, head_dim], allocated once; decoding
 /// writes into them without reallocating. `length` positions are filled (same for every row).
 ///
@@ -131,6 +133,12 @@ class KVCache {
  private:
   /// Writes k, v [B, Hkv, T, D] at positions length()..length()+T of `layer` (bounds checked).
   void store(int64_t layer, const Tensor& k, const Tensor& v);
+  /// store()'s checks of k, v for a contiguous cache: layer, shapes, batch and capacity.
+  void check_new_rows(int64_t layer, const Tensor& k, const Tensor& v) const;
+  /// How k and v's rows are written into a contiguous cache's `layer` row by row (KVCacheRows):
+  /// false where only the copy op converts them (a plain cache and a dtype other than its own or
+  /// float32 narrowed to it).
+  bool new_rows(int64_t layer, const Tensor& k, const Tensor& v, KVCacheRows& rows) const;
   Tensor read(const Tensor& stored, int64_t length) const;
   std::vector<Tensor> k_, v_;  // [B, Hkv, capacity, head_dim] in dtype_, or [.., row bytes] uint8 in format_
   std::map<std::pair<int64_t, int>, Tensor> states_;

@@ -1,6 +1,7 @@
 #include "models/hf/common.h"
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -76,21 +77,23 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capaci
   std::tie(k_, v_) = layer_rows(layers, {batch, kv_heads, capacity, row}, stored);
 }
 
-namespace {
-
-// Rows of `x` [B, H, T, D] quantized into dst [B, H, capacity, row bytes] at positions from..from+T.
-void store_rows(const quant::BlockFormatTraits& t, const Tensor& x, Tensor& dst, int64_t from) {
-  Tensor xc = kernels::cast_rows(x, DType::Float32).contiguous();
-  const int64_t B = xc.size(0), H = xc.size(1), T = xc.size(2), D = xc.size(3), row = dst.size(3);
-  const float* src = xc.data<float>();
-  auto* out = static_cast<uint8_t*>(dst.data_ptr());
-  const int64_t cap = dst.size(2);
-  const quant::RowQuantizer quantize = quant::exact_quantizer(t);
-  for (int64_t bh = 0; bh < B * H; ++bh)
-    for (int64_t i = 0; i < T; ++i) quantize(src + (bh * T + i) * D, out + (bh * cap + from + i) * row, D);
+void KVCacheRows::store(int64_t b, int64_t g) const {
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t src = ((b * Hkv + g) * T + t) * in_row, dst = ((b * Hkv + g) * capacity + position + t) * out_row;
+    const auto* ks = static_cast<const uint8_t*>(k.data_ptr()) + src;
+    const auto* vs = static_cast<const uint8_t*>(v.data_ptr()) + src;
+    if (quantize) {
+      quantize(reinterpret_cast<const float*>(ks), k_cache + dst, D);
+      quantize(reinterpret_cast<const float*>(vs), v_cache + dst, D);
+    } else if (narrow) {
+      narrow->narrow(reinterpret_cast<const float*>(ks), reinterpret_cast<uint16_t*>(k_cache + dst), D);
+      narrow->narrow(reinterpret_cast<const float*>(vs), reinterpret_cast<uint16_t*>(v_cache + dst), D);
+    } else {
+      std::memcpy(k_cache + dst, ks, size_t(out_row));
+      std::memcpy(v_cache + dst, vs, size_t(out_row));
+    }
+  }
 }
-
-}  // namespace
 
 Tensor KVCache::read(const Tensor& stored, int64_t length) const {
   if (format_.empty()) return stored.narrow(2, 0, length);
@@ -105,9 +108,8 @@ Tensor KVCache::read(const Tensor& stored, int64_t length) const {
   return dtype_ == DType::Float32 ? out : out.to(dtype_);
 }
 
-void KVCache::store(int64_t layer, const Tensor& k, const Tensor& v) {
+void KVCache::check_new_rows(int64_t layer, const Tensor& k, const Tensor& v) const {
   FOUNDRY_CHECK_AS(IndexError, layer >= 0 && layer < int64_t(k_.size()), "KVCache: layer {} of {}", layer, k_.size());
-  if (paged()) return store_paged(layer, k, v);
   FOUNDRY_CHECK_AS(ValueError,
                    k.dim() == 4 && v.sizes() == k.sizes() && k.size(1) == k_[size_t(layer)].size(1) && k.size(3) == head_dim_,
                    "KVCache: keys {} and values {} for a cache of {} heads of {}", shape_str(k.sizes()),
@@ -116,16 +118,46 @@ void KVCache::store(int64_t layer, const Tensor& k, const Tensor& v) {
   if (length_ + T > capacity_)
     raise<ValueError>("KVCache: {} cached + {} new positions exceed the capacity of {}", length_, T, capacity_);
   FOUNDRY_CHECK_AS(ValueError, k.size(0) == batch_, "KVCache: batch {} given to a cache for batch {}", k.size(0), batch_);
-  Tensor& ks = k_[size_t(layer)];
-  Tensor& vs = v_[size_t(layer)];
-  if (format_.empty()) {
-    ks.narrow(2, length_, T).copy_(k);
-    vs.narrow(2, length_, T).copy_(v);
+}
+
+bool KVCache::new_rows(int64_t layer, const Tensor& k, const Tensor& v, KVCacheRows& rows) const {
+  const Tensor& ks = k_[size_t(layer)];
+  const DType cached = ks.dtype();
+  if (format_traits_) {
+    rows.k = kernels::cast_rows(k, DType::Float32).contiguous();
+    rows.v = kernels::cast_rows(v, DType::Float32).contiguous();
+    rows.quantize = quant::exact_quantizer(*format_traits_);
+  } else if (k.dtype() == v.dtype() &&
+             (k.dtype() == cached || (k.dtype() == DType::Float32 && kernels::half_convert(cached)))) {
+    rows.k = k.contiguous();
+    rows.v = v.contiguous();
+    if (k.dtype() != cached) rows.narrow = kernels::half_convert(cached);
   } else {
-    const quant::BlockFormatTraits& t = *format_traits_;
-    store_rows(t, k, ks, length_);
-    store_rows(t, v, vs, length_);
+    return false;
   }
+  rows.k_cache = static_cast<uint8_t*>(ks.data_ptr());
+  rows.v_cache = static_cast<uint8_t*>(v_[size_t(layer)].data_ptr());
+  rows.T = k.size(2), rows.Hkv = k.size(1), rows.D = head_dim_;
+  rows.in_row = head_dim_ * int64_t(itemsize(rows.k.dtype()));
+  rows.out_row = format_traits_ ? ks.size(3) : head_dim_ * int64_t(itemsize(cached));
+  rows.capacity = capacity_, rows.position = length_;
+  return true;
+}
+
+void KVCache::store(int64_t layer, const Tensor& k, const Tensor& v) {
+  FOUNDRY_CHECK_AS(IndexError, layer >= 0 && layer < int64_t(k_.size()), "KVCache: layer {} of {}", layer, k_.size());
+  if (paged()) return store_paged(layer, k, v);
+  check_new_rows(layer, k, v);
+  // A block format's rows are quantized one by one; plain rows go through the copy op (any dtype
+  // or strides, a long prefill's rows in parallel).
+  if (KVCacheRows rows; format_traits_ && new_rows(layer, k, v, rows)) {
+    for (int64_t b = 0; b < rows.k.size(0); ++b)
+      for (int64_t g = 0; g < rows.Hkv; ++g) rows.store(b, g);
+    return;
+  }
+  const int64_t T = k.size(2);
+  k_[size_t(layer)].narrow(2, length_, T).copy_(k);
+  v_[size_t(layer)].narrow(2, length_, T).copy_(v);
 }
 
 std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {

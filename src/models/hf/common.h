@@ -14,6 +14,27 @@
 
 #include "foundry/models/pretrained.h"
 
+namespace foundry::kernels {
+struct HalfConvert;
+}
+
+namespace foundry::models {
+
+/// New key and value rows [B, Hkv, T, D] and where they go in a contiguous cache's layer, written one
+/// (batch row, kv head) at a time: by store() for a block-format cache, and by decode attention's
+/// job, each chunk its own heads' before it reads them. The same bits as the copy op / the format.
+struct KVCacheRows {
+  Tensor k, v;  // contiguous: float32 for a block format, else the cache's dtype or float32
+  uint8_t *k_cache = nullptr, *v_cache = nullptr;
+  int64_t T = 0, in_row = 0, out_row = 0, capacity = 0, position = 0, Hkv = 0, D = 0;
+  void (*quantize)(const float* x, void* y, int64_t k) = nullptr;  // a block format's exact quantizer
+  const kernels::HalfConvert* narrow = nullptr;                     // float32 rows into a 16-bit cache
+  /// Batch row b, kv head g: its T new positions of keys and values.
+  void store(int64_t b, int64_t g) const;
+};
+
+}  // namespace foundry::models
+
 namespace foundry::models::hf {
 
 using nlohmann::json;

@@ -7,7 +7,6 @@
 // Contiguous and paged caches differ only in where a row's positions live.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -36,36 +35,11 @@ struct RowLayout {
   std::function<std::tuple<const uint8_t*, const uint8_t*, int64_t>(int64_t, int64_t, int64_t)> locate;
 };
 
-// A decode step's new key and value rows [B, Hkv, 1, D] and where they go in a contiguous cache:
-// each (batch row, kv head)'s written by the attention job's chunk that reads that position, before
-// it reads it (the store was serial between the products job and the attention job). The same bits
-// as KVCache::store: the block format's exact quantizer, the copy op's SIMD narrowing, or a copy.
-struct NewRows {
-  const uint8_t *k, *v;  // float32 for a block format, else the cache's dtype or float32
-  uint8_t *k_cache, *v_cache;
-  int64_t in_row, out_row, capacity, position, Hkv, D;
-  quant::RowQuantizer quantize = nullptr;       // a block-format cache
-  const kernels::HalfConvert* narrow = nullptr;  // float32 rows into a 16-bit cache
-  void store(int64_t b, int64_t g) const {
-    const int64_t src = (b * Hkv + g) * in_row, dst = ((b * Hkv + g) * capacity + position) * out_row;
-    if (quantize) {
-      quantize(reinterpret_cast<const float*>(k + src), k_cache + dst, D);
-      quantize(reinterpret_cast<const float*>(v + src), v_cache + dst, D);
-    } else if (narrow) {
-      narrow->narrow(reinterpret_cast<const float*>(k + src), reinterpret_cast<uint16_t*>(k_cache + dst), D);
-      narrow->narrow(reinterpret_cast<const float*>(v + src), reinterpret_cast<uint16_t*>(v_cache + dst), D);
-    } else {
-      std::memcpy(k_cache + dst, k + src, size_t(out_row));
-      std::memcpy(v_cache + dst, v + src, size_t(out_row));
-    }
-  }
-};
-
 // fmt: the cache's block format, null for a cache of plain `stored` values (float32, bf16, f16).
-// new_rows, where set, are stored inside the job (the new position is each row's last visible one).
+// new_rows, where set, are stored inside the job (one new position: each row's last visible one).
 Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int64_t row_bytes,
                            const quant::BlockFormatTraits* fmt, DType stored, const RowLayout& layout,
-                           const NewRows* new_rows) {
+                           const KVCacheRows* new_rows) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3), rep = H / Hkv;
   Tensor qc = kernels::cast_rows(q, DType::Float32).contiguous();
   Tensor bc = kernels::cast_rows(bias, DType::Float32).contiguous();
@@ -104,17 +78,28 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
   float* pm = part_m.data();
   float* pl = part_l.data();
   float* pacc = part_acc.data();
-  // With one segment a chunk ends its query rows itself (the merge below would only normalise them):
-  // the caller then runs nothing serial between the job and the output projection.
-  const auto finish_rows = [&](int64_t b, int64_t g, int64_t c) {
+  // Query rows of (row, kv head) bg: its segments rescaled to their largest maximum, summed and
+  // normalised. With one segment the chunk that ran it does this itself (the caller then runs
+  // nothing serial between the job and the output projection); else the caller, after the job.
+  const auto merge_group = [&](int64_t bg) {
+    const int64_t b = bg / Hkv, g = bg % Hkv;
     for (int64_t r = 0; r < rep; ++r) {
-      const float lc = pl[c * rep + r];
-      const float inv = lc > 0.f ? 1.f / (0.f + lc) : 0.f;  // the merge's sum and reciprocal, bit for bit
-      const float* a = pacc + (c * rep + r) * D;
+      float top = -std::numeric_limits<float>::infinity();
+      for (int64_t seg = 0; seg < segments; ++seg) top = std::max(top, pm[(bg * segments + seg) * rep + r]);
       float* o = odata + b * H * D + (g * rep + r) * D;
-      if (lc == 0.f) std::fill(o, o + D, 0.f);
-      else
-        for (int64_t d = 0; d < D; ++d) o[d] = (0.f + a[d]) * inv;
+      float sum = 0.f;
+      std::fill(o, o + D, 0.f);
+      for (int64_t seg = 0; seg < segments; ++seg) {
+        const int64_t c = bg * segments + seg;
+        const float lc = pl[c * rep + r];
+        if (lc == 0.f) continue;  // no finite score in this segment
+        const float w = segments == 1 ? 1.f : std::exp(pm[c * rep + r] - top);
+        sum += lc * w;
+        const float* a = pacc + (c * rep + r) * D;
+        for (int64_t d = 0; d < D; ++d) o[d] += a[d] * w;
+      }
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      for (int64_t d = 0; d < D; ++d) o[d] *= inv;
     }
   };
   parallel_for(0, groups * segments, 1, 64, [&](int64_t lo, int64_t hi) {
@@ -150,31 +135,11 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
         kernels::decode_attention_tile(qg, rep, D, tile, scale, bg_bias + t0, per_head ? S : 0, m, l, acc);
         t0 += tile.n;
       }
-      if (segments == 1) finish_rows(b, g, c);
+      if (segments == 1) merge_group(bg);
     }
   });
-  // Each query row's segments merged: rescaled to the largest maximum, summed, normalised.
-  for (int64_t bg = 0; bg < groups && segments > 1; ++bg) {
-    const int64_t b = bg / Hkv, g = bg % Hkv;
-    for (int64_t r = 0; r < rep; ++r) {
-      float top = -std::numeric_limits<float>::infinity();
-      for (int64_t seg = 0; seg < segments; ++seg) top = std::max(top, pm[(bg * segments + seg) * rep + r]);
-      float* o = odata + b * H * D + (g * rep + r) * D;
-      float sum = 0.f;
-      std::fill(o, o + D, 0.f);
-      for (int64_t seg = 0; seg < segments; ++seg) {
-        const int64_t c = bg * segments + seg;
-        const float lc = pl[c * rep + r];
-        if (lc == 0.f) continue;  // no finite score in this segment
-        const float w = segments == 1 ? 1.f : std::exp(pm[c * rep + r] - top);
-        sum += lc * w;
-        const float* a = pacc + (c * rep + r) * D;
-        for (int64_t d = 0; d < D; ++d) o[d] += a[d] * w;
-      }
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      for (int64_t d = 0; d < D; ++d) o[d] *= inv;
-    }
-  }
+  if (segments > 1)
+    for (int64_t bg = 0; bg < groups; ++bg) merge_group(bg);
   return kernels::cast_rows(out, q.dtype());
 }
 
@@ -195,31 +160,16 @@ Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& 
   FOUNDRY_CHECK_AS(ValueError, bias.size(-1) == length_ + 1,
                    "KVCache::append_and_attend: bias covers {} positions, the cache {}", bias.size(-1), length_ + 1);
   const quant::BlockFormatTraits* fmt = format_traits_;
-  // The new rows stored inside the attention job where the cache is contiguous and no conversion
-  // but the SIMD narrowing is needed; else (paged, a full cache, other dtypes) store() first.
-  NewRows new_rows;
-  Tensor kc, vc;  // what new_rows.k and new_rows.v point into
-  if (!paged() && layer >= 0 && layer < int64_t(k_.size()) && length_ + 1 <= capacity_ && k.dim() == 4 &&
-      k.size(3) == D && v.sizes() == k.sizes() && k_[size_t(layer)].size(1) == Hkv) {
-    const DType cached = k_[size_t(layer)].dtype();
-    if (fmt) {
-      kc = kernels::cast_rows(k, DType::Float32).contiguous();
-      vc = kernels::cast_rows(v, DType::Float32).contiguous();
-      new_rows.quantize = quant::exact_quantizer(*fmt);
-    } else if (k.dtype() == v.dtype() && (k.dtype() == cached || (k.dtype() == DType::Float32 && kernels::half_convert(cached)))) {
-      kc = k.contiguous();
-      vc = v.contiguous();
-      if (k.dtype() != cached) new_rows.narrow = kernels::half_convert(cached);
-    }
-    new_rows.k = static_cast<const uint8_t*>(kc.defined() ? kc.data_ptr() : nullptr);
-    new_rows.v = static_cast<const uint8_t*>(vc.defined() ? vc.data_ptr() : nullptr);
-    new_rows.k_cache = static_cast<uint8_t*>(k_[size_t(layer)].data_ptr());
-    new_rows.v_cache = static_cast<uint8_t*>(v_[size_t(layer)].data_ptr());
-    new_rows.in_row = D * int64_t(kc.defined() ? itemsize(kc.dtype()) : 0);
-    new_rows.out_row = fmt ? k_[size_t(layer)].size(3) : D * int64_t(itemsize(cached));
-    new_rows.capacity = capacity_, new_rows.position = length_, new_rows.Hkv = Hkv, new_rows.D = D;
+  // The new rows stored inside the attention job (the store was serial between the products job
+  // and this one) where the cache is contiguous and they need no conversion but the SIMD narrowing;
+  // else (paged, or another dtype) store() first.
+  KVCacheRows incoming;
+  bool in_job = false;
+  if (!paged()) {
+    check_new_rows(layer, k, v);
+    in_job = new_rows(layer, k, v, incoming);
   }
-  if (!kc.defined()) store(layer, k, v);
+  if (!in_job) store(layer, k, v);
   const Tensor& ks = k_[size_t(layer)];
   const Tensor& vs = v_[size_t(layer)];
   const int64_t row = fmt ? ks.size(3) : D * int64_t(itemsize(ks.dtype()));
@@ -247,7 +197,7 @@ Tensor KVCache::append_and_attend(int64_t layer, const Tensor& q, const Tensor& 
       return std::make_tuple(kbase + at, vbase + at, bs - j % bs);
     };
   }
-  return streaming_attention(q, bias, Hkv, row, fmt, ks.dtype(), layout, kc.defined() ? &new_rows : nullptr);
+  return streaming_attention(q, bias, Hkv, row, fmt, ks.dtype(), layout, in_job ? &incoming : nullptr);
 }
 
 }  // namespace foundry::models
