@@ -80,8 +80,8 @@ KVCache::KVCache(int64_t layers, int64_t batch, int64_t kv_heads, int64_t capaci
 void KVCacheRows::store(int64_t b, int64_t g) const {
   for (int64_t t = 0; t < T; ++t) {
     const int64_t src = ((b * Hkv + g) * T + t) * in_row, dst = ((b * Hkv + g) * capacity + position + t) * out_row;
-    const auto* ks = static_cast<const uint8_t*>(k.data_ptr()) + src;
-    const auto* vs = static_cast<const uint8_t*>(v.data_ptr()) + src;
+    const uint8_t* ks = k_data + src;
+    const uint8_t* vs = v_data + src;
     if (quantize) {
       quantize(reinterpret_cast<const float*>(ks), k_cache + dst, D);
       quantize(reinterpret_cast<const float*>(vs), v_cache + dst, D);
@@ -135,6 +135,8 @@ bool KVCache::new_rows(int64_t layer, const Tensor& k, const Tensor& v, KVCacheR
   } else {
     return false;
   }
+  rows.k_data = static_cast<const uint8_t*>(rows.k.data_ptr());
+  rows.v_data = static_cast<const uint8_t*>(rows.v.data_ptr());
   rows.k_cache = static_cast<uint8_t*>(ks.data_ptr());
   rows.v_cache = static_cast<uint8_t*>(v_[size_t(layer)].data_ptr());
   rows.T = k.size(2), rows.Hkv = k.size(1), rows.D = head_dim_;

@@ -25,6 +25,9 @@ namespace foundry::models {
 /// job, each chunk its own heads' before it reads them. The same bits as the copy op / the format.
 struct KVCacheRows {
   Tensor k, v;  // contiguous: float32 for a block format, else the cache's dtype or float32
+  // Their data and the cache's, as raw pointers: store() runs on the pool's workers, which would
+  // otherwise read the tensors' headers, lines the caller's reference counting writes.
+  const uint8_t *k_data = nullptr, *v_data = nullptr;
   uint8_t *k_cache = nullptr, *v_cache = nullptr;
   int64_t T = 0, in_row = 0, out_row = 0, capacity = 0, position = 0, Hkv = 0, D = 0;
   void (*quantize)(const float* x, void* y, int64_t k) = nullptr;  // a block format's exact quantizer
