@@ -1,5 +1,5 @@
-// Prefill's products of q4_0 / q8_0 / q4_K weights (ggml's layouts) with q8_0 / q8_K activation
-// rows as integer dot products on x86: AVX-512 VNNI (vpdpbusd, 64 u8 x s8 products into 16 int32
+// Prefill's products of block-format weights (ggml's layouts: q4_0, q4_1, q5_0, q5_1, q8_0, q4_K,
+// q5_K, q6_K) with q8_0 / q8_K activation rows as integer dot products on x86: AVX-512 VNNI (vpdpbusd, 64 u8 x s8 products into 16 int32
 // lanes) where present, else AVX2 (vpmaddubsw into int16 pairs, vpmaddwd into int32).
 //
 // A panel of weight rows (16 for VNNI, 8 for AVX2: one int32 lane per row) is unpacked once into
@@ -15,9 +15,14 @@
 // Unsigned-by-signed products need one unsigned side: the weights are made unsigned by an offset
 // (q4_0's nibbles already are level + 8; a q8_0 level gets + 128 on VNNI) and the offset times the
 // activation block's level sum is taken off before the scales (q4_K's nibbles are unsigned levels
-// already). AVX2 sums a block's 4-bit pairs in int16 (8 x 2 x 15 x 127 fits), but q8_0's offset
-// products would not fit an int16 pair, so its AVX2 q8_0 kernel multiplies |w| by the activation
-// carrying w's sign instead.
+// already). AVX2 sums a block's 4-bit pairs in int16 (8 x 2 x 15 x 128 fits), 5-bit pairs four
+// steps at a time and 6-bit pairs two, but q8_0's offset products would not fit an int16 pair, so
+// its AVX2 q8_0 kernel multiplies |w| by the activation carrying w's sign instead.
+// The other formats are unpacked a block of a row at a time into 32 unsigned levels (block_levels)
+// and transposed as q8_0's bytes are: q4_1 / q5_1's minimum and q5_K's as q4_K's (a float term
+// against the activation block's scaled level sum), q5_0's offset of 16 as q4_0's, and q6_K's two
+// int8 sub-block scales a block as two halves, each with its own int32 sum, float scale and the
+// offset of 32 as a minimum (-32 x d x scale) against the activation half's sum (q8_K's bsums).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -52,7 +57,13 @@ constexpr int kSubBlocks = int(detail::kQK_K / 32);
 using avx2::dword_at;
 using avx2::f16_at;
 
-enum class Weights { Q4_0, Q8_0Offset, Q8_0Magnitude, Q4_K };
+enum class Weights { Q4_0, Q8_0Offset, Q8_0Magnitude, Q4_K, Q4_1, Q5_0, Q5_1, Q5_K, Q6_K };
+
+// The formats packed through block_levels.
+bool unpacked_by_blocks(Weights kind) {
+  return kind == Weights::Q4_1 || kind == Weights::Q5_0 || kind == Weights::Q5_1 || kind == Weights::Q5_K ||
+         kind == Weights::Q6_K;
+}
 
 // The activation rows as the kernels read them: levels [m, k] one after another, and per row and
 // 32-value block its scale, the int32 sum's start (the weight offset times the block's level sum,
@@ -61,20 +72,24 @@ enum class Weights { Q4_0, Q8_0Offset, Q8_0Magnitude, Q4_K };
 // zero-filled at every product.
 struct Activations {
   kernels::ScratchArray<int8_t> levels;
-  kernels::ScratchArray<float> scale, level_sum;
+  kernels::ScratchArray<float> scale, level_sum;  // level_sum: `halves` a block (q6_K's sub-blocks of 16: 2)
   kernels::ScratchArray<int32_t> start;
+  int halves = 1;
 };
 
 // Blocks of activations a chunk of the threads' unpacking takes: the unpacking ran on the calling
 // thread alone and was 4 % of a 2-thread prefill (q8_0, AVX2), time the other thread sat idle.
 constexpr int64_t kBlocksPerChunk = 256;
 
-Activations activations_q8_0(const uint8_t* xq, int64_t m, int64_t k, int32_t offset) {
+// q8_0: the weights' offset times the block's level sum as the int32 sum's start; with `sums` (a
+// weight format with a minimum) also the scaled level sum.
+Activations activations_q8_0(const uint8_t* xq, int64_t m, int64_t k, int32_t offset, bool sums = false) {
   const int64_t blocks = k / 32;
   Activations a;
   a.levels = kernels::ScratchArray<int8_t>(size_t(m * k));
   a.scale = kernels::ScratchArray<float>(size_t(m * blocks));
   a.start = kernels::ScratchArray<int32_t>(size_t(m * blocks));
+  if (sums) a.level_sum = kernels::ScratchArray<float>(size_t(m * blocks));
   parallel_for(0, m * blocks, kBlocksPerChunk, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       const uint8_t* block = xq + i * kQ8Bytes;
@@ -82,21 +97,24 @@ Activations activations_q8_0(const uint8_t* xq, int64_t m, int64_t k, int32_t of
       int8_t* levels = a.levels.data() + i * 32;
       std::memcpy(levels, block + 2, 32);
       int32_t sum = 0;
-      if (offset != 0)
+      if (offset != 0 || sums)
         for (int j = 0; j < 32; ++j) sum += levels[j];
       a.start[size_t(i)] = -offset * sum;
+      if (sums) a.level_sum[size_t(i)] = a.scale[size_t(i)] * float(sum);
     }
   });
   return a;
 }
 
-// q8_K: a float scale per 256 values, the levels, then 16 int16 sums of 16 levels each.
-Activations activations_q8_K(const uint8_t* xq, int64_t m, int64_t k) {
+// q8_K: a float scale per 256 values, the levels, then 16 int16 sums of 16 levels each (a block's
+// two summed, or with halves = 2 each scaled on its own).
+Activations activations_q8_K(const uint8_t* xq, int64_t m, int64_t k, int halves = 1) {
   const int64_t superblocks = k / detail::kQK_K, blocks = k / 32;
   Activations a;
+  a.halves = halves;
   a.levels = kernels::ScratchArray<int8_t>(size_t(m * k));
   a.scale = kernels::ScratchArray<float>(size_t(m * blocks));
-  a.level_sum = kernels::ScratchArray<float>(size_t(m * blocks));
+  a.level_sum = kernels::ScratchArray<float>(size_t(m * blocks * halves));
   a.start = kernels::ScratchArray<int32_t>(size_t(m * blocks));
   parallel_for(0, m * superblocks, kBlocksPerChunk / kSubBlocks, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
@@ -109,7 +127,13 @@ Activations activations_q8_K(const uint8_t* xq, int64_t m, int64_t k) {
       for (int j = 0; j < kSubBlocks; ++j) {
         a.scale[size_t(i * kSubBlocks + j)] = d;
         a.start[size_t(i * kSubBlocks + j)] = 0;
-        a.level_sum[size_t(i * kSubBlocks + j)] = d * float(sums[2 * j] + sums[2 * j + 1]);
+        float* level_sum = a.level_sum.data() + (i * kSubBlocks + j) * halves;
+        if (halves == 1) {
+          level_sum[0] = d * float(sums[2 * j] + sums[2 * j + 1]);
+        } else {
+          level_sum[0] = d * float(sums[2 * j]);
+          level_sum[1] = d * float(sums[2 * j + 1]);
+        }
       }
     }
   });
@@ -117,8 +141,9 @@ Activations activations_q8_K(const uint8_t* xq, int64_t m, int64_t k) {
 }
 
 // A panel of Lanes weight rows: per 32-value block kStepsPerBlock vectors of levels, vector s
-// holding levels 4s..4s+3 of every row (lane i = row i), and per block and row its float scale
-// and (q4_K) its minimum's factor; `signs` holds AVX2 q8_0's signed levels beside their magnitudes.
+// holding levels 4s..4s+3 of every row (lane i = row i), and per block (q6_K: per half block) and
+// row its float scale and (formats with a minimum) its minimum's factor, at ((block x halves +
+// half) x Lanes + row); `signs` holds AVX2 q8_0's signed levels beside their magnitudes.
 struct Panel {
   std::vector<uint8_t> levels, signs;
   std::vector<float> scales, mins;
@@ -214,8 +239,134 @@ FOUNDRY_AVX2_TARGET inline void rows8_bytes32(const uint8_t* const (&q)[8], __m2
 }
 
 int64_t weight_row_bytes(Weights kind, int64_t k) {
-  if (kind == Weights::Q4_K) return k / detail::kQK_K * detail::kQ4_KBytes;
-  return k / 32 * (kind == Weights::Q4_0 ? kQ4Bytes : kQ8Bytes);
+  switch (kind) {
+    case Weights::Q4_K: return k / detail::kQK_K * detail::kQ4_KBytes;
+    case Weights::Q5_K: return k / detail::kQK_K * detail::kQ5_KBytes;
+    case Weights::Q6_K: return k / detail::kQK_K * detail::kQ6_KBytes;
+    case Weights::Q4_0: return k / 32 * kQ4Bytes;
+    case Weights::Q4_1: return k / 32 * 20;
+    case Weights::Q5_0: return k / 32 * 22;
+    case Weights::Q5_1: return k / 32 * 24;
+    case Weights::Q8_0Offset:
+    case Weights::Q8_0Magnitude: return k / 32 * kQ8Bytes;
+  }
+  return 0;
+}
+
+// Block b (32 values) of a weight row of a block_levels format: its unsigned levels and, per half
+// (q6_K) or for the whole block, the float scale of the levels and the minimum's factor.
+struct BlockLevels {
+  uint8_t level[32];
+  float scale[2], min[2];
+};
+
+// q5_0 / q5_1: level j's fifth bit is bit j of qh.
+inline void five_bit_levels(const uint8_t* qs, uint32_t qh, uint8_t* level) {
+  for (int j = 0; j < 16; ++j) {
+    level[j] = uint8_t((qs[j] & 0x0F) | (((qh >> j) & 1) << 4));
+    level[j + 16] = uint8_t((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+  }
+}
+
+FOUNDRY_AVX2_TARGET void block_levels(Weights kind, const uint8_t* row, int64_t b, BlockLevels& out) {
+  out.min[0] = out.min[1] = 0.f;
+  switch (kind) {
+    case Weights::Q4_1: {  // d, m, 16 bytes of nibbles: level j low, j + 16 high
+      const uint8_t* p = row + b * 20;
+      out.scale[0] = f16_at(p);
+      out.min[0] = f16_at(p + 2);
+      for (int j = 0; j < 16; ++j) {
+        out.level[j] = p[4 + j] & 0x0F;
+        out.level[j + 16] = p[4 + j] >> 4;
+      }
+      return;
+    }
+    case Weights::Q5_0: {  // d, qh, nibbles; value d x (level - 16), the 16 taken off by the start
+      const uint8_t* p = row + b * 22;
+      out.scale[0] = f16_at(p);
+      five_bit_levels(p + 6, uint32_t(dword_at(p + 2)), out.level);
+      return;
+    }
+    case Weights::Q5_1: {  // d, m, qh, nibbles
+      const uint8_t* p = row + b * 24;
+      out.scale[0] = f16_at(p);
+      out.min[0] = f16_at(p + 2);
+      five_bit_levels(p + 8, uint32_t(dword_at(p + 4)), out.level);
+      return;
+    }
+    case Weights::Q5_K: {  // d, dmin, 12 bytes of scales and mins, qh[32], qs[128]
+      const int64_t j = b % kSubBlocks;
+      const uint8_t* p = row + b / kSubBlocks * detail::kQ5_KBytes;
+      uint8_t sc, mn;
+      detail::get_scale_min_k4(int(j), p + 4, sc, mn);
+      out.scale[0] = f16_at(p) * float(sc);
+      out.min[0] = -f16_at(p + 2) * float(mn);
+      const uint8_t* qh = p + 16;
+      const uint8_t* ql = p + 48 + 32 * (j / 2);  // sub-block 2c in the low nibbles, 2c + 1 in the high
+      const int shift = int(j % 2) * 4;
+      for (int l = 0; l < 32; ++l) out.level[l] = uint8_t(((ql[l] >> shift) & 0x0F) | (((qh[l] >> j) & 1) << 4));
+      return;
+    }
+    case Weights::Q6_K: {  // ql[128], qh[64], int8 scales[16], d; value d x scale x (level - 32)
+      const int64_t j = b % kSubBlocks, half = j / 4, quarter = j % 4;
+      const uint8_t* p = row + b / kSubBlocks * detail::kQ6_KBytes;
+      const uint8_t* ql = p + 64 * half + 32 * (quarter % 2);
+      const uint8_t* qh = p + 128 + 32 * half;
+      const int low_shift = int(quarter / 2) * 4, high_shift = int(quarter) * 2;
+      for (int l = 0; l < 32; ++l)
+        out.level[l] = uint8_t(((ql[l] >> low_shift) & 0x0F) | (((qh[l] >> high_shift) & 3) << 4));
+      const float d = f16_at(p + 208);
+      for (int h = 0; h < 2; ++h) {
+        const float scale = d * float(int8_t(p[192 + 2 * j + h]));
+        out.scale[h] = scale;
+        out.min[h] = -32.f * scale;
+      }
+      return;
+    }
+    default: FOUNDRY_CHECK(false, "block_levels: not a block_levels format");
+  }
+}
+
+int halves_of(Weights kind) { return kind == Weights::Q6_K ? 2 : 1; }
+
+// A panel of a block_levels format: each block's rows of levels unpacked, then transposed into the
+// step vectors (one int32 lane a row, 4 bytes a lane) as q8_0's bytes are.
+template <int Lanes>
+void pack_panel_by_blocks(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, Panel& p,
+                          void (*transpose)(const uint8_t* const (&)[Lanes], uint8_t*)) {
+  const int64_t blocks = k / 32, block_bytes = kStepsPerBlock * Lanes * 4;
+  const int halves = halves_of(kind);
+  p.levels.resize(size_t(blocks * block_bytes));
+  p.scales.resize(size_t(blocks * halves * Lanes));
+  p.mins.resize(p.scales.size());
+  const uint8_t* rows[Lanes];
+  panel_rows<Lanes>(w, row_bytes, n, rows);
+  BlockLevels unpacked[Lanes];
+  const uint8_t* q[Lanes];
+  for (int i = 0; i < Lanes; ++i) q[i] = unpacked[i].level;
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int i = 0; i < Lanes; ++i) {
+      block_levels(kind, rows[i], b, unpacked[i]);
+      for (int h = 0; h < halves; ++h) {
+        const size_t at = size_t((b * halves + h) * Lanes + i);
+        p.scales[at] = i < n ? unpacked[i].scale[h] : 0.f;
+        p.mins[at] = i < n ? unpacked[i].min[h] : 0.f;
+      }
+    }
+    transpose(q, p.levels.data() + b * block_bytes);
+  }
+}
+
+FOUNDRY_VNNI_TARGET void transpose_rows16(const uint8_t* const (&q)[16], uint8_t* out) {
+  __m512i o[8];
+  rows16_bytes32(q, o);
+  for (int s = 0; s < 8; ++s) _mm512_storeu_si512(out + 64 * s, o[s]);
+}
+
+FOUNDRY_AVX2_TARGET void transpose_rows8(const uint8_t* const (&q)[8], uint8_t* out) {
+  __m256i o[8];
+  rows8_bytes32(q, o);
+  for (int s = 0; s < 8; ++s) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * s), o[s]);
 }
 
 // Rows [r0, r0 + n) of w (n <= 16) into a VNNI panel: each block's rows of levels are loaded a row
@@ -228,6 +379,8 @@ FOUNDRY_VNNI_TARGET void pack_panel_vnni(Weights kind, const uint8_t* w, int64_t
   p.scales.resize(size_t(blocks * 16));
   const uint8_t* rows[16];
   panel_rows<16>(w, row_bytes, n, rows);
+  if (unpacked_by_blocks(kind))
+    return pack_panel_by_blocks<16>(kind, w, row_bytes, n, k, p, transpose_rows16);
   const __m512i low_mask = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(int8_t(0x80));
   const auto out = [&](int64_t b) { return reinterpret_cast<__m512i*>(p.levels.data() + b * kStepsPerBlock * 64); };
   const uint8_t* q[16];
@@ -276,6 +429,8 @@ FOUNDRY_VNNI_TARGET void pack_panel_vnni(Weights kind, const uint8_t* w, int64_t
 // The same for an AVX2 panel of 8 rows; q8_0 as magnitudes plus the signed levels.
 FOUNDRY_AVX2_TARGET void pack_panel_avx2(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
                                          Panel& p) {
+  if (unpacked_by_blocks(kind))
+    return pack_panel_by_blocks<8>(kind, w, row_bytes, n, k, p, transpose_rows8);
   const int64_t blocks = k / 32;
   p.levels.resize(size_t(blocks * kStepsPerBlock * 32));
   if (kind == Weights::Q8_0Magnitude) p.signs.resize(p.levels.size());
@@ -340,66 +495,86 @@ struct Tile {
 };
 
 // y[c * y_stride + i] for the panel's rows i < 16 (mask) and the tile's N activation rows; kMins
-// adds q4_K's minimum terms.
-template <int N, bool kMins>
+// adds the minimum terms; kHalves = 2 (q6_K) sums each half block on its own, with its own scale.
+template <int N, int kHalves, bool kMins>
 FOUNDRY_VNNI_TARGET void tile_vnni(const Panel& p, const Tile& x, float* y, int64_t y_stride, __mmask16 mask) {
+  constexpr int kSteps = kStepsPerBlock / kHalves;
   __m512 acc[N];
   for (int c = 0; c < N; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t b = 0; b < x.blocks; ++b) {
     const auto* lv = reinterpret_cast<const __m512i*>(p.levels.data() + b * kStepsPerBlock * 64);
     __m512i w[kStepsPerBlock];
     for (int s = 0; s < kStepsPerBlock; ++s) w[s] = _mm512_loadu_si512(lv + s);
-    const __m512 ws = _mm512_loadu_ps(p.scales.data() + b * 16);
-    const __m512 wm = kMins ? _mm512_loadu_ps(p.mins.data() + b * 16) : _mm512_setzero_ps();
+    __m512 ws[kHalves], wm[kHalves];
+    for (int h = 0; h < kHalves; ++h) {
+      ws[h] = _mm512_loadu_ps(p.scales.data() + (b * kHalves + h) * 16);
+      wm[h] = kMins ? _mm512_loadu_ps(p.mins.data() + (b * kHalves + h) * 16) : _mm512_setzero_ps();
+    }
     #pragma GCC unroll 16
     for (int c = 0; c < N; ++c) {
       const int8_t* a = x.levels + c * x.k + b * 32;
       const int64_t at = c * x.blocks + b;
-      __m512i sum = _mm512_set1_epi32(x.start[at]);
-      #pragma GCC unroll 8
-      for (int s = 0; s < kStepsPerBlock; ++s) sum = _mm512_dpbusd_epi32(sum, w[s], _mm512_set1_epi32(dword_at(a + 4 * s)));
-      acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_set1_ps(x.scale[at])), acc[c]);
-      if constexpr (kMins) acc[c] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.level_sum[at]), acc[c]);
+      const __m512 xs = _mm512_set1_ps(x.scale[at]);
+      for (int h = 0; h < kHalves; ++h) {
+        __m512i sum = _mm512_set1_epi32(h == 0 ? x.start[at] : 0);
+        #pragma GCC unroll 8
+        for (int s = h * kSteps; s < (h + 1) * kSteps; ++s)
+          sum = _mm512_dpbusd_epi32(sum, w[s], _mm512_set1_epi32(dword_at(a + 4 * s)));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws[h], xs), acc[c]);
+        if constexpr (kMins) acc[c] = _mm512_fmadd_ps(wm[h], _mm512_set1_ps(x.level_sum[at * kHalves + h]), acc[c]);
+      }
     }
   }
   for (int c = 0; c < N; ++c) _mm512_mask_storeu_ps(y + c * y_stride, mask, acc[c]);
 }
 
-// The same on 8 rows, AVX2. 4-bit levels: a block's 8 steps of int16 pairs summed in int16, then
-// once to int32. q8_0 (magnitudes): each step's pairs to int32 at once.
-template <int N, bool kFourBit, bool kMins>
+// The same on 8 rows, AVX2. Unsigned levels of kBits bits: the int16 pairs of kGroup steps summed
+// before they go to int32 (2 x (2^kBits - 1) x 128 per step and pair: 8 steps for 4-bit levels, 4
+// for 5-bit, 2 for 6-bit). kBits = 8: q8_0's magnitudes, each step's pairs to int32 at once.
+template <int N, int kBits, int kHalves, bool kMins>
 FOUNDRY_AVX2_TARGET void tile_avx2(const Panel& p, const Tile& x, float* y, int64_t y_stride, int rows) {
+  constexpr int kSteps = kStepsPerBlock / kHalves;
+  constexpr int kGroup = kBits == 4 ? 8 : kBits == 5 ? 4 : kBits == 6 ? 2 : 1;
+  static_assert(kSteps % kGroup == 0);
   __m256 acc[N];
   for (int c = 0; c < N; ++c) acc[c] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < x.blocks; ++b) {
     const auto* lv = reinterpret_cast<const __m256i*>(p.levels.data() + b * kStepsPerBlock * 32);
-    const auto* sg = kFourBit ? nullptr : reinterpret_cast<const __m256i*>(p.signs.data() + b * kStepsPerBlock * 32);
+    const auto* sg = kBits == 8 ? reinterpret_cast<const __m256i*>(p.signs.data() + b * kStepsPerBlock * 32) : nullptr;
     __m256i w[kStepsPerBlock];
     for (int s = 0; s < kStepsPerBlock; ++s) w[s] = _mm256_loadu_si256(lv + s);
-    const __m256 ws = _mm256_loadu_ps(p.scales.data() + b * 8);
-    const __m256 wm = kMins ? _mm256_loadu_ps(p.mins.data() + b * 8) : _mm256_setzero_ps();
+    __m256 ws[kHalves], wm[kHalves];
+    for (int h = 0; h < kHalves; ++h) {
+      ws[h] = _mm256_loadu_ps(p.scales.data() + (b * kHalves + h) * 8);
+      wm[h] = kMins ? _mm256_loadu_ps(p.mins.data() + (b * kHalves + h) * 8) : _mm256_setzero_ps();
+    }
     #pragma GCC unroll 4
     for (int c = 0; c < N; ++c) {
       const int8_t* a = x.levels + c * x.k + b * 32;
       const int64_t at = c * x.blocks + b;
-      __m256i sum;
-      if constexpr (kFourBit) {
-        __m256i pairs = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(dword_at(a)));
-        #pragma GCC unroll 8
-        for (int s = 1; s < kStepsPerBlock; ++s)
-          pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(dword_at(a + 4 * s))));
-        sum = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(x.start[at]));
-      } else {
-        sum = _mm256_setzero_si256();
-        #pragma GCC unroll 8
-        for (int s = 0; s < kStepsPerBlock; ++s) {
-          const __m256i signed_a = _mm256_sign_epi8(_mm256_set1_epi32(dword_at(a + 4 * s)), _mm256_loadu_si256(sg + s));
-          sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(w[s], signed_a), ones));
+      const __m256 xs = _mm256_set1_ps(x.scale[at]);
+      for (int h = 0; h < kHalves; ++h) {
+        __m256i sum = _mm256_set1_epi32(h == 0 ? x.start[at] : 0);
+        if constexpr (kBits == 8) {
+          #pragma GCC unroll 8
+          for (int s = 0; s < kStepsPerBlock; ++s) {
+            const __m256i signed_a = _mm256_sign_epi8(_mm256_set1_epi32(dword_at(a + 4 * s)), _mm256_loadu_si256(sg + s));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(w[s], signed_a), ones));
+          }
+        } else {
+          #pragma GCC unroll 8
+          for (int g = h * kSteps; g < (h + 1) * kSteps; g += kGroup) {
+            __m256i pairs = _mm256_maddubs_epi16(w[g], _mm256_set1_epi32(dword_at(a + 4 * g)));
+            #pragma GCC unroll 8
+            for (int s = g + 1; s < g + kGroup; ++s)
+              pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(dword_at(a + 4 * s))));
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
+          }
         }
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws[h], xs), acc[c]);
+        if constexpr (kMins) acc[c] = _mm256_fmadd_ps(wm[h], _mm256_set1_ps(x.level_sum[at * kHalves + h]), acc[c]);
       }
-      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, _mm256_set1_ps(x.scale[at])), acc[c]);
-      if constexpr (kMins) acc[c] = _mm256_fmadd_ps(wm, _mm256_set1_ps(x.level_sum[at]), acc[c]);
     }
   }
   for (int c = 0; c < N; ++c) {
@@ -445,7 +620,7 @@ void gemm_panels(Weights kind, PackPanel pack, const uint8_t* w, int64_t rows, i
       }
       for (int64_t c0 = 0; c0 < m; c0 += kTile) {
         const Tile x{a.levels.data() + c0 * k, k, a.scale.data() + c0 * blocks, a.start.data() + c0 * blocks,
-                     a.level_sum.size() == 0 ? nullptr : a.level_sum.data() + c0 * blocks, blocks};
+                     a.level_sum.size() == 0 ? nullptr : a.level_sum.data() + c0 * blocks * a.halves, blocks};
         run_tile<kTile>(int(std::min<int64_t>(kTile, m - c0)),
                         [&]<int N>() { kernel.template operator()<N>(p, x, y + c0 * rows + r0, rows, int(n)); });
       }
@@ -453,24 +628,24 @@ void gemm_panels(Weights kind, PackPanel pack, const uint8_t* w, int64_t rows, i
   });
 }
 
-template <bool kMins>
+template <int kHalves, bool kMins>
 void gemm_vnni(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y) {
   auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
-    tile_vnni<N, kMins>(p, t, out, stride, __mmask16((1u << n) - 1));
+    tile_vnni<N, kHalves, kMins>(p, t, out, stride, __mmask16((1u << n) - 1));
   };
   gemm_panels<16, 16>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel);
 }
 
-// Activation rows a tile: q8_0's block (8 weight vectors, 8 of signs) meets 8 rows, the 4-bit
-// formats' 4. Over Llama-110M's matrices (m = 128, Zen 5 capped to AVX2, in-process A/B) 8 rows ran
-// q8_0 at 67-69 GMAC/s against 57-58 with 4 at 1 thread in three of four pairs (even in the
-// fourth), 2 threads about even (102 against 100); q4_0 and q4_K ran 10-13% slower with 8.
-template <bool kFourBit, bool kMins>
+// Activation rows a tile: q8_0's block (8 weight vectors, 8 of signs) meets 8 rows, the others' 4.
+// Over Llama-110M's matrices (m = 128, Zen 5 capped to AVX2, in-process A/B) 8 rows ran q8_0 at
+// 67-69 GMAC/s against 57-58 with 4 at 1 thread in three of four pairs (even in the fourth), 2
+// threads about even (102 against 100); q4_0 and q4_K ran 10-13% slower with 8.
+template <int kBits, int kHalves, bool kMins>
 void gemm_avx2(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y) {
   auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
-    tile_avx2<N, kFourBit, kMins>(p, t, out, stride, n);
+    tile_avx2<N, kBits, kHalves, kMins>(p, t, out, stride, n);
   };
-  gemm_panels<8, kFourBit ? 4 : 8>(kind, pack_panel_avx2, w, rows, k, a, m, y, kernel);
+  gemm_panels<8, kBits == 8 ? 8 : 4>(kind, pack_panel_avx2, w, rows, k, a, m, y, kernel);
 }
 
 }  // namespace
@@ -482,15 +657,42 @@ void gemm_blocks_x86(BlockFormat format, bool vnni, const void* w, int64_t rows,
   switch (format) {
     case BlockFormat::Q4_0: {
       const Activations a = activations_q8_0(x, m, k, 8);
-      return vnni ? gemm_vnni<false>(Weights::Q4_0, wb, rows, k, a, m, y) : gemm_avx2<true, false>(Weights::Q4_0, wb, rows, k, a, m, y);
+      return vnni ? gemm_vnni<1, false>(Weights::Q4_0, wb, rows, k, a, m, y)
+                  : gemm_avx2<4, 1, false>(Weights::Q4_0, wb, rows, k, a, m, y);
+    }
+    case BlockFormat::Q4_1: {
+      const Activations a = activations_q8_0(x, m, k, 0, true);
+      return vnni ? gemm_vnni<1, true>(Weights::Q4_1, wb, rows, k, a, m, y)
+                  : gemm_avx2<4, 1, true>(Weights::Q4_1, wb, rows, k, a, m, y);
+    }
+    case BlockFormat::Q5_0: {
+      const Activations a = activations_q8_0(x, m, k, 16);
+      return vnni ? gemm_vnni<1, false>(Weights::Q5_0, wb, rows, k, a, m, y)
+                  : gemm_avx2<5, 1, false>(Weights::Q5_0, wb, rows, k, a, m, y);
+    }
+    case BlockFormat::Q5_1: {
+      const Activations a = activations_q8_0(x, m, k, 0, true);
+      return vnni ? gemm_vnni<1, true>(Weights::Q5_1, wb, rows, k, a, m, y)
+                  : gemm_avx2<5, 1, true>(Weights::Q5_1, wb, rows, k, a, m, y);
     }
     case BlockFormat::Q8_0: {
-      if (vnni) return gemm_vnni<false>(Weights::Q8_0Offset, wb, rows, k, activations_q8_0(x, m, k, 128), m, y);
-      return gemm_avx2<false, false>(Weights::Q8_0Magnitude, wb, rows, k, activations_q8_0(x, m, k, 0), m, y);
+      if (vnni) return gemm_vnni<1, false>(Weights::Q8_0Offset, wb, rows, k, activations_q8_0(x, m, k, 128), m, y);
+      return gemm_avx2<8, 1, false>(Weights::Q8_0Magnitude, wb, rows, k, activations_q8_0(x, m, k, 0), m, y);
     }
     case BlockFormat::Q4_K: {
       const Activations a = activations_q8_K(x, m, k);
-      return vnni ? gemm_vnni<true>(Weights::Q4_K, wb, rows, k, a, m, y) : gemm_avx2<true, true>(Weights::Q4_K, wb, rows, k, a, m, y);
+      return vnni ? gemm_vnni<1, true>(Weights::Q4_K, wb, rows, k, a, m, y)
+                  : gemm_avx2<4, 1, true>(Weights::Q4_K, wb, rows, k, a, m, y);
+    }
+    case BlockFormat::Q5_K: {
+      const Activations a = activations_q8_K(x, m, k);
+      return vnni ? gemm_vnni<1, true>(Weights::Q5_K, wb, rows, k, a, m, y)
+                  : gemm_avx2<5, 1, true>(Weights::Q5_K, wb, rows, k, a, m, y);
+    }
+    case BlockFormat::Q6_K: {
+      const Activations a = activations_q8_K(x, m, k, 2);
+      return vnni ? gemm_vnni<2, true>(Weights::Q6_K, wb, rows, k, a, m, y)
+                  : gemm_avx2<6, 2, true>(Weights::Q6_K, wb, rows, k, a, m, y);
     }
     default: FOUNDRY_CHECK(false, "gemm_blocks_x86: no integer GEMM for this format");
   }

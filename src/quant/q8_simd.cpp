@@ -582,7 +582,9 @@ float dot_nf4_q8_0(const void* x, const void* y, int64_t k) {
 constexpr int64_t kPanelGemmMinRows = 8;
 
 bool has_integer_gemm(const BlockFormatTraits& t) {
-  const bool kernels = t.format == BlockFormat::Q4_K || t.format == BlockFormat::Q4_0 || t.format == BlockFormat::Q8_0;
+  const BlockFormat f = t.format;
+  const bool kernels = f == BlockFormat::Q4_0 || f == BlockFormat::Q4_1 || f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1 ||
+                       f == BlockFormat::Q8_0 || f == BlockFormat::Q4_K || f == BlockFormat::Q5_K || f == BlockFormat::Q6_K;
   return kernels && (use_vnni() || use_avx2());
 }
 

@@ -47,8 +47,8 @@ GemvRowRange gemv_avx2_rows(BlockFormat format, const void* xq, int64_t k);
 /// (`avx512`; call only when vnni_available()) or AVX2 (when avx2_available()); the same contract
 /// as gemv_vnni_rows, any first row.
 GemvRowRange gemv_nf4_x86_rows(bool avx512, const void* xq, int64_t k);
-/// y[i * rows + r] = dot(row r of w, row i of xq) for a [rows, k] q4_0, q8_0 or q4_K matrix and m
-/// rows of its dot format (q8_0, q8_K), the prefill's integer GEMM (block_gemm_x86.cpp): AVX-512
+/// y[i * rows + r] = dot(row r of w, row i of xq) for a [rows, k] q4_0, q4_1, q5_0, q5_1, q8_0,
+/// q4_K, q5_K or q6_K matrix and m rows of its dot format (q8_0, q8_K), the prefill's integer GEMM (block_gemm_x86.cpp): AVX-512
 /// VNNI (`vnni`; call only when vnni_available()) or AVX2 (when avx2_available()).
 void gemm_blocks_x86(BlockFormat format, bool vnni, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m,
                      float* y);

@@ -383,10 +383,11 @@ TEST(QuantKernels, X86Q56KDecodeMatchesScalarReference) {
 }
 
 // The prefill's x86 integer GEMMs (block_gemm_x86.cpp: VNNI panels of 16 rows, tiles of 16
-// activation rows; AVX2 panels of 8, tiles of 4, q8_0's of 8) against the scalar reference: row
-// counts that leave a partial panel, activation row counts that leave a partial tile, a zero block, weight
-// and activation levels at both ends of their ranges (q8_0's -127 / +127 weights, where AVX2
-// multiplies magnitudes by signed activations).
+// activation rows; AVX2 panels of 8, tiles of 4, q8_0's of 8) for every format that has one
+// against the scalar reference: row counts that leave a partial panel, activation row counts that
+// leave a partial tile, a zero block, weight and activation levels at both ends of their ranges
+// (q8_0's -127 / +127 weights, where AVX2 multiplies magnitudes by signed activations; the 5- and
+// 6-bit formats' top levels, whose int16 pair sums AVX2 takes to int32 every 4 / 2 steps).
 TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
   std::mt19937 rng(21);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -395,9 +396,9 @@ TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
     const bool vnni = std::string(kernel) == "vnni";
     if (vnni ? !foundry::quant::vnni_available() : !foundry::quant::avx2_available()) continue;
     ++kernels;
-    for (const char* name : {"q4_0", "q8_0", "q4_K"}) {
+    for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K"}) {
       using Shape = std::tuple<int64_t, int64_t, int64_t>;  // weight rows, k, activation rows
-      const bool k_quant = std::string(name) == "q4_K";     // k a multiple of 256
+      const bool k_quant = std::string(name).back() == 'K';  // k a multiple of 256
       const std::vector<Shape> shapes = k_quant ? std::vector<Shape>{{37, 256, 11}, {16, 768, 8}, {5, 512, 19}, {19, 256, 33}}
                                                 : std::vector<Shape>{{37, 96, 11}, {16, 768, 8}, {5, 32, 19}, {8, 64, 1}, {19, 256, 33}, {24, 64, 15}};
       for (auto [rows, k, m] : shapes) {
@@ -409,6 +410,14 @@ TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
         w[4] = -9.f;  // the block's largest magnitudes, either sign: levels -127 / +127 (q8_0), 0 / 15 (q4_0)
         x[5] = -9.f;
         x[6] = 9.f;
+        // The largest int16 pair sums: blocks of weight levels at the top of their range (row 1's
+        // first block for the symmetric formats, its second for those with a minimum) against the
+        // last activation row's first blocks, all of one sign.
+        for (int64_t i = 0; i < 32 && rows > 1; ++i) {
+          w[size_t(k + i)] = i == 0 ? 9.f : -8.4375f;
+          if (k >= 64) w[size_t(k + 32 + i)] = i == 0 ? -9.f : 9.f;
+        }
+        for (int64_t i = 0; i < std::min<int64_t>(k, 64); ++i) x[size_t((m - 1) * k + i)] = -9.f;
         const auto& t = foundry::quant::traits(name);
         const auto& act = foundry::quant::traits(t.dot_format);
         const int64_t row_bytes = foundry::quant::quantized_bytes(t, 1, k), act_bytes = foundry::quant::quantized_bytes(act, 1, k);

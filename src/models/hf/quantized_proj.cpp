@@ -6,12 +6,13 @@
 // - few activation rows (decode): each row is quantized to the format's dot format (q8_0, or q8_K
 //   for the K-quants) and multiplied by the matrix-vector kernels, as llama.cpp does; they stream
 //   4.5-8.5 bits per weight instead of 32;
-// - more rows (prefill): the weight is dequantized into a scratch matrix and the product is a GEMM
-//   in bfloat16 (activations rounded to bf16, float32 accumulation: oneDNN's AVX512-BF16 / AMX
-//   kernels, ~1.5x float32 here) when the CPU has native bf16 dot products; else, where the CPU has
-//   an integer kernel for the format (q4_K on x86: AVX-512 VNNI or AVX2 byte dot products), every
-//   row is quantized as decode's row is and the kernel dots each weight row with several
-//   activation rows at once (decode's numbers); else a float32 GEMM; see set_quantized_prefill.
+// - more rows (prefill): where the CPU has an integer kernel for the format (every GGUF block
+//   format on x86: AVX-512 VNNI or AVX2 byte dot products), every row is quantized as decode's row
+//   is and the kernel dots each weight row with several activation rows at once (decode's
+//   numbers); on CPUs with AMX tiles, or for a format without a kernel, the weight is dequantized
+//   and the product is a GEMM in bfloat16 (activations rounded to bf16, float32 accumulation:
+//   oneDNN's AVX512-BF16 / AMX kernels) when the CPU has native bf16 dot products; else a float32
+//   GEMM; see set_quantized_prefill.
 // Once a memory-mapped float weight is quantized its pages are handed back to the kernel (they are
 // clean file pages: a later read faults them in again), so resident memory holds the quantized
 // copy only.
@@ -271,11 +272,10 @@ bool amx_bf16_gemm() {
 }
 
 // "auto": integer dot products where the format's integer GEMM beats an AVX-512 bf16 GEMM
-// (quant::integer_gemm_preferred: q4_0 / q8_0 with AVX-512 VNNI) and there are no AMX tiles, else a bf16 GEMM where the CPU
-// has native bf16 dot products (oneDNN's, faster than the q4_K integer kernel on such CPUs: 1190-1240
-// against 710-760 prefill tokens/s on a Zen 5, 1 thread), else integer dot products where there is
-// a kernel for the format (no float32 scratch matrix), else float32. "integer" without a kernel
-// falls back as "auto" does.
+// (quant::integer_gemm_preferred: every format with a kernel, with AVX-512 VNNI) and there are no
+// AMX tiles, else a bf16 GEMM where the CPU has native bf16 dot products (oneDNN's; on AMX tiles
+// where present), else integer dot products where there is a kernel for the format (AVX2: no
+// float32 scratch matrix), else float32. "integer" without a kernel falls back as "auto" does.
 PrefillMath prefill_math(const std::string& mode, const quant::BlockFormatTraits& t) {
   if (mode == "integer" && quant::has_integer_gemm(t)) return PrefillMath::Integer;
   if (mode == "auto" && quant::integer_gemm_preferred(t) && !amx_bf16_gemm()) return PrefillMath::Integer;
