@@ -1,6 +1,7 @@
 // Prefill's products of block-format weights (ggml's layouts: q4_0, q4_1, q5_0, q5_1, q8_0, q4_K,
-// q5_K, q6_K) with q8_0 / q8_K activation rows as integer dot products on x86: AVX-512 VNNI (vpdpbusd, 64 u8 x s8 products into 16 int32
-// lanes) where present, else AVX2 (vpmaddubsw into int16 pairs, vpmaddwd into int32).
+// q5_K, q6_K) with q8_0 / q8_K activation rows as integer dot products on x86: AVX-512 VNNI
+// (vpdpbusd, 64 u8 x s8 products into 16 int32 lanes) where present, else AVX2 (vpmaddubsw into
+// int16 pairs, vpmaddwd into int32).
 //
 // A panel of weight rows (16 for VNNI, 8 for AVX2: one int32 lane per row) is unpacked once into
 // a scratch buffer in which each vector holds four consecutive levels of every row of the panel,

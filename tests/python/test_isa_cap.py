@@ -28,7 +28,7 @@ sys.path.insert(0, sys.argv[1])
 import foundry
 out = {"capability": foundry.cpu_capability()}
 ids = foundry.tensor([[5, 17, 3, 99, 42, 8, 1, 77, 23, 64, 11, 30]])
-for fmt in ("q4_0", "q8_0", "q4_K", "nf4"):
+for fmt in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K", "nf4"):
     m = foundry.models.from_pretrained(sys.argv[2], quantize=fmt, quantized_prefill="integer")
     out[fmt] = {"prefill": m(ids).detach().numpy().tolist(), "decode": m(ids[:, :1]).detach().numpy().tolist()}
 m = foundry.models.from_pretrained(sys.argv[2], dtype=foundry.bfloat16)
@@ -91,8 +91,10 @@ def test_quantized_logits_agree_under_every_cap(folder):
     if "AVX" not in foundry.cpu_capability():
         pytest.skip("not an x86 CPU with AVX2")
     runs = {cap: run_capped(cap, folder) for cap in ("", "avx2", "sse4")}
-    for fmt in ("q4_0", "q8_0", "q4_K", "nf4"):
-        # nf4 has no integer GEMM: its prefill is bf16 where the CPU has bf16 dot products, float32 under the caps.
+    for fmt in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K", "nf4"):
+        # Prefill's 12 rows: the panel GEMMs natively and under the AVX2 cap, decode's Highway
+        # kernel a row at a time under SSE4. nf4 has no integer GEMM: its prefill is bf16 where
+        # the CPU has bf16 dot products, float32 under the caps.
         for path in ("prefill", "decode") if fmt != "nf4" else ("decode",):
             want = np.array(runs[""][fmt][path])
             scale = np.abs(want).max()
