@@ -84,7 +84,7 @@ constexpr int64_t kBlocksPerChunk = 256;
 
 // q8_0: the weights' offset times the block's level sum as the int32 sum's start; with `sums` (a
 // weight format with a minimum) also the scaled level sum.
-Activations activations_q8_0(const uint8_t* xq, int64_t m, int64_t k, int32_t offset, bool sums = false) {
+Activations activations_q8_0(const uint8_t* xq, int64_t m, int64_t k, int32_t offset, bool sums) {
   const int64_t blocks = k / 32;
   Activations a;
   a.levels = kernels::ScratchArray<int8_t>(size_t(m * k));
@@ -109,7 +109,7 @@ Activations activations_q8_0(const uint8_t* xq, int64_t m, int64_t k, int32_t of
 
 // q8_K: a float scale per 256 values, the levels, then 16 int16 sums of 16 levels each (a block's
 // two summed, or with halves = 2 each scaled on its own).
-Activations activations_q8_K(const uint8_t* xq, int64_t m, int64_t k, int halves = 1) {
+Activations activations_q8_K(const uint8_t* xq, int64_t m, int64_t k, int halves) {
   const int64_t superblocks = k / detail::kQK_K, blocks = k / 32;
   Activations a;
   a.halves = halves;
@@ -649,52 +649,34 @@ void gemm_avx2(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Ac
   gemm_panels<8, kBits == 8 ? 8 : 4>(kind, pack_panel_avx2, w, rows, k, a, m, y, kernel);
 }
 
+// A format's kernel: its levels' width (kBits), scales a block (kHalves) and whether it has a
+// minimum are all that differ between formats, beside the activation numbers it reads.
+template <int kBits, int kHalves, bool kMins>
+void gemm_levels(bool vnni, Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m,
+                 float* y) {
+  if (vnni) return gemm_vnni<kHalves, kMins>(kind, w, rows, k, a, m, y);
+  gemm_avx2<kBits, kHalves, kMins>(kind, w, rows, k, a, m, y);
+}
+
 }  // namespace
 
 void gemm_blocks_x86(BlockFormat format, bool vnni, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m,
                      float* y) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* x = static_cast<const uint8_t*>(xq);
+  const auto q8_0 = [&](int32_t offset, bool sums) { return activations_q8_0(x, m, k, offset, sums); };
+  const auto q8_K = [&](int halves) { return activations_q8_K(x, m, k, halves); };
   switch (format) {
-    case BlockFormat::Q4_0: {
-      const Activations a = activations_q8_0(x, m, k, 8);
-      return vnni ? gemm_vnni<1, false>(Weights::Q4_0, wb, rows, k, a, m, y)
-                  : gemm_avx2<4, 1, false>(Weights::Q4_0, wb, rows, k, a, m, y);
-    }
-    case BlockFormat::Q4_1: {
-      const Activations a = activations_q8_0(x, m, k, 0, true);
-      return vnni ? gemm_vnni<1, true>(Weights::Q4_1, wb, rows, k, a, m, y)
-                  : gemm_avx2<4, 1, true>(Weights::Q4_1, wb, rows, k, a, m, y);
-    }
-    case BlockFormat::Q5_0: {
-      const Activations a = activations_q8_0(x, m, k, 16);
-      return vnni ? gemm_vnni<1, false>(Weights::Q5_0, wb, rows, k, a, m, y)
-                  : gemm_avx2<5, 1, false>(Weights::Q5_0, wb, rows, k, a, m, y);
-    }
-    case BlockFormat::Q5_1: {
-      const Activations a = activations_q8_0(x, m, k, 0, true);
-      return vnni ? gemm_vnni<1, true>(Weights::Q5_1, wb, rows, k, a, m, y)
-                  : gemm_avx2<5, 1, true>(Weights::Q5_1, wb, rows, k, a, m, y);
-    }
-    case BlockFormat::Q8_0: {
-      if (vnni) return gemm_vnni<1, false>(Weights::Q8_0Offset, wb, rows, k, activations_q8_0(x, m, k, 128), m, y);
-      return gemm_avx2<8, 1, false>(Weights::Q8_0Magnitude, wb, rows, k, activations_q8_0(x, m, k, 0), m, y);
-    }
-    case BlockFormat::Q4_K: {
-      const Activations a = activations_q8_K(x, m, k);
-      return vnni ? gemm_vnni<1, true>(Weights::Q4_K, wb, rows, k, a, m, y)
-                  : gemm_avx2<4, 1, true>(Weights::Q4_K, wb, rows, k, a, m, y);
-    }
-    case BlockFormat::Q5_K: {
-      const Activations a = activations_q8_K(x, m, k);
-      return vnni ? gemm_vnni<1, true>(Weights::Q5_K, wb, rows, k, a, m, y)
-                  : gemm_avx2<5, 1, true>(Weights::Q5_K, wb, rows, k, a, m, y);
-    }
-    case BlockFormat::Q6_K: {
-      const Activations a = activations_q8_K(x, m, k, 2);
-      return vnni ? gemm_vnni<2, true>(Weights::Q6_K, wb, rows, k, a, m, y)
-                  : gemm_avx2<6, 2, true>(Weights::Q6_K, wb, rows, k, a, m, y);
-    }
+    case BlockFormat::Q4_0: return gemm_levels<4, 1, false>(vnni, Weights::Q4_0, wb, rows, k, q8_0(8, false), m, y);
+    case BlockFormat::Q4_1: return gemm_levels<4, 1, true>(vnni, Weights::Q4_1, wb, rows, k, q8_0(0, true), m, y);
+    case BlockFormat::Q5_0: return gemm_levels<5, 1, false>(vnni, Weights::Q5_0, wb, rows, k, q8_0(16, false), m, y);
+    case BlockFormat::Q5_1: return gemm_levels<5, 1, true>(vnni, Weights::Q5_1, wb, rows, k, q8_0(0, true), m, y);
+    case BlockFormat::Q8_0:  // VNNI: levels + 128 and an offset; AVX2: magnitudes times signed activations
+      if (vnni) return gemm_vnni<1, false>(Weights::Q8_0Offset, wb, rows, k, q8_0(128, false), m, y);
+      return gemm_avx2<8, 1, false>(Weights::Q8_0Magnitude, wb, rows, k, q8_0(0, false), m, y);
+    case BlockFormat::Q4_K: return gemm_levels<4, 1, true>(vnni, Weights::Q4_K, wb, rows, k, q8_K(1), m, y);
+    case BlockFormat::Q5_K: return gemm_levels<5, 1, true>(vnni, Weights::Q5_K, wb, rows, k, q8_K(1), m, y);
+    case BlockFormat::Q6_K: return gemm_levels<6, 2, true>(vnni, Weights::Q6_K, wb, rows, k, q8_K(2), m, y);
     default: FOUNDRY_CHECK(false, "gemm_blocks_x86: no integer GEMM for this format");
   }
 }
