@@ -375,13 +375,13 @@ FOUNDRY_AVX2_TARGET void transpose_rows8(const uint8_t* const (&q)[8], uint8_t* 
 // measured 40% of the kernel's time at 128 activation rows).
 FOUNDRY_VNNI_TARGET void pack_panel_vnni(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
                                          Panel& p) {
+  if (unpacked_by_blocks(kind))
+    return pack_panel_by_blocks<16>(kind, w, row_bytes, n, k, p, transpose_rows16);
   const int64_t blocks = k / 32;
   p.levels.resize(size_t(blocks * kStepsPerBlock * 64));
   p.scales.resize(size_t(blocks * 16));
   const uint8_t* rows[16];
   panel_rows<16>(w, row_bytes, n, rows);
-  if (unpacked_by_blocks(kind))
-    return pack_panel_by_blocks<16>(kind, w, row_bytes, n, k, p, transpose_rows16);
   const __m512i low_mask = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(int8_t(0x80));
   const auto out = [&](int64_t b) { return reinterpret_cast<__m512i*>(p.levels.data() + b * kStepsPerBlock * 64); };
   const uint8_t* q[16];
