@@ -64,7 +64,8 @@ bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64
 bool has_integer_gemm(const BlockFormatTraits& t);
 /// The integer GEMM beats an AVX-512 BF16 GEMM over dequantized tiles for t on this CPU: every
 /// format with a kernel, with AVX-512 VNNI (on a Zen 5, Llama-110M prefill of 128 tokens: q4_0,
-/// q8_0, q4_K 1.3-1.5x at 1 and 2 threads; q4_1, q5_0, q5_1, q5_K, q6_K 1.1-1.6x, 2026-12-06).
+/// q8_0, q4_K 1.3-1.5x at 1 and 2 threads; q4_1, q5_0, q5_1, q5_K, q6_K 1.08-1.51x, the means of two
+/// alternating pairs, 2026-12-06).
 bool integer_gemm_preferred(const BlockFormatTraits& t);
 
 }  // namespace foundry::quant
