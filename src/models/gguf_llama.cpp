@@ -362,7 +362,7 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
   // a folder's are (hf::place_weight): the same memory as the folder quantized at load.
   const bool resident = hf::weights_resident(options.quantize);
   hf::HugePageChunks chunks;
-  auto weight = [&](const std::string& name, const Shape& shape, const hf::Init&) {
+  auto weight = [&](const std::string& name, const Shape& shape, const hf::Init&, hf::Layout) {
     auto [gname, perm] = gguf_name(name);
     const io::GGUFTensorInfo& info = f.info(gname);
     if (!(Shape(info.shape()) == shape))

@@ -135,7 +135,7 @@ void ModulesToSaveLinear::add_copy(const std::string& adapter) {
   if (quantized_base(*original_))
     raise<NotImplementedError>("modules_to_save: the layer's weight is quantized in memory; it can't be trained");
   const Linear& o = *original_;
-  auto fetch = [&o](const std::string& name, const Shape&, const models::hf::Init&) {
+  auto fetch = [&o](const std::string& name, const Shape&, const models::hf::Init&, models::hf::Layout) {
     return (name == "weight" ? o.weight : o.bias).detach().to(DType::Float32).clone();
   };
   auto has = [&o](const std::string& name) { return name == "weight" || (name == "bias" && o.bias.defined()); };

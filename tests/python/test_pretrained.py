@@ -972,6 +972,56 @@ def test_python_from_pretrained(tmp_path):
         foundry.models.from_pretrained(str(tmp_path))
 
 
+@pytest.mark.parametrize("dtype", ["F32", "F16", "BF16"])
+def test_gpt2_conv1d_weights_are_kept_as_rows_of_their_transpose(tmp_path, monkeypatch, dtype):
+    """A loaded GPT-2's Conv1D weights keep HF's [in, out] shape and values but sit in memory as the
+    rows of their transpose (strides (1, in), as llama.cpp's GGUF stores them), so decode streams them
+    in the rows form; with FOUNDRY_MMAP_WEIGHTS (weights left in the file mapping) they stay [in, out]
+    row-major. Both give the reference's logits, prefill and one-token (decode) products alike."""
+    import foundry
+    cfg = dict(GPT2, n_embd=128, n_positions=64)  # c_attn 128 x 384: past place_weight's 64 KB in every dtype
+    w = gpt2_weights(cfg, torch.Generator().manual_seed(71))
+    tdt = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}[dtype]
+    stored = {k: v.to(tdt) for k, v in w.items()}
+    folder = tmp_path / "m"
+    os.makedirs(folder)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    raw = lambda v: v.numpy().astype("<f4").tobytes() if dtype == "F32" else v.view(torch.int16).numpy().tobytes()
+    st = {k: (dtype, list(v.shape), raw(v)) for k, v in stored.items()}
+    (folder / "model.safetensors").write_bytes(write_st(st, {"format": "pt"}))
+    ref_w = {k: v.float() for k, v in stored.items()}
+    ids = torch.randint(3, cfg["vocab_size"] - 1, (1, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        ref = gpt2_forward(cfg, ref_w, ids, torch.ones_like(ids)).numpy()
+    # float32 computes like the reference; 16-bit models round every activation to their dtype.
+    tol = {"F32": 1e-4, "F16": 5e-3, "BF16": 4e-2}[dtype]
+
+    def check(model, transposed):
+        params = dict(model.named_parameters())
+        for name in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+            p = params[f"transformer.h.1.{name}.weight"]
+            assert tuple(p.shape) == tuple(w[f"transformer.h.1.{name}.weight"].shape)
+            big = p.numel() * p.element_size() >= 64 << 10
+            want = (1, p.shape[0]) if transposed and big else (p.shape[1], 1)
+            assert (p.stride(0), p.stride(1)) == want, name
+            assert np.array_equal(p.detach().float().numpy(), ref_w[f"transformer.h.1.{name}.weight"].numpy()), name
+        assert str(p.dtype).endswith(dtype.lower().replace("f", "float"))  # computed in the checkpoint's dtype
+        with foundry.no_grad():
+            got = model(foundry.tensor(ids.tolist())).float().numpy()
+            one = model(foundry.tensor(ids[:, :1].tolist())).float().numpy()  # one row: decode's products
+        scale = np.abs(ref).max()
+        assert np.abs(got - ref).max() <= tol * scale, np.abs(got - ref).max() / scale
+        assert np.abs(one[0, 0] - ref[0, 0]).max() <= tol * scale, np.abs(one[0, 0] - ref[0, 0]).max() / scale
+        return model.generate(ids[0, :5].tolist(), max_new_tokens=8, ignore_eos=True)[0]
+
+    load = lambda: foundry.models.from_pretrained(str(folder), dtype=dtype.lower().replace("f", "float"))
+    resident = check(load(), transposed=True)
+    monkeypatch.setenv("FOUNDRY_MMAP_WEIGHTS", "1")
+    mapped = check(load(), transposed=False)
+    if dtype == "F32":  # 16-bit decode rounds differently in the two layouts (the bias's add)
+        assert resident == mapped
+
+
 def test_bf16_and_sharded_checkpoints(tmp_path):
     cfg, make_weights, forward = CASES["qwen2"]
     w = make_weights(cfg, torch.Generator().manual_seed(51))

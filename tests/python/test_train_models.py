@@ -224,6 +224,15 @@ def test_one_adamw_step_matches_torch(tmp_path, name):
     assert all(g is not None for g in got["grads"].values())
 
 
+def test_gpt2_conv1d_weights_stored_transposed_train_like_torch(tmp_path):
+    """Loaded Conv1D weights of 64 KB or more sit in memory as the rows of their transpose (strides
+    (1, in); test_pretrained.py): gradients and the AdamW step still match torch's per element."""
+    cfg, w, forward, folder, ids, mask, labels = prepare(tmp_path, "gpt2", n_embd=128)
+    c_attn = dict(foundry.models.from_pretrained(folder).named_parameters())["transformer.h.0.attn.c_attn.weight"]
+    assert (c_attn.stride(0), c_attn.stride(1)) == (1, 128)
+    assert_step_matches(cfg, w, forward, folder, ids, mask, labels)
+
+
 @pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
 def test_unrouted_experts_get_no_gradient(tmp_path, name):
     """Two tokens route to at most four of a layer's experts: the others get no gradient and no

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 
+#include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
 #include "kernels/cpu/dtype_dispatch.h"
 #include "kernels/cpu/loops.h"
@@ -52,6 +53,39 @@ inline To convert_value(From v) {
   }
 }
 
+// dst [R, C] contiguous from a source whose rows run down its memory (element (r, c) at
+// s[r + c * sc]): square tiles small enough that both sides of one stay in L1, where the strided
+// loop wrote one element per cache line and read every source line C times over.
+template <typename U>
+void copy_transposed_tiles(U* d, const U* s, int64_t R, int64_t C, int64_t sc) {
+  constexpr int64_t kTile = 16;
+  const int64_t tiles_r = (R + kTile - 1) / kTile;
+  parallel_for(0, tiles_r, std::max<int64_t>(1, (int64_t(1) << 16) / (kTile * std::max<int64_t>(C, 1))),
+               [&](int64_t t0, int64_t t1) {
+    for (int64_t r0 = t0 * kTile; r0 < std::min(R, t1 * kTile); r0 += kTile) {
+      const int64_t r1 = std::min(R, r0 + kTile);
+      for (int64_t c0 = 0; c0 < C; c0 += kTile) {
+        const int64_t c1 = std::min(C, c0 + kTile);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r) d[r * C + c] = s[r + c * sc];
+      }
+    }
+  });
+}
+
+bool copy_transposed(Tensor& dst, const Tensor& src) {
+  const int64_t R = dst.size(0), C = dst.size(1), sc = src.stride(1);
+  void* d = dst.data_ptr();
+  const void* s = src.data_ptr();
+  switch (dst.element_size()) {
+    case 1: copy_transposed_tiles(static_cast<uint8_t*>(d), static_cast<const uint8_t*>(s), R, C, sc); return true;
+    case 2: copy_transposed_tiles(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(s), R, C, sc); return true;
+    case 4: copy_transposed_tiles(static_cast<uint32_t*>(d), static_cast<const uint32_t*>(s), R, C, sc); return true;
+    case 8: copy_transposed_tiles(static_cast<uint64_t*>(d), static_cast<const uint64_t*>(s), R, C, sc); return true;
+    default: return false;
+  }
+}
+
 }  // namespace kernels
 
 void copy_into(Tensor& dst, const Tensor& src_in) {
@@ -80,6 +114,10 @@ void copy_into(Tensor& dst, const Tensor& src_in) {
       parallel_for(0, bytes, int64_t(1) << 20, [&](int64_t b, int64_t e) { std::memmove(d + b, s + b, size_t(e - b)); });
     return;
   }
+  // x.t().contiguous(), a Conv1D weight laid out as the rows of its transpose at load.
+  if (dt == st && dst.dim() == 2 && dst.is_contiguous() && src.stride(0) == 1 && dst.size(0) > 1 &&
+      dst.size(1) > 1 && src.stride(1) >= dst.size(0) && kernels::copy_transposed(dst, src))
+    return;
   kernels::StridedLoop loop({&dst, &src});
   kernels::visit_all(dt, "copy", [&](auto dtag) {
     using D = typename decltype(dtag)::type;

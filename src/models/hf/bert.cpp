@@ -331,7 +331,7 @@ std::unique_ptr<EncoderModel> load_encoder(const std::string& dir) {
     raise<IOError>("{}: no loadable weights (model.safetensors): {}", dir, err.what());
   }
   autograd::NoGradGuard no_grad;
-  auto fetch = [&](const std::string& name, const Shape& shape, const hf::Init&) {
+  auto fetch = [&](const std::string& name, const Shape& shape, const hf::Init&, hf::Layout) {
     if (!st.contains(name)) raise<ValueError>("{}: the checkpoint has no tensor '{}'", dir, name);
     Tensor t = st.get(name);
     if (!(Shape(t.sizes()) == shape))
@@ -357,7 +357,7 @@ std::unique_ptr<EncoderModel> create_encoder(const std::string& config_json) {
   const EncoderSpec e = encoder_spec(j, "model config");
   const double std_dev = hf::get_double(j, "initializer_range", 0.02);
   autograd::NoGradGuard no_grad;
-  auto fetch = [std_dev](const std::string&, const Shape& shape, const hf::Init& init) { return init.make(shape, std_dev); };
+  auto fetch = [std_dev](const std::string&, const Shape& shape, const hf::Init& init, hf::Layout) { return init.make(shape, std_dev); };
   auto has = [](const std::string&) { return false; };
   auto model =
       std::make_unique<hf::Bert>(e.c, hf::WeightSource(fetch, has, std::make_shared<hf::WeightProducts>()), e.o, e.head);

@@ -53,8 +53,8 @@ Init Init::fan_in_uniform(int64_t fan_in) {
   return custom([bound](Tensor& t) { nn::init::uniform_(t, -bound, bound); });
 }
 
-Tensor WeightSource::get(const std::string& name, const Shape& shape, const Init& init) const {
-  return (*fetch_)(prefix_ + name, shape, init);
+Tensor WeightSource::get(const std::string& name, const Shape& shape, const Init& init, Layout layout) const {
+  return (*fetch_)(prefix_ + name, shape, init, layout);
 }
 
 bool WeightSource::has(const std::string& name) const { return (*has_)(prefix_ + name); }
@@ -62,7 +62,8 @@ bool WeightSource::has(const std::string& name) const { return (*has_)(prefix_ +
 // ---- Linear / Conv1D ----------------------------------------------------------------------------
 
 Linear::Linear(const WeightSource& ws, int64_t in, int64_t out, bool with_bias, bool transposed, Init init)
-    : weight(register_parameter("weight", ws.get("weight", transposed ? Shape{in, out} : Shape{out, in}, init))),
+    : weight(register_parameter("weight", transposed ? ws.get("weight", {in, out}, init, Layout::RowsOfTranspose)
+                                                     : ws.get("weight", {out, in}, init))),
       bias(register_parameter("bias", with_bias ? ws.get("bias", {out}, Init::zeros()) : Tensor())),
       transposed_(transposed),
       products_(ws.products()) {}

@@ -47,13 +47,14 @@ struct Init {
 /// block's registered names and the names it reads are the same strings.
 class WeightSource {
  public:
-  using Fetch = std::function<Tensor(const std::string& name, const Shape& shape, const Init& init)>;
+  using Fetch = std::function<Tensor(const std::string& name, const Shape& shape, const Init& init, Layout layout)>;
   using Has = std::function<bool(const std::string& name)>;
   WeightSource(Fetch fetch, Has has, std::shared_ptr<WeightProducts> products)
       : fetch_(std::make_shared<Fetch>(std::move(fetch))), has_(std::make_shared<Has>(std::move(has))),
         products_(std::move(products)) {}
   WeightSource pp(const std::string& child) const;
-  Tensor get(const std::string& name, const Shape& shape, const Init& init = {}) const;
+  /// `layout` is what the weight's user can take; a fresh or file-mapped weight stays row-major.
+  Tensor get(const std::string& name, const Shape& shape, const Init& init = {}, Layout layout = Layout::RowMajor) const;
   bool has(const std::string& name) const;
   const std::string& prefix() const { return prefix_; }
   const std::shared_ptr<WeightProducts>& products() const { return products_; }

@@ -826,7 +826,7 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
   // 102-123 tokens/s on the mapping, 122-146 from the chunks, peak RSS 245.0 -> 246.5 MB.
   const bool resident = hf::weights_resident(options.quantize);
   hf::HugePageChunks chunks;
-  auto fetch = [&](const std::string& module_name, const Shape& shape, const hf::Init&) {
+  auto fetch = [&](const std::string& module_name, const Shape& shape, const hf::Init&, hf::Layout layout) {
     const std::string name = stored(module_name);
     if (qc.quantized(name)) {
       if (keep_nf4)
@@ -845,7 +845,7 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
     if (!is_floating(t.dtype()))
       raise<TypeError>("{}: '{}' has dtype {}; weights must be floating point", dir, name, dtype_name(t.dtype()));
     const DType want = options.dtype.value_or(t.dtype());  // nullopt: the checkpoint's own
-    return hf::place_weight(chunks, resident, t, want);
+    return hf::place_weight(chunks, resident, t, want, layout);
   };
   auto has = [&](const std::string& name) { return st.contains(stored(name)) || qc.quantized(stored(name)); };
   std::unique_ptr<CausalLM> model =
@@ -872,7 +872,7 @@ std::unique_ptr<CausalLM> create_model(const std::string& config_json) {
   config.json = j.dump();
   const double std_dev = hf::get_double(j, "initializer_range", 0.02);
   autograd::NoGradGuard no_grad;
-  auto fetch = [std_dev](const std::string&, const Shape& shape, const hf::Init& init) { return init.make(shape, std_dev); };
+  auto fetch = [std_dev](const std::string&, const Shape& shape, const hf::Init& init, hf::Layout) { return init.make(shape, std_dev); };
   auto has = [](const std::string&) { return false; };
   std::unique_ptr<CausalLM> model =
       arch->build(config, hf::WeightSource(fetch, has, std::make_shared<hf::WeightProducts>()));

@@ -40,6 +40,11 @@ struct KVCacheRows {
 
 namespace foundry::models::hf {
 
+/// How a loader may lay a matrix out in memory. A Conv1D weight keeps its [in, out] shape (HF's
+/// layout and state_dict entry) but may be stored as the rows of its transpose, strides (1, in),
+/// as llama.cpp's GGUF stores GPT-2's: decode's products then stream it in the rows form.
+enum class Layout { RowMajor, RowsOfTranspose };
+
 using nlohmann::json;
 
 class WeightSource;
@@ -103,8 +108,9 @@ class HugePageChunks {
   Tensor empty(IntList shape, DType dtype);
   /// Starts a fresh chunk for the next request.
   void reset();
-  /// A copy of t in `dtype` carved from the chunks; t's memory-mapped pages are handed back.
-  Tensor copy_of(const Tensor& t, DType dtype);
+  /// A copy of t in `dtype` carved from the chunks, laid out as `layout` asks (a matrix as the
+  /// rows of its transpose: t's shape, strides (1, rows)); t's memory-mapped pages are handed back.
+  Tensor copy_of(const Tensor& t, DType dtype, Layout layout = Layout::RowMajor);
 
  private:
   int64_t first_chunk_;
@@ -185,9 +191,10 @@ class WeightProducts {
 /// FOUNDRY_MMAP_WEIGHTS is set (weights stay file pages the kernel may drop under memory pressure).
 bool weights_resident(const std::string& quantize);
 /// A loaded weight as the model keeps it: a matrix of 64 KB or more (a decode step streams it
-/// whole) copied into `chunks` when `resident`, else t in `dtype` (t itself, a view over the file,
-/// when the dtype matches).
-Tensor place_weight(HugePageChunks& chunks, bool resident, const Tensor& t, DType dtype);
+/// whole) copied into `chunks` when `resident`, in `layout`, else t in `dtype` (t itself, a view
+/// over the file, when the dtype matches).
+Tensor place_weight(HugePageChunks& chunks, bool resident, const Tensor& t, DType dtype,
+                    Layout layout = Layout::RowMajor);
 
 // ---- blocks ---------------------------------------------------------------------------------
 

@@ -78,7 +78,13 @@ void HugePageChunks::reset() {
   used_ = carved_ = 0;
 }
 
-Tensor HugePageChunks::copy_of(const Tensor& t, DType dtype) {
+Tensor HugePageChunks::copy_of(const Tensor& t, DType dtype, Layout layout) {
+  if (layout == Layout::RowsOfTranspose && t.dim() == 2) {
+    Tensor rows = empty({t.size(1), t.size(0)}, dtype);
+    rows.copy_(t.t());
+    release_mapped_pages(t);
+    return rows.t();
+  }
   Tensor placed = empty(t.sizes(), dtype);
   placed.copy_(t);
   release_mapped_pages(t);
@@ -89,8 +95,9 @@ bool weights_resident(const std::string& quantize) {
   return quantize.empty() && std::getenv("FOUNDRY_MMAP_WEIGHTS") == nullptr;
 }
 
-Tensor place_weight(HugePageChunks& chunks, bool resident, const Tensor& t, DType dtype) {
-  if (resident && t.dim() >= 2 && t.numel() * itemsize(dtype) >= (int64_t(64) << 10)) return chunks.copy_of(t, dtype);
+Tensor place_weight(HugePageChunks& chunks, bool resident, const Tensor& t, DType dtype, Layout layout) {
+  if (resident && t.dim() >= 2 && t.numel() * itemsize(dtype) >= (int64_t(64) << 10))
+    return chunks.copy_of(t, dtype, layout);
   return t.dtype() == dtype ? t : t.to(dtype);
 }
 
@@ -458,21 +465,27 @@ const WeightProducts::Quantized* WeightProducts::lookup(const Tensor& x, const T
 const WeightProducts::Quantized* WeightProducts::sixteen_bit_view(const Tensor& x, const Tensor& w,
                                                                   bool transposed) const {
   const DType dt = w.dtype();
-  if (!format_.empty() || transposed || w.dim() != 2 || x.dtype() != dt ||
-      (dt != DType::BFloat16 && dt != DType::Float16) || !w.is_contiguous() || x.dim() == 0 ||
-      x.size(-1) != w.size(1) || x.numel() / std::max<int64_t>(w.size(1), 1) > CausalLM::kQuantizedMaxRows)
+  if (!format_.empty() || w.dim() != 2 || x.dtype() != dt || (dt != DType::BFloat16 && dt != DType::Float16) ||
+      x.dim() == 0)
+    return nullptr;
+  // W's rows ([out, in]): w itself, or a Conv1D weight ([in, out]) stored as the rows of its
+  // transpose (Layout::RowsOfTranspose, strides (1, in)).
+  const int64_t rows = w.size(transposed ? 1 : 0), k = w.size(transposed ? 0 : 1);
+  const bool packed_rows = (rows == 1 || w.stride(transposed ? 1 : 0) == k) && (k == 1 || w.stride(transposed ? 0 : 1) == 1);
+  if (!packed_rows || x.size(-1) != k || x.numel() / std::max<int64_t>(k, 1) > CausalLM::kQuantizedMaxRows)
     return nullptr;
   // Checked against w at every use, so an entry never outlives what it reads and holds nothing
   // alive (a model converted to another dtype frees its 16-bit weights).
   const quant::BlockFormatTraits* format =
       &quant::traits(dt == DType::BFloat16 ? quant::BlockFormat::BF16 : quant::BlockFormat::F16);
   std::shared_ptr<Quantized>& v = views_[w.impl()];
-  if (!v || v->data != w.data_ptr() || v->format != format || v->rows != w.size(0) || v->k != w.size(1)) {
+  if (!v || v->data != w.data_ptr() || v->format != format || v->rows != rows || v->k != k) {
     v = std::make_shared<Quantized>();
     v->format = format;
-    v->rows = w.size(0);
-    v->k = w.size(1);
+    v->rows = rows;
+    v->k = k;
     v->data = static_cast<const uint8_t*>(w.data_ptr());
+    v->transposed = transposed;
   }
   return v.get();
 }
@@ -596,6 +609,9 @@ Tensor WeightProducts::differentiable_product(const Tensor& x, const Tensor& w, 
 
 Tensor WeightProducts::dense(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed) {
   if (!transposed) return linear(x, w, b);
+  // A [in, out] weight stored as the rows of its transpose is an nn.Linear weight read through a
+  // view: the same op, its bias inside the GEMM.
+  if (w.dim() == 2 && w.stride(0) == 1 && w.stride(1) == w.size(0)) return linear(x, w.t(), b);
   Tensor y = matmul(x, w);
   return b.defined() ? y + b : y;
 }
