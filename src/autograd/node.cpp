@@ -20,6 +20,22 @@ AccumulateGrad::AccumulateGrad(Tensor leaf_) : leaf(std::move(leaf_)) {
   outputs.push_back({Shape(leaf.sizes()), leaf.dtype()});
 }
 
+namespace {
+
+// Whether g can be kept as the leaf's gradient without a copy: contiguous, or a matrix stored as the
+// rows of its transpose like its leaf (a loaded Conv1D weight, whose linear() gradient arrives so).
+// PyTorch's AccumulateGrad keeps any dense layout of the leaf's; the fused optimizers then walk
+// weight and gradient as one flat array (optim::detail::dense_layout).
+bool in_leaf_order(const Tensor& g, const Tensor& leaf) {
+  if (g.is_contiguous()) return true;
+  auto transposed_rows = [](const Tensor& t) {
+    return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) == t.size(0);
+  };
+  return transposed_rows(g) && transposed_rows(leaf);
+}
+
+}  // namespace
+
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = std::move(grads.at(0));
   if (!g.defined()) return {};
@@ -30,7 +46,7 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     } else {
       // Steal the buffer when nobody else holds it; otherwise copy so a later in-place
       // accumulation cannot write into a tensor the caller still owns.
-      bool sole = g.impl()->use_count() == 1 && g.storage()->use_count() == 1 && g.is_contiguous();
+      bool sole = g.impl()->use_count() == 1 && g.storage()->use_count() == 1 && in_leaf_order(g, leaf);
       meta.grad = sole ? g.detach() : g.detach().clone();
     }
   } else if (is_grad_enabled()) {

@@ -88,14 +88,14 @@ void Adagrad::step() {
       Tensor grad = p.grad();
       Tensor& sum = st.tensors.at("sum");
       if (fused_ && detail::fusable(p, grad)) {
-        if (!grad.is_contiguous()) grad = grad.contiguous();
+        grad = detail::laid_out_like(grad, p);
         keep_alive.push_back(grad);
         kernels::AdagradStep s;
         s.weight_decay = float(wd);
         s.neg_clr = float(-clr);
         s.eps = float(eps);
         s.maximize = maximize;
-        segments.push_back({s, p.data<float>(), grad.data<float>(), detail::state_ptr(sum), p.numel()});
+        segments.push_back({s, p.data<float>(), grad.data<float>(), detail::state_ptr(sum, p), p.numel()});
         updated.push_back(p);
         continue;
       }
@@ -143,7 +143,7 @@ void RMSprop::step() {
       Tensor grad = p.grad();
       Tensor& square_avg = st.tensors.at("square_avg");
       if (fused_ && detail::fusable(p, grad)) {
-        if (!grad.is_contiguous()) grad = grad.contiguous();
+        grad = detail::laid_out_like(grad, p);
         keep_alive.push_back(grad);
         kernels::RMSpropStep s;
         s.alpha = float(alpha);
@@ -154,9 +154,9 @@ void RMSprop::step() {
         s.neg_lr = float(-lr);
         s.centered = centered;
         s.maximize = maximize;
-        float* ga = centered ? detail::state_ptr(st.tensors.at("grad_avg")) : nullptr;
-        float* buf = momentum > 0 ? detail::state_ptr(st.tensors.at("momentum_buffer")) : nullptr;
-        segments.push_back({s, p.data<float>(), detail::state_ptr(square_avg), ga, buf, grad.data<float>(), p.numel()});
+        float* ga = centered ? detail::state_ptr(st.tensors.at("grad_avg"), p) : nullptr;
+        float* buf = momentum > 0 ? detail::state_ptr(st.tensors.at("momentum_buffer"), p) : nullptr;
+        segments.push_back({s, p.data<float>(), detail::state_ptr(square_avg, p), ga, buf, grad.data<float>(), p.numel()});
         updated.push_back(p);
         continue;
       }

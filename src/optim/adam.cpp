@@ -84,7 +84,7 @@ void Adam::step() {
       Tensor& exp_avg_sq = st.tensors.at("exp_avg_sq");
 
       if (fused_ && detail::fusable(p, grad)) {
-        if (!grad.is_contiguous()) grad = grad.contiguous();
+        grad = detail::laid_out_like(grad, p);
         keep_alive.push_back(grad);
         kernels::AdamStep s;
         s.beta1 = float(beta1);
@@ -98,8 +98,8 @@ void Adam::step() {
         s.eps = float(eps);
         s.maximize = maximize;
         s.amsgrad = amsgrad;
-        float* vmax = amsgrad ? detail::state_ptr(st.tensors.at("max_exp_avg_sq")) : nullptr;
-        segments.push_back({s, p.data<float>(), detail::state_ptr(exp_avg), detail::state_ptr(exp_avg_sq), vmax,
+        float* vmax = amsgrad ? detail::state_ptr(st.tensors.at("max_exp_avg_sq"), p) : nullptr;
+        segments.push_back({s, p.data<float>(), detail::state_ptr(exp_avg, p), detail::state_ptr(exp_avg_sq, p), vmax,
                             grad.data<float>(), p.numel()});
         updated.push_back(p);
         continue;

@@ -10,6 +10,7 @@
 #include "foundry/ops/ops.h"
 #include "foundry/optim/kernels.h"
 #include "foundry/optim/optimizer.h"
+#include "optim/common.h"
 
 namespace foundry::optim {
 
@@ -58,7 +59,8 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     if (!p.defined()) continue;
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    if (g.dtype() == DType::Float32 && !g.is_contiguous()) {  // make it contiguous in place
+    // The chunks below read a dense gradient in memory order (a norm and a scale care for no other).
+    if (g.dtype() == DType::Float32 && !detail::dense_layout(g)) {  // make it contiguous in place
       g = g.contiguous();
       p.set_grad(g);
     }

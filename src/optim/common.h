@@ -13,19 +13,30 @@ namespace foundry::optim::detail {
 /// Elements per cache line of floats: state slices start at multiples of this.
 inline constexpr int64_t kAlignElements = 16;
 
-/// One allocation per dtype holding a buffer shaped like each of `like` (contiguous, each slice
-/// 64-byte aligned), filled with `fill`; returns the slices in order.
+/// A matrix stored as the rows of its transpose (strides (1, rows)): a loaded Conv1D weight.
+bool rows_of_transpose(const Tensor& t);
+
+/// Whether p's elements fill its memory in one of the two orders the fused kernels walk as a flat
+/// array: contiguous, or rows_of_transpose. The gradient and the states then take p's order.
+inline bool dense_layout(const Tensor& p) { return p.is_contiguous() || rows_of_transpose(p); }
+
+/// t (shaped like p) in p's memory order: t itself when it has it, else a copy.
+Tensor laid_out_like(const Tensor& t, const Tensor& p);
+
+/// One allocation per dtype holding a buffer shaped like each of `like` (each slice 64-byte
+/// aligned, in its tensor's memory order where dense_layout, else contiguous), filled with `fill`;
+/// returns the slices in order.
 std::vector<Tensor> flat_zeros_like(const std::vector<Tensor>& like, double fill);
 
 /// True when `p` (and its gradient) can take the float32 fused kernels.
 inline bool fusable(const Tensor& p, const Tensor& grad) {
-  return p.dtype() == DType::Float32 && p.is_contiguous() && grad.dtype() == DType::Float32 &&
+  return p.dtype() == DType::Float32 && dense_layout(p) && grad.dtype() == DType::Float32 &&
          !p.storage()->read_only();
 }
 
-/// Pointer to the float32 data of a state tensor, made contiguous (and float32) in place first if
-/// a load left it otherwise.
-float* state_ptr(Tensor& t);
+/// Pointer to the float32 data of p's state tensor t, made float32 and laid out like p in place
+/// first if a load (or an earlier layout of p) left it otherwise.
+float* state_ptr(Tensor& t, const Tensor& p);
 
 /// Walks the concatenated index space of `segs` (each with a member `n`) in one parallel_for:
 /// every thread gets an equal share and calls fn(seg, offset, length) for the pieces of the

@@ -52,7 +52,7 @@ void Lion::step() {
       Tensor grad = p.grad();
       Tensor& exp_avg = state_for(p).tensors.at("exp_avg");
       if (fused_ && detail::fusable(p, grad)) {
-        if (!grad.is_contiguous()) grad = grad.contiguous();
+        grad = detail::laid_out_like(grad, p);
         keep_alive.push_back(grad);
         kernels::LionStep s;
         s.beta1 = float(beta1);
@@ -61,7 +61,7 @@ void Lion::step() {
         s.one_minus_beta2 = float(1 - beta2);
         s.decay = float(1 - lr * wd);
         s.neg_lr = float(-lr);
-        segments.push_back({s, p.data<float>(), grad.data<float>(), detail::state_ptr(exp_avg), p.numel()});
+        segments.push_back({s, p.data<float>(), grad.data<float>(), detail::state_ptr(exp_avg, p), p.numel()});
         updated.push_back(p);
         continue;
       }

@@ -71,7 +71,7 @@ void SGD::step() {
       Tensor grad = p.grad();
       const bool is_first = first.count(p.impl()) != 0;
       if (fused_ && detail::fusable(p, grad)) {
-        if (!grad.is_contiguous()) grad = grad.contiguous();
+        grad = detail::laid_out_like(grad, p);
         keep_alive.push_back(grad);
         kernels::SGDStep s;
         s.weight_decay = float(wd);
@@ -81,7 +81,7 @@ void SGD::step() {
         s.nesterov = nesterov;
         s.maximize = maximize;
         s.first = is_first;
-        float* buf = momentum != 0 ? detail::state_ptr(state_for(p).tensors.at("momentum_buffer")) : nullptr;
+        float* buf = momentum != 0 ? detail::state_ptr(state_for(p).tensors.at("momentum_buffer"), p) : nullptr;
         segments.push_back({s, p.data<float>(), grad.data<float>(), buf, p.numel()});
         updated.push_back(p);
         continue;

@@ -47,6 +47,56 @@ def test_optimizers_match_torch(name, kwargs):
     assert np.abs(got - want).max() < 1e-6
 
 
+@pytest.mark.parametrize("name,kwargs", [
+    ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.01)),
+    ("AdamW", dict(lr=0.05, weight_decay=0.1, amsgrad=True)),
+    ("RMSprop", dict(lr=0.01, momentum=0.5, centered=True)),
+    ("Adagrad", dict(lr=0.1)),
+    ("Lion", dict(lr=0.01, weight_decay=0.1)),
+])
+def test_optimizers_step_a_matrix_stored_as_rows_of_its_transpose(name, kwargs):
+    """A leaf [5, 7] with strides (1, 5), as a loaded Conv1D weight is kept: its gradient (one part
+    arriving contiguous, one in the leaf's order through x @ p.t()) and the optimizer's states are
+    walked in the leaf's memory order; several steps against torch's on a contiguous tensor catch
+    a state paired with the wrong elements."""
+    g = np.random.default_rng(3)
+    start = g.standard_normal((5, 7)).astype(np.float32)
+    target = g.standard_normal((5, 7)).astype(np.float32)
+    x = g.standard_normal((3, 7)).astype(np.float32)
+
+    def loss_of(lib, p):
+        t = lambda a: (foundry.tensor(a.tolist()) if lib is foundry else torch.tensor(a))
+        return ((p - t(target)) ** 2).sum() + ((t(x) @ p.t()) ** 2).sum() * 0.1
+
+    p = foundry.tensor(start.T.tolist()).t().detach().requires_grad_(True)
+    assert (p.stride(0), p.stride(1)) == (1, 5)
+    q = torch.tensor(start, requires_grad=True)
+    if name == "Lion":
+        mine = foundry.optim.Lion([p], **kwargs)
+        theirs = None
+    else:
+        mine, theirs = getattr(foundry.optim, name)([p], **kwargs), getattr(torch.optim, name)([q], **kwargs)
+    for _ in range(4):
+        mine.zero_grad()
+        loss_of(foundry, p).backward()
+        mine.step()
+        if theirs:
+            theirs.zero_grad()
+            loss_of(torch, q).backward()
+            theirs.step()
+    assert (p.stride(0), p.stride(1)) == (1, 5)
+    if theirs:
+        assert np.abs(p.detach().numpy() - q.detach().numpy()).max() < 1e-5
+    else:  # Lion against the same optimizer on a contiguous copy of the start
+        c = foundry.tensor(start.tolist(), requires_grad=True)
+        other = foundry.optim.Lion([c], **kwargs)
+        for _ in range(4):
+            other.zero_grad()
+            loss_of(foundry, c).backward()
+            other.step()
+        assert np.abs(p.detach().numpy() - c.detach().numpy()).max() < 1e-6
+
+
 def test_lion_follows_its_reference_update():
     lr, b1, b2, wd = 0.01, 0.9, 0.99, 0.1
     p, m = START.astype(np.float64).copy(), np.zeros_like(START, dtype=np.float64)

@@ -429,6 +429,73 @@ TEST(Optimizer, LoadStateDictChecksLayout) {
   EXPECT_TRUE(wrong_shape.param_groups()[0].options.count("lr"));
 }
 
+// A loaded Conv1D weight is kept as the rows of its transpose (strides (1, rows)): the fused
+// kernels walk it, its gradient and its states as one flat array in that order, and the states
+// still hold each element's own value (state_dict, and a load into a contiguous parameter).
+TEST(Optimizer, MatrixStoredAsRowsOfItsTransposeKeepsItsStatesInOrder) {
+  Generator gen(11);
+  const Tensor start = randn({5, 7}, {}, &gen);
+  Tensor p = start.t().contiguous().t().detach().requires_grad_(true);  // [5, 7], strides (1, 5)
+  ASSERT_EQ(p.stride(0), 1);
+  ASSERT_EQ(p.stride(1), 5);
+  Tensor c = start.clone().requires_grad_(true);
+  AdamW mine({p}, {.lr = 0.05, .weight_decay = 0.1, .amsgrad = true});
+  AdamW theirs({c}, {.lr = 0.05, .weight_decay = 0.1, .amsgrad = true});
+  for (int step = 0; step < 3; ++step) {
+    const Tensor g = randn({5, 7}, {}, &gen);
+    // The gradient arrives contiguous, then in the weight's order (as linear() gives it).
+    p.set_grad(step % 2 ? g.t().contiguous().t() : g.clone());
+    c.set_grad(g.clone());
+    mine.step();
+    theirs.step();
+  }
+  EXPECT_EQ(p.stride(1), 5);
+  EXPECT_EQ(p.detach().contiguous().to_vector<float>(), c.detach().to_vector<float>());
+  const OptimizerState a = mine.state_dict(), b = theirs.state_dict();
+  for (const char* name : {"state.0.exp_avg", "state.0.exp_avg_sq", "state.0.max_exp_avg_sq"})
+    EXPECT_EQ(a.tensors.at(name).contiguous().to_vector<float>(), b.tensors.at(name).contiguous().to_vector<float>())
+        << name;
+  // The transposed parameter's states drive a contiguous one, and the other way round.
+  Tensor p2 = c.detach().clone().requires_grad_(true), c2 = p.detach().clone().t().contiguous().t().requires_grad_(true);
+  AdamW from_mine({p2}, {.lr = 0.05, .weight_decay = 0.1, .amsgrad = true});
+  AdamW from_theirs({c2}, {.lr = 0.05, .weight_decay = 0.1, .amsgrad = true});
+  from_mine.load_state_dict(a);
+  from_theirs.load_state_dict(b);
+  const Tensor g = randn({5, 7}, {}, &gen);
+  p2.set_grad(g.clone());
+  c2.set_grad(g.clone());
+  from_mine.step();
+  from_theirs.step();
+  EXPECT_EQ(p2.detach().to_vector<float>(), c2.detach().contiguous().to_vector<float>());
+}
+
+// The gradient of such a weight through linear() arrives in its order and is kept so (PyTorch's
+// AccumulateGrad keeps a dense leaf's layout): no transposing copy per step.
+TEST(Optimizer, GradientOfAMatrixStoredAsRowsOfItsTransposeKeepsItsOrder) {
+  Generator gen(12);
+  Tensor p = randn({7, 5}, {}, &gen).t().detach().requires_grad_(true);  // [5, 7], strides (1, 5)
+  const Tensor x = randn({3, 5}, {}, &gen);
+  linear(x, p.t()).sum().backward();
+  ASSERT_TRUE(p.grad().defined());
+  EXPECT_EQ(p.grad().stride(0), 1);
+  EXPECT_EQ(p.grad().stride(1), 5);
+  // x^T summed over the rows of dy (all ones): every output column's gradient is x's column sums.
+  const Tensor want = sum(x, {0}).reshape({5, 1}).expand({5, 7});
+  const std::vector<float> got = p.grad().contiguous().to_vector<float>(), expected = want.contiguous().to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5) << i;
+  // Clipping reads and scales it in that order too.
+  Tensor copy = p.grad().contiguous().requires_grad_(false), twin = zeros({5, 7}).requires_grad_(true);
+  twin.set_grad(copy.clone());
+  const double norm = clip_grad_norm_({p}, 0.5);
+  EXPECT_NEAR(norm, clip_grad_norm_({twin}, 0.5), 1e-6 * norm);
+  EXPECT_EQ(p.grad().stride(1), 5);
+  const std::vector<float> clipped = p.grad().contiguous().to_vector<float>(), twin_clipped = twin.grad().to_vector<float>();
+  for (size_t i = 0; i < clipped.size(); ++i) EXPECT_NEAR(clipped[i], twin_clipped[i], 1e-6) << i;
+  Tensor q = randn({5, 7}, {}, &gen).requires_grad_(true);  // a contiguous leaf keeps contiguous gradients
+  linear(x, q.t()).sum().backward();
+  EXPECT_TRUE(q.grad().is_contiguous());
+}
+
 TEST(Optimizer, ZeroGradModes) {
   Tensor a = ones({2}).requires_grad_(true);
   SGD opt({a}, {.lr = 0.1});
