@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "foundry/autograd/grad_mode.h"
+#include "foundry/core/layout.h"
 #include "foundry/ops/ops.h"
 
 namespace foundry::autograd {
@@ -27,11 +28,7 @@ namespace {
 // PyTorch's AccumulateGrad keeps any dense layout of the leaf's; the fused optimizers then walk
 // weight and gradient as one flat array (optim::detail::dense_layout).
 bool in_leaf_order(const Tensor& g, const Tensor& leaf) {
-  if (g.is_contiguous()) return true;
-  auto transposed_rows = [](const Tensor& t) {
-    return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) == t.size(0);
-  };
-  return transposed_rows(g) && transposed_rows(leaf);
+  return g.is_contiguous() || (is_rows_of_transpose(g) && is_rows_of_transpose(leaf));
 }
 
 }  // namespace

@@ -23,26 +23,22 @@ std::vector<Tensor> flat_zeros_like(const std::vector<Tensor>& like, double fill
     buffer.fill_(fill);
     for (size_t k = 0; k < idx.size(); ++k) {
       const Tensor& p = like[idx[k]];
-      const Shape strides = rows_of_transpose(p) ? Shape(p.strides()) : contiguous_strides(p.sizes());
+      const Shape strides = is_rows_of_transpose(p) ? Shape(p.strides()) : contiguous_strides(p.sizes());
       out[idx[k]] = make_tensor(buffer.storage(), p.sizes(), strides, offsets[k], dtype);
     }
   }
   return out;
 }
 
-bool rows_of_transpose(const Tensor& t) {
-  return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) == t.size(0);
-}
-
 Tensor laid_out_like(const Tensor& t, const Tensor& p) {
-  if (!rows_of_transpose(p)) return t.contiguous();
-  if (rows_of_transpose(t)) return t;
+  if (!is_rows_of_transpose(p)) return t.contiguous();
+  if (is_rows_of_transpose(t)) return t;
   autograd::NoGradGuard no_grad;
   return t.t().contiguous().t();
 }
 
 float* state_ptr(Tensor& t, const Tensor& p) {
-  if (t.dtype() != DType::Float32 || !(rows_of_transpose(p) ? rows_of_transpose(t) : t.is_contiguous())) {
+  if (t.dtype() != DType::Float32 || !(is_rows_of_transpose(p) ? is_rows_of_transpose(t) : t.is_contiguous())) {
     autograd::NoGradGuard no_grad;
     t = laid_out_like(t.to(DType::Float32), p);
   }

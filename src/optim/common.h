@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "foundry/core/layout.h"
 #include "foundry/core/parallel.h"
 #include "foundry/core/tensor.h"
 
@@ -13,12 +14,9 @@ namespace foundry::optim::detail {
 /// Elements per cache line of floats: state slices start at multiples of this.
 inline constexpr int64_t kAlignElements = 16;
 
-/// A matrix stored as the rows of its transpose (strides (1, rows)): a loaded Conv1D weight.
-bool rows_of_transpose(const Tensor& t);
-
 /// Whether p's elements fill its memory in one of the two orders the fused kernels walk as a flat
-/// array: contiguous, or rows_of_transpose. The gradient and the states then take p's order.
-inline bool dense_layout(const Tensor& p) { return p.is_contiguous() || rows_of_transpose(p); }
+/// array: contiguous, or is_rows_of_transpose. The gradient and the states then take p's order.
+inline bool dense_layout(const Tensor& p) { return p.is_contiguous() || is_rows_of_transpose(p); }
 
 /// t (shaped like p) in p's memory order: t itself when it has it, else a copy.
 Tensor laid_out_like(const Tensor& t, const Tensor& p);

@@ -31,6 +31,7 @@
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/autograd/node.h"
 #include "foundry/core/allocator.h"
+#include "foundry/core/layout.h"
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
 #include "foundry/quant/block_formats.h"
@@ -471,8 +472,8 @@ const WeightProducts::Quantized* WeightProducts::sixteen_bit_view(const Tensor& 
   // W's rows ([out, in]): w itself, or a Conv1D weight ([in, out]) stored as the rows of its
   // transpose (Layout::RowsOfTranspose, strides (1, in)).
   const int64_t rows = w.size(transposed ? 1 : 0), k = w.size(transposed ? 0 : 1);
-  const bool packed_rows = (rows == 1 || w.stride(transposed ? 1 : 0) == k) && (k == 1 || w.stride(transposed ? 0 : 1) == 1);
-  if (!packed_rows || x.size(-1) != k || x.numel() / std::max<int64_t>(k, 1) > CausalLM::kQuantizedMaxRows)
+  if (!(transposed ? is_rows_of_transpose(w) : w.is_contiguous()) || x.size(-1) != k ||
+      x.numel() / std::max<int64_t>(k, 1) > CausalLM::kQuantizedMaxRows)
     return nullptr;
   // Checked against w at every use, so an entry never outlives what it reads and holds nothing
   // alive (a model converted to another dtype frees its 16-bit weights).
@@ -611,7 +612,7 @@ Tensor WeightProducts::dense(const Tensor& x, const Tensor& w, const Tensor& b, 
   if (!transposed) return linear(x, w, b);
   // A [in, out] weight stored as the rows of its transpose is an nn.Linear weight read through a
   // view: the same op, its bias inside the GEMM.
-  if (w.dim() == 2 && w.stride(0) == 1 && w.stride(1) == w.size(0)) return linear(x, w.t(), b);
+  if (is_rows_of_transpose(w)) return linear(x, w.t(), b);
   Tensor y = matmul(x, w);
   return b.defined() ? y + b : y;
 }
