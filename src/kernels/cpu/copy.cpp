@@ -54,8 +54,8 @@ inline To convert_value(From v) {
 }
 
 // dst [R, C] contiguous from a source whose rows run down its memory (element (r, c) at
-// s[r + c * sc]): square tiles small enough that both sides of one stay in L1, where the strided
-// loop wrote one element per cache line and read every source line C times over.
+// s[r + c * sc]), in square tiles. 768 x 3072 float32: the strided loop 3.3-3.6 ms, 64 x 64 tiles
+// 3.6, 32 x 32 1.49, 16 x 16 0.8-1.0 (f16 1.85 / 0.70 / 1.00 / 0.64-0.73), 2 threads.
 template <typename U>
 void copy_transposed_tiles(U* d, const U* s, int64_t R, int64_t C, int64_t sc) {
   constexpr int64_t kTile = 16;

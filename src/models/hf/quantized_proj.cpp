@@ -80,16 +80,13 @@ void HugePageChunks::reset() {
 }
 
 Tensor HugePageChunks::copy_of(const Tensor& t, DType dtype, Layout layout) {
-  if (layout == Layout::RowsOfTranspose && t.dim() == 2) {
-    Tensor rows = empty({t.size(1), t.size(0)}, dtype);
-    rows.copy_(t.t());
-    release_mapped_pages(t);
-    return rows.t();
-  }
-  Tensor placed = empty(t.sizes(), dtype);
-  placed.copy_(t);
+  // RowsOfTranspose: t^T copied contiguous, handed back viewed as t's shape.
+  const bool transpose = layout == Layout::RowsOfTranspose && t.dim() == 2;
+  const Tensor source = transpose ? t.t() : t;
+  Tensor placed = empty(source.sizes(), dtype);
+  placed.copy_(source);
   release_mapped_pages(t);
-  return placed;
+  return transpose ? placed.t() : placed;
 }
 
 bool weights_resident(const std::string& quantize) {
