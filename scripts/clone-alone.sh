@@ -4,7 +4,7 @@
 # scripts/test.sh), and checks that the main job trained and sampled and that every test passed
 # or skipped with a reason.
 #
-#   scripts/clone-alone.sh [--cold] [--keep] [--dest DIR]
+# Usage: scripts/clone-alone.sh [--cold] [--keep] [--dest DIR]
 #
 # By default ccache may reuse this machine's objects (CCACHE_BASEDIR makes the clone's paths
 # relative, so a hit is the same compile of the same source); --cold disables ccache, as on a
@@ -18,7 +18,7 @@ while (($#)); do
     --keep) keep=1 ;;
     --dest) parent="${2:?--dest needs a directory}"; shift ;;
     -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "clone-alone.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    *) echo "clone-alone.sh: error: unknown argument '$1' (see --help)" >&2; exit 1 ;;
   esac
   shift
 done

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # libFuzzer over every parser (tests/fuzz/NAME.cpp -> fuzz_NAME in the clang sanitizer tree,
 # build-san/, cmake --preset sanitize).
-#   scripts/fuzz.sh --list               the targets, one per line
-#   scripts/fuzz.sh [TARGET|all] [SECONDS]   build, then fuzz each target SECONDS (default 60),
-#                                        FUZZ_JOBS targets at a time (default: the core count)
+# Usage: scripts/fuzz.sh --list                 the targets, one per line
+#        scripts/fuzz.sh [TARGET|all] [SECONDS]   build, then fuzz each target SECONDS (default 60),
+#                                          FUZZ_JOBS targets at a time (default: the core count)
 # Each target starts from its committed seeds (tests/fuzz/seeds/TARGET, made by make_seeds.py) and
 # a corpus that grows between runs (build-san/fuzz/corpus/TARGET). A crash, sanitizer report, leak,
 # timeout (10 s per input) or allocation over 2 GB fails the run; the input is kept in
@@ -29,8 +29,8 @@ fi
 which="${1:-all}"
 seconds="${2:-60}"
 if [[ "$which" != all ]] && ! grep -qx "$which" <<<"$targets"; then
-  echo "fuzz.sh: unknown target '$which' (scripts/fuzz.sh --list names them)" >&2
-  exit 2
+  echo "fuzz.sh: error: unknown target '$which' (scripts/fuzz.sh --list names them)" >&2
+  exit 1
 fi
 [[ "$which" == all ]] && run=$targets || run=$which
 if [[ ! -d ../shared/data/tokenizers ]]; then

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package Foundry's build, tests and benchmarks need.
 # Idempotent; run as root (or through sudo) on a fresh machine.
+# Usage: scripts/install-deps.sh
 set -euo pipefail
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
+[[ $# -eq 0 ]] || { echo "install-deps.sh: error: it takes no arguments, got '$1' (see --help)" >&2; exit 1; }
 
 packages=(
   # build

@@ -5,7 +5,10 @@
 # every parser (scripts/fuzz.sh all FUZZ_SECONDS, default 20, with a fixed FUZZ_SEED so that
 # the run can be repeated here). .ci/run calls it after the README's
 # test command. Exits non-zero on any test failure, sanitizer report or fuzz crash.
+# Usage: scripts/sanitize.sh   (FUZZ_SECONDS, FUZZ_SEED, FOUNDRY_JOBS, FOUNDRY_TEST_JOBS in the environment)
 set -euo pipefail
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
+[[ $# -eq 0 ]] || { echo "sanitize.sh: error: it takes no arguments, got '$1' (see --help)" >&2; exit 1; }
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 jobs="${FOUNDRY_JOBS:-$(nproc)}"

@@ -31,6 +31,7 @@ done
 [ -x "$bin/foundry" ] && check foundry 1 membership --model /nonexistent/model --documents /nonexistent.jsonl --out /tmp/x
 [ -x "$bin/foundry" ] && check foundry 1 attribute --presence /nonexistent.csv --scores /nonexistent.csv --out /tmp/x.json
 [ -x "$bin/foundry" ] && check foundry 1 memorization --model /nonexistent/model --corpus /nonexistent.txt --out /tmp/x.json
+[ -x "$bin/foundry" ] && check foundry 1 ops --dump-samples "${TMPDIR:-/tmp}/foundry-no-samples-$$" --only no_such_op
 [ -x "$bin/bench_infer" ] && check bench_infer 1 --model /nonexistent/model
 [ -x "$bin/bench_infer" ] && check bench_infer 1 --model
 [ -x "$bin/bench_finetune" ] && check bench_finetune 1 --model /nonexistent/model
@@ -60,5 +61,29 @@ pycheck 1 bench/decode_profile/run.py /nonexistent/bench_infer
 pycheck 1 bench/under_load/run.py /nonexistent/bin
 pycheck 1 bench/under_load/torch_main_job.py 1 1 /nonexistent/text.txt
 pycheck 1 tools/gen_fixtures.py /nonexistent/samples /nonexistent/out
+# The shell and Perl programs under scripts/ and tools/: --help prints a usage text and runs
+# nothing (no install, no build), and an argument they do not take is refused before any work.
+shcheck() {  # shcheck EXPECTED_STATUS PROGRAM ARGS...
+  local want=$1 program=$2; shift 2
+  local run=(bash)
+  [[ $program == *.pl ]] && run=(perl)
+  out=$(cd "$root" && timeout 60 "${run[@]}" "$program" "$@" 2>&1)
+  local status=$?
+  if [ "$want" = 0 ]; then
+    if [ $status -ne 0 ] || ! echo "$out" | grep -qi "usage"; then
+      echo "FAIL: $program $* -> status $status, no usage: $(echo "$out" | tail -2)"; fail=1
+    fi
+  elif [ $status -ne 1 ] || ! echo "$out" | grep -q "error"; then
+    echo "FAIL: $program $* -> status $status (want 1 and an error message): $(echo "$out" | tail -2)"; fail=1
+  fi
+}
+for program in $(cd "$root" && ls scripts/*.sh tools/*.sh tools/*.pl); do
+  shcheck 0 "$program" --help
+done
+for program in scripts/test.sh scripts/sanitize.sh scripts/install-deps.sh scripts/clone-alone.sh tools/gen_fixtures.sh; do
+  shcheck 1 "$program" --no-such-option
+done
+shcheck 1 scripts/fuzz.sh no_such_target
+shcheck 1 tools/gen_unicode8_table.pl /nonexistent.txt
 [ $fail -eq 0 ] && echo "PASS"
 exit $fail

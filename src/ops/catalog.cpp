@@ -77,6 +77,9 @@ std::vector<Sample> generate_samples(const OpDef& op, DType dtype) {
 }
 
 void dump_samples(const std::string& dir, const std::vector<std::string>& only) {
+  for (const std::string& name : only)
+    FOUNDRY_CHECK_AS(ValueError, Registry::instance().find(name) != nullptr,
+                     "dump_samples: no op named '{}' in the registry (foundry ops lists them)", name);
   std::filesystem::create_directories(dir);
   json manifest = json::object();
   manifest["ops"] = json::array();
