@@ -18,7 +18,7 @@ while (($#)); do
     --keep) keep=1 ;;
     --dest) parent="${2:?--dest needs a directory}"; shift ;;
     -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "clone-alone.sh: error: unknown argument '$1' (see --help)" >&2; exit 1 ;;
+    *) echo "clone-alone.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done

@@ -30,7 +30,7 @@ which="${1:-all}"
 seconds="${2:-60}"
 if [[ "$which" != all ]] && ! grep -qx "$which" <<<"$targets"; then
   echo "fuzz.sh: error: unknown target '$which' (scripts/fuzz.sh --list names them)" >&2
-  exit 1
+  exit 2
 fi
 [[ "$which" == all ]] && run=$targets || run=$which
 if [[ ! -d ../shared/data/tokenizers ]]; then

@@ -4,7 +4,7 @@
 # Usage: scripts/install-deps.sh
 set -euo pipefail
 [[ "${1:-}" == -h || "${1:-}" == --help ]] && { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
-[[ $# -eq 0 ]] || { echo "install-deps.sh: error: it takes no arguments, got '$1' (see --help)" >&2; exit 1; }
+[[ $# -eq 0 ]] || { echo "install-deps.sh: error: it takes no arguments, got '$1' (see --help)" >&2; exit 2; }
 
 packages=(
   # build

@@ -8,7 +8,7 @@
 # Usage: scripts/sanitize.sh   (FUZZ_SECONDS, FUZZ_SEED, FOUNDRY_JOBS, FOUNDRY_TEST_JOBS in the environment)
 set -euo pipefail
 [[ "${1:-}" == -h || "${1:-}" == --help ]] && { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
-[[ $# -eq 0 ]] || { echo "sanitize.sh: error: it takes no arguments, got '$1' (see --help)" >&2; exit 1; }
+[[ $# -eq 0 ]] || { echo "sanitize.sh: error: it takes no arguments, got '$1' (see --help)" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 jobs="${FOUNDRY_JOBS:-$(nproc)}"

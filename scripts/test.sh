@@ -5,7 +5,7 @@
 # Usage: scripts/test.sh   (FOUNDRY_JOBS: parallel build jobs; FOUNDRY_TEST_JOBS: parallel tests)
 set -euo pipefail
 [[ "${1:-}" == -h || "${1:-}" == --help ]] && { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0; }
-[[ $# -eq 0 ]] || { echo "test.sh: error: it takes no arguments, got '$1' (see --help)" >&2; exit 1; }
+[[ $# -eq 0 ]] || { echo "test.sh: error: it takes no arguments, got '$1' (see --help)" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh

@@ -62,7 +62,8 @@ pycheck 1 bench/under_load/run.py /nonexistent/bin
 pycheck 1 bench/under_load/torch_main_job.py 1 1 /nonexistent/text.txt
 pycheck 1 tools/gen_fixtures.py /nonexistent/samples /nonexistent/out
 # The shell and Perl programs under scripts/ and tools/: --help prints a usage text and runs
-# nothing (no install, no build), and an argument they do not take is refused before any work.
+# nothing (no install, no build), and an argument they do not take is refused before any work,
+# with exit status 2 (the shell's status for misuse; tests/fuzz_list_test.sh relies on it).
 shcheck() {  # shcheck EXPECTED_STATUS PROGRAM ARGS...
   local want=$1 program=$2; shift 2
   local run=(bash)
@@ -73,17 +74,17 @@ shcheck() {  # shcheck EXPECTED_STATUS PROGRAM ARGS...
     if [ $status -ne 0 ] || ! echo "$out" | grep -qi "usage"; then
       echo "FAIL: $program $* -> status $status, no usage: $(echo "$out" | tail -2)"; fail=1
     fi
-  elif [ $status -ne 1 ] || ! echo "$out" | grep -q "error"; then
-    echo "FAIL: $program $* -> status $status (want 1 and an error message): $(echo "$out" | tail -2)"; fail=1
+  elif [ $status -ne 2 ] || ! echo "$out" | grep -q "error"; then
+    echo "FAIL: $program $* -> status $status (want 2 and an error message): $(echo "$out" | tail -2)"; fail=1
   fi
 }
 for program in $(cd "$root" && ls scripts/*.sh tools/*.sh tools/*.pl); do
   shcheck 0 "$program" --help
 done
 for program in scripts/test.sh scripts/sanitize.sh scripts/install-deps.sh scripts/clone-alone.sh tools/gen_fixtures.sh; do
-  shcheck 1 "$program" --no-such-option
+  shcheck 2 "$program" --no-such-option
 done
-shcheck 1 scripts/fuzz.sh no_such_target
-shcheck 1 tools/gen_unicode8_table.pl /nonexistent.txt
+shcheck 2 scripts/fuzz.sh no_such_target
+shcheck 2 tools/gen_unicode8_table.pl /nonexistent.txt
 [ $fail -eq 0 ] && echo "PASS"
 exit $fail

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 for a in "$@"; do
   case "$a" in
     -h|--help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "gen_fixtures.sh: error: unknown option '$a' (tools/gen_fixtures.sh --help)" >&2; exit 1 ;;
+    -*) echo "gen_fixtures.sh: error: unknown option '$a' (tools/gen_fixtures.sh --help)" >&2; exit 2 ;;
   esac
 done
 bash scripts/build.sh --target foundry_cli

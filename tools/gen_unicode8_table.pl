@@ -19,7 +19,7 @@ if (@ARGV) {
     exit 0;
   }
   print STDERR "gen_unicode8_table.pl: error: it takes no arguments, got '$ARGV[0]' (see --help)\n";
-  exit 1;
+  exit 2;
 }
 
 my @list = prop_invlist("Present_In=8.0");
