@@ -21,18 +21,6 @@ AccumulateGrad::AccumulateGrad(Tensor leaf_) : leaf(std::move(leaf_)) {
   outputs.push_back({Shape(leaf.sizes()), leaf.dtype()});
 }
 
-namespace {
-
-// Whether g can be kept as the leaf's gradient without a copy: contiguous, or a matrix stored as the
-// rows of its transpose like its leaf (a loaded Conv1D weight, whose linear() gradient arrives so).
-// PyTorch's AccumulateGrad keeps any dense layout of the leaf's; the fused optimizers then walk
-// weight and gradient as one flat array (optim::detail::dense_layout).
-bool in_leaf_order(const Tensor& g, const Tensor& leaf) {
-  return g.is_contiguous() || (is_rows_of_transpose(g) && is_rows_of_transpose(leaf));
-}
-
-}  // namespace
-
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = std::move(grads.at(0));
   if (!g.defined()) return {};
@@ -41,9 +29,13 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     if (is_grad_enabled()) {
       meta.grad = g;  // create_graph: keep the graph of the gradient
     } else {
-      // Steal the buffer when nobody else holds it; otherwise copy so a later in-place
+      // Steal the buffer when nobody else holds it and it is contiguous or in the leaf's own order
+      // (a loaded Conv1D weight stored as the rows of its transpose, whose linear() gradient arrives
+      // so; PyTorch's AccumulateGrad keeps any dense layout of the leaf's, and the fused optimizers
+      // walk weight and gradient as one flat array); otherwise copy so a later in-place
       // accumulation cannot write into a tensor the caller still owns.
-      bool sole = g.impl()->use_count() == 1 && g.storage()->use_count() == 1 && in_leaf_order(g, leaf);
+      bool sole = g.impl()->use_count() == 1 && g.storage()->use_count() == 1 &&
+                  (g.is_contiguous() || in_memory_order_of(g, leaf));
       meta.grad = sole ? g.detach() : g.detach().clone();
     }
   } else if (is_grad_enabled()) {

@@ -30,23 +30,14 @@ std::vector<Tensor> flat_zeros_like(const std::vector<Tensor>& like, double fill
   return out;
 }
 
-namespace {
-
-// Whether t already lies in p's memory order (dense_layout's two orders; any other p: contiguous).
-bool in_order_of(const Tensor& t, const Tensor& p) {
-  return is_rows_of_transpose(p) ? is_rows_of_transpose(t) : t.is_contiguous();
-}
-
-}  // namespace
-
 Tensor laid_out_like(const Tensor& t, const Tensor& p) {
-  if (in_order_of(t, p)) return t;
+  if (in_memory_order_of(t, p)) return t;
   autograd::NoGradGuard no_grad;
   return is_rows_of_transpose(p) ? t.t().contiguous().t() : t.contiguous();
 }
 
 float* state_ptr(Tensor& t, const Tensor& p) {
-  if (t.dtype() != DType::Float32 || !in_order_of(t, p)) {
+  if (t.dtype() != DType::Float32 || !in_memory_order_of(t, p)) {
     autograd::NoGradGuard no_grad;
     t = laid_out_like(t.to(DType::Float32), p);
   }

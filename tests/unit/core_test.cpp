@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "foundry/core/allocator.h"
@@ -239,6 +240,24 @@ TEST(Tensor, CopyConvertsAndBroadcasts) {
   EXPECT_EQ(dst.to_vector<int32_t>(), (std::vector<int32_t>{1, -2, 3, 1, -2, 3}));
   Tensor bf = tensor<float>({1.0f, 3.14159f}, {2}).to(DType::BFloat16);
   EXPECT_FLOAT_EQ(bf.to(DType::Float32).to_vector<float>()[1], 3.140625f);
+}
+
+// x.t().contiguous() (and a narrowed matrix's) takes copy_into's tiled transpose for every element
+// size; the dtype-converting copy of the same view takes the strided loop: both must agree, at
+// shapes that are not multiples of the 16 x 16 tiles.
+TEST(Tensor, TransposedCopyMatchesTheStridedLoopForEveryElementSize) {
+  for (DType dt : {DType::UInt8, DType::Float16, DType::Float32, DType::Float64}) {
+    for (auto [rows, cols, spare] : {std::tuple<int64_t, int64_t, int64_t>{37, 53, 0}, {130, 17, 0}, {70, 300, 9}}) {
+      // [cols, rows + spare] stored row-major, narrowed to [cols, rows], viewed as [rows, cols].
+      Tensor base = remainder(arange((rows + spare) * cols), full({}, 251.0)).reshape({cols, rows + spare}).to(dt);
+      Tensor src = base.narrow(1, 0, rows).t();
+      ASSERT_EQ(src.stride(0), 1);
+      Tensor tiled = src.contiguous();
+      ASSERT_TRUE(tiled.is_contiguous());
+      EXPECT_TRUE(equal(tiled.to(DType::Float64), src.to(DType::Float64)))
+          << dtype_name(dt) << " " << rows << "x" << cols << " spare " << spare;
+    }
+  }
 }
 
 TEST(Tensor, ReprIsReadable) {

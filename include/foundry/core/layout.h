@@ -12,4 +12,10 @@ inline bool is_rows_of_transpose(const Tensor& t) {
   return t.dim() == 2 && t.size(0) > 1 && t.size(1) > 1 && t.stride(0) == 1 && t.stride(1) == t.size(0);
 }
 
+/// Whether t (shaped like `like`) lies in memory in like's order: as the rows of its transpose
+/// where like is so stored, else contiguous.
+inline bool in_memory_order_of(const Tensor& t, const Tensor& like) {
+  return is_rows_of_transpose(like) ? is_rows_of_transpose(t) : t.is_contiguous();
+}
+
 }  // namespace foundry

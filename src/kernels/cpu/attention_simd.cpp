@@ -22,6 +22,7 @@
 #include "foundry/core/parallel.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/scratch.h"
+#include "kernels/cpu/transpose.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace foundry::kernels {
@@ -112,18 +113,6 @@ void Gemm(float* C, int64_t ldc, const float* A, int64_t lda, const float* B, in
   }
 }
 
-// dst[c][r] = src[r][c] for r < rows, c < cols (dst row stride ldd); other dst entries untouched.
-// 16 x 16 blocks keep both sides in cache.
-void Transpose(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols) {
-  constexpr int64_t kT = 16;
-  for (int64_t r0 = 0; r0 < rows; r0 += kT)
-    for (int64_t c0 = 0; c0 < cols; c0 += kT) {
-      const int64_t r1 = std::min(rows, r0 + kT), c1 = std::min(cols, c0 + kT);
-      for (int64_t c = c0; c < c1; ++c)
-        for (int64_t r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
-    }
-}
-
 // A [BH][rows][cols] tensor copied into [BH][rows][ld] (zero padded), or used in place.
 const float* Padded(const float* src, int64_t BH, int64_t rows, int64_t cols, int64_t ld, ScratchArray<float>& buf) {
   if (ld == cols) return src;
@@ -143,7 +132,7 @@ void TransposeAll(const float* src, int64_t BH, int64_t rows, int64_t cols, int6
   parallel_for(0, BH, 1, [&](int64_t b, int64_t e) {
     for (int64_t bh = b; bh < e; ++bh) {
       float* out = dst.data() + bh * cols * Sp;
-      Transpose(src + bh * rows * cols, cols, out, Sp, rows, cols);
+      transpose_tiles<TileWalk::AlongDestination>(src + bh * rows * cols, cols, out, Sp, rows, cols);
       for (int64_t c = 0; c < cols; ++c) std::fill(out + c * Sp + rows, out + (c + 1) * Sp, 0.0f);
     }
   });
