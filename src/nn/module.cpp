@@ -146,28 +146,31 @@ void Module::collect_modules(const std::string& prefix, std::vector<std::pair<st
     if (c) c->collect_modules(join(prefix, name), out);
 }
 
+namespace {
+// Each defined tensor of the modules' slots (slots_of(module)) once, under its first name.
+template <class SlotsOf>
+NamedTensors each_tensor_once(const std::vector<std::pair<std::string, Module*>>& mods, SlotsOf slots_of) {
+  NamedTensors out;
+  std::unordered_set<const TensorImpl*> seen;
+  for (const auto& [prefix, m] : mods)
+    for (const auto& s : slots_of(*m))
+      if (s.tensor.defined() && seen.insert(s.tensor.impl()).second) out.emplace_back(join(prefix, s.name), s.tensor);
+  return out;
+}
+}  // namespace
+
 NamedTensors Module::named_parameters(bool recurse) const {
   std::vector<std::pair<std::string, Module*>> mods;
   if (recurse) collect_modules("", mods);
   else mods.emplace_back("", const_cast<Module*>(this));
-  NamedTensors out;
-  std::unordered_set<const TensorImpl*> seen;
-  for (const auto& [prefix, m] : mods)
-    for (const Slot& s : m->params_)
-      if (s.tensor.defined() && seen.insert(s.tensor.impl()).second) out.emplace_back(join(prefix, s.name), s.tensor);
-  return out;
+  return each_tensor_once(mods, [](const Module& m) -> const auto& { return m.params_; });
 }
 
 NamedTensors Module::named_buffers(bool recurse) const {
   std::vector<std::pair<std::string, Module*>> mods;
   if (recurse) collect_modules("", mods);
   else mods.emplace_back("", const_cast<Module*>(this));
-  NamedTensors out;
-  std::unordered_set<const TensorImpl*> seen;
-  for (const auto& [prefix, m] : mods)
-    for (const Slot& s : m->buffers_)
-      if (s.tensor.defined() && seen.insert(s.tensor.impl()).second) out.emplace_back(join(prefix, s.name), s.tensor);
-  return out;
+  return each_tensor_once(mods, [](const Module& m) -> const auto& { return m.buffers_; });
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const {

@@ -6,45 +6,24 @@
 namespace foundry::text {
 
 void TokenMatcher::build(const std::vector<std::pair<std::string, uint32_t>>& patterns) {
-  nodes_.assign(1, Node{});
+  trie_ = ByteTrie();
   std::fill(std::begin(first_), std::end(first_), false);
   patterns_ = 0;
   for (auto& [p, id] : patterns) {
     if (p.empty()) continue;
     ++patterns_;
     first_[static_cast<unsigned char>(p[0])] = true;
-    int n = 0;
-    for (unsigned char c : p) {
-      auto& edges = nodes_[n].edges;
-      auto it = std::lower_bound(edges.begin(), edges.end(), c, [](const auto& e, unsigned char x) { return e.first < x; });
-      if (it != edges.end() && it->first == c) {
-        n = it->second;
-      } else {
-        int child = static_cast<int>(nodes_.size());
-        edges.insert(it, {c, child});
-        nodes_.emplace_back();
-        n = child;
-      }
-    }
     // The first pattern added with this content wins (Aho-Corasick keeps the lowest index).
-    if (nodes_[n].value < 0) nodes_[n].value = id;
+    if (uint32_t& value = trie_.value_at(p); value == ByteTrie::kNone) value = id;
   }
 }
 
 size_t TokenMatcher::longest_at(std::string_view s, size_t pos, uint32_t& id) const {
-  int n = 0;
   size_t best = 0;
-  for (size_t i = pos; i < s.size(); ++i) {
-    auto c = static_cast<unsigned char>(s[i]);
-    const auto& edges = nodes_[n].edges;
-    auto it = std::lower_bound(edges.begin(), edges.end(), c, [](const auto& e, unsigned char x) { return e.first < x; });
-    if (it == edges.end() || it->first != c) break;
-    n = it->second;
-    if (nodes_[n].value >= 0) {
-      best = i + 1 - pos;
-      id = static_cast<uint32_t>(nodes_[n].value);
-    }
-  }
+  trie_.each_prefix(s, pos, [&](size_t length, uint32_t value) {
+    best = length;
+    id = value;
+  });
   return best;
 }
 

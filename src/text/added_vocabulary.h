@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "text/byte_trie.h"
 #include "text/components.h"
 #include "text/model_cache.h"
 
@@ -21,11 +22,7 @@ class TokenMatcher {
   bool can_start(unsigned char c) const { return first_[c]; }
 
  private:
-  struct Node {
-    std::vector<std::pair<unsigned char, int>> edges;
-    int64_t value = -1;
-  };
-  std::vector<Node> nodes_;
+  ByteTrie trie_;  // pattern -> id
   bool first_[256] = {};
   size_t patterns_ = 0;
 };

@@ -384,36 +384,29 @@ void NormalizedString::map(const std::function<char32_t(char32_t)>& f) {
   if (changed) transform(tr, 0);
 }
 
-void NormalizedString::lowercase() {
+namespace {
+// Each char replaced by the chars `convert` gives it (a case mapping may give several).
+void map_each_char(NormalizedString& s, void (*convert)(char32_t, std::u32string&)) {
+  const std::string& text = s.get();
   std::vector<uni::CharChange> tr;
-  tr.reserve(normalized_.size());
+  tr.reserve(text.size());
   bool changed = false;
   std::u32string buf;
   size_t i = 0;
-  while (i < normalized_.size()) {
-    char32_t c = uni::decode(normalized_, i);
+  while (i < text.size()) {
+    char32_t c = uni::decode(text, i);
     buf.clear();
-    uni::to_lowercase(c, buf);
+    convert(c, buf);
     if (buf.size() != 1 || buf[0] != c) changed = true;
     for (size_t k = 0; k < buf.size(); ++k) tr.push_back({buf[k], k > 0 ? 1 : 0});
   }
-  if (changed) transform(tr, 0);
+  if (changed) s.transform(tr, 0);
 }
+}  // namespace
 
-void NormalizedString::uppercase() {
-  std::vector<uni::CharChange> tr;
-  bool changed = false;
-  std::u32string buf;
-  size_t i = 0;
-  while (i < normalized_.size()) {
-    char32_t c = uni::decode(normalized_, i);
-    buf.clear();
-    uni::to_uppercase(c, buf);
-    if (buf.size() != 1 || buf[0] != c) changed = true;
-    for (size_t k = 0; k < buf.size(); ++k) tr.push_back({buf[k], k > 0 ? 1 : 0});
-  }
-  if (changed) transform(tr, 0);
-}
+void NormalizedString::lowercase() { map_each_char(*this, uni::to_lowercase); }
+
+void NormalizedString::uppercase() { map_each_char(*this, uni::to_uppercase); }
 
 void NormalizedString::prepend(std::string_view s) {
   if (normalized_.empty()) return;

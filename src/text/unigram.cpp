@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "text/byte_trie.h"
 #include "text/components.h"
 #include "text/model_cache.h"
 
@@ -12,47 +13,6 @@ namespace foundry::text {
 namespace {
 
 constexpr uint32_t kNotInVocab = 0xFFFFFFFFu;
-
-// Byte trie with sorted edges; values are piece ids.
-class Trie {
- public:
-  Trie() { nodes_.emplace_back(); }
-  void insert(std::string_view key, uint32_t value) {
-    int n = 0;
-    for (unsigned char c : key) {
-      auto& edges = nodes_[n].edges;
-      auto it = std::lower_bound(edges.begin(), edges.end(), c, [](const auto& e, unsigned char x) { return e.first < x; });
-      if (it != edges.end() && it->first == c) {
-        n = it->second;
-      } else {
-        int child = static_cast<int>(nodes_.size());
-        edges.insert(it, {c, child});
-        nodes_.emplace_back();
-        n = child;
-      }
-    }
-    nodes_[n].value = value;
-  }
-  template <typename F>
-  void common_prefixes(std::string_view s, size_t start, F&& f) const {
-    int n = 0;
-    for (size_t i = start; i < s.size(); ++i) {
-      auto c = static_cast<unsigned char>(s[i]);
-      const auto& edges = nodes_[n].edges;
-      auto it = std::lower_bound(edges.begin(), edges.end(), c, [](const auto& e, unsigned char x) { return e.first < x; });
-      if (it == edges.end() || it->first != c) return;
-      n = it->second;
-      if (nodes_[n].value != kNotInVocab) f(i + 1 - start, nodes_[n].value);
-    }
-  }
-
- private:
-  struct Node {
-    std::vector<std::pair<unsigned char, int>> edges;
-    uint32_t value = kNotInVocab;
-  };
-  std::vector<Node> nodes_;
-};
 
 class Unigram final : public Model {
  public:
@@ -73,7 +33,7 @@ class Unigram final : public Model {
     if (min_score) min_score_ = *min_score;
     // The trie maps each piece to its id in token_to_ids (the last duplicate wins, as in HF).
     for (auto& [piece, id] : ids_)
-      if (matchable.empty() || matchable[id]) trie_.insert(piece, id);
+      if (matchable.empty() || matchable[id]) trie_.value_at(piece) = id;
     for (int b = 0; b < 256; ++b) {
       auto it = ids_.find(fmt::format("<0x{:02X}>", b));
       byte_ids_[b] = it == ids_.end() ? kNotInVocab : it->second;
@@ -159,7 +119,7 @@ class Unigram final : public Model {
       double here = best[pos].score;
       size_t mblen = std::min<size_t>(uni::utf8_len(static_cast<unsigned char>(s[pos])), s.size() - pos);
       bool single = false;
-      trie_.common_prefixes(s, pos, [&](size_t len, uint32_t id) {
+      trie_.each_prefix(s, pos, [&](size_t len, uint32_t id) {
         Node& t = best[pos + len];
         // SentencePiece (0.1.97) adds the score to the float path score in double precision,
         // compares with the float stored so far and stores the sum rounded to float; HF works
@@ -216,7 +176,7 @@ class Unigram final : public Model {
 
   std::vector<std::pair<std::string, double>> vocab_;
   StringMap<uint32_t> ids_;
-  Trie trie_;
+  ByteTrie trie_;  // piece -> id
   double min_score_;
   std::optional<size_t> unk_id_;
   bool byte_fallback_;
