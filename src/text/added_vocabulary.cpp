@@ -14,7 +14,7 @@ void TokenMatcher::build(const std::vector<std::pair<std::string, uint32_t>>& pa
     ++patterns_;
     first_[static_cast<unsigned char>(p[0])] = true;
     // The first pattern added with this content wins (Aho-Corasick keeps the lowest index).
-    if (uint32_t& value = trie_.value_at(p); value == ByteTrie::kNone) value = id;
+    if (std::optional<uint32_t>& value = trie_.value_at(p); !value) value = id;
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -18,12 +19,10 @@ class ByteTrie {
   }
 
  public:
-  static constexpr uint32_t kNone = 0xFFFFFFFFu;
-
   ByteTrie() { nodes_.emplace_back(); }
 
-  /// The value stored under key (kNone until set), its nodes created as needed.
-  uint32_t& value_at(std::string_view key) {
+  /// The value stored under key (empty until set), its nodes created as needed.
+  std::optional<uint32_t>& value_at(std::string_view key) {
     int n = 0;
     for (unsigned char c : key) {
       auto& edges = nodes_[size_t(n)].edges;
@@ -50,14 +49,14 @@ class ByteTrie {
       auto it = edge(edges, c);
       if (it == edges.end() || it->first != c) return;
       n = it->second;
-      if (nodes_[size_t(n)].value != kNone) f(i + 1 - start, nodes_[size_t(n)].value);
+      if (const std::optional<uint32_t>& value = nodes_[size_t(n)].value) f(i + 1 - start, *value);
     }
   }
 
  private:
   struct Node {
     std::vector<std::pair<unsigned char, int>> edges;  // sorted by byte
-    uint32_t value = kNone;
+    std::optional<uint32_t> value;
   };
   std::vector<Node> nodes_;
 };
