@@ -49,8 +49,7 @@ CLASSES = [
              r"pvm_|kmem_|memset|_dl_relocate|native_set_pmd|__madvise"),
     ("products", r"dot_rows|vnni_rows|q4_0_rows|q8_0_rows|avx2_rows|GemvF16Rows|dot4_bf16|dot_bf16_row|GemvRowsF32|gemv|Gemv|::prepare|QuantizeRow|"
                  r"quantize_row|DotQ|Dot4|dot4|q4_K_rows|dot_q4_K|Q4K|q8_K|Q8K|gemm|run_rows|"
-                 r"SumRowsInOrder|nibble_rows|rows_avx2|rows_avx512|widen_chunk|unpack_scales_mins|prefetch_superblock|"
-                 r"foundry::quant::"),
+                 r"SumRowsInOrder|foundry::quant::"),  # the last: every x86 byte kernel (nibble_rows, ...)
     ("attention", r"Tile<|top12|DecodeAttention|decode_attention|streaming_attention|append_and_attend|store_rows|"
                   r"ConvertF32ToF16|ConvertF32ToBF16|__expf|Half::from_float"),
     ("small kernels", r"RmsNorm|rms_norm|residual_add|UnaryImpl|rope_rows|RopeRows|silu_mul|SiluMul|binary_kernel|BinaryImpl|Run<hwy|"
