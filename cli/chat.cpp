@@ -11,7 +11,6 @@
 
 #include "commands.h"
 #include "foundry/core/error.h"
-#include "foundry/core/parallel.h"
 #include "foundry/models/chat_template.h"
 #include "foundry/models/generate.h"
 #include "foundry/models/gguf.h"
@@ -34,7 +33,6 @@ void add_chat_command(CLI::App& app) {
     int64_t max_new_tokens = 512, top_k = 0;
     double temperature = 0.7, top_p = 1.0;
     uint64_t seed = 0;
-    int threads = 0;
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--model", o->model, "Hugging Face model folder or GGUF file")->required();
@@ -46,9 +44,8 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--top-k", o->top_k, "top-k sampling (default 0: off)");
   cmd->add_option("--seed", o->seed, "sampling seed (default 0)");
   cmd->add_option("--quantize", o->quantize, "weight format of the products (q8_0, q4_K, ...)");
-  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  add_threads_option(cmd);
   cmd->callback([o] {
-    if (o->threads > 0) set_num_threads(o->threads);
     ChatModel m = load_chat_model(o->model, o->quantize, o->adapter, "chat");
     std::shared_ptr<models::CausalLM> model = m.model;
     const text::Tokenizer* tok = m.tokenizer.get();

@@ -32,6 +32,13 @@ void add_runs_commands(CLI::App& app);      ///< runs list|show|compare|export|g
 std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const models::LoadOptions& options,
                                              const std::string& adapter = "", bool merge = false);
 
+/// `--threads N` on cmd: the size of the thread pool the command runs on, set as the command line is
+/// parsed (absent or 0: every core this process may use, or OMP_NUM_THREADS when set).
+void add_threads_option(CLI::App* cmd);
+
+/// The check of a --threads value: an integer, 0 or more.
+CLI::Validator thread_count();
+
 /// The non-empty items of a comma-separated list ("a,b,,c" -> a, b, c).
 std::vector<std::string> split_list(const std::string& s);
 

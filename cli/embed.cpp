@@ -7,7 +7,6 @@
 
 #include "commands.h"
 #include "foundry/core/error.h"
-#include "foundry/core/parallel.h"
 #include "foundry/models/encoder.h"
 #include "foundry/models/tokenizer_files.h"
 #include "foundry/ops/ops.h"
@@ -21,7 +20,6 @@ void add_embed_command(CLI::App& app) {
     std::string model, pooling = "mean";
     std::vector<std::string> texts;
     bool normalize = false;
-    int threads = 0;
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--model", o->model, "encoder model folder (BERT, RoBERTa) with a tokenizer")->required();
@@ -29,9 +27,8 @@ void add_embed_command(CLI::App& app) {
   cmd->add_option("--pooling", o->pooling, "mean (over the tokens, default) or cls (the first token)")
       ->check(CLI::IsMember({"mean", "cls"}));
   cmd->add_flag("--normalize", o->normalize, "scale each embedding to unit length");
-  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  add_threads_option(cmd);
   cmd->callback([o] {
-    if (o->threads > 0) set_num_threads(o->threads);
     if (!models::is_encoder_folder(o->model))
       raise<ValueError>("embed: '{}' is not an encoder model folder (BERT / RoBERTa config.json)", o->model);
     auto tok = models::folder_tokenizer(o->model);

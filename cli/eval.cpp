@@ -10,7 +10,6 @@
 
 #include "commands.h"
 #include "foundry/core/error.h"
-#include "foundry/core/parallel.h"
 #include "foundry/eval/requests.h"
 #include "foundry/eval/tasks.h"
 #include "foundry/io/atomic_file.h"
@@ -88,7 +87,6 @@ void add_eval_command(CLI::App& app) {
     uint64_t fewshot_seed = 1234;
     double limit = -1;
     bool log_samples = false;
-    int threads = 0;
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--model", o->model, "Hugging Face model folder (or GGUF file)")->required();
@@ -108,9 +106,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--max-length", o->max_length, "context window (default: the model's maximum positions)");
   cmd->add_option("--batch-size", o->batch_size, "requests per forward for those that share no context (default 8)");
   cmd->add_option("--quantize", o->quantize, "weight format of the products (q8_0, q4_K, nf4, ...)");
-  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  add_threads_option(cmd);
   cmd->callback([o] {
-    if (o->threads > 0) set_num_threads(o->threads);
     if (o->requests.empty() && o->tasks.empty()) raise<ValueError>("eval: give --tasks T1.yaml,... or --requests REQ.jsonl --out RES.jsonl");
     if (!o->requests.empty() && o->out.empty()) raise<ValueError>("eval: --requests needs --out");
     if (!o->tasks.empty()) return run_tasks(*o);

@@ -2,62 +2,13 @@
 // `foundry merge` (an adapter merged into its base, written as an ordinary HF folder).
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 
 #include "commands.h"
-#include "foundry/models/gguf.h"
 #include "foundry/core/error.h"
 #include "foundry/models/tokenizer_files.h"
-#include "foundry/peft/lora.h"
 #include "foundry/train/finetune.h"
 
 namespace foundry::cli {
-
-std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const models::LoadOptions& options,
-                                             const std::string& adapter, bool merge) {
-  if (adapter.empty()) return models::load_pretrained(dir, options);
-  if (!merge) {
-    std::shared_ptr<models::CausalLM> model = models::load_pretrained(dir, options);
-    peft::PeftModel::from_pretrained(model, adapter);  // the LoRA layers stay in the model's tree
-    return model;
-  }
-  models::LoadOptions float_options = options;
-  float_options.quantize.clear();
-  std::shared_ptr<models::CausalLM> model = models::load_pretrained(dir, float_options);
-  model = peft::PeftModel::from_pretrained(model, adapter)->merge_and_unload();
-  if (!options.quantize.empty()) {
-    model->set_weight_quantization(options.quantize);
-    model->freeze_if_quantized();
-  }
-  return model;
-}
-
-ChatModel load_chat_model(const std::string& dir, const std::string& quantize, const std::string& adapter,
-                          const char* command) {
-  ChatModel m;
-  models::LoadOptions lo;
-  lo.quantize = quantize;
-  m.model = load_model(dir, lo, adapter);
-  m.tokenizer = models::folder_tokenizer(dir);
-  if (!m.tokenizer)
-    raise<ValueError>("{}: '{}' has no tokenizer (tokenizer.json, tokenizer.model or vocab.json + merges.txt)", command, dir);
-  if (!models::is_gguf_file(dir)) {
-    const models::TokenizerSettings s = models::folder_tokenizer_settings(dir);
-    m.chat_template = s.chat_template.value_or("");
-    m.bos_token = s.bos_token;
-    m.eos_token = s.eos_token;
-  }
-  return m;
-}
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 namespace {
 
@@ -106,7 +57,7 @@ void add_finetune(CLI::App& app) {
   cmd->add_option("--seed", c->seed, "seed of the data order, split, dropout and LoRA init (default 42)");
   cmd->add_flag("--resume", c->resume, "continue from the newest checkpoint in OUT/checkpoints (bit-exact)");
   cmd->add_option("--checkpoint-every", c->checkpoint_every, "steps between checkpoints (default 50)");
-  cmd->add_option("--threads", c->threads, "threads (default: all cores)");
+  cmd->add_option("--threads", c->threads, "threads (default: all cores)")->check(thread_count());
   cmd->add_flag("--no-progress", *no_progress, "no progress bar");
   auto no_track = std::make_shared<bool>(false);
   cmd->add_option("--track-dir", c->track_dir, "record the run (config, metrics, adapter) in DIR/foundry.db (default: runs)");

@@ -16,7 +16,6 @@
 
 #include "commands.h"
 #include "foundry/core/error.h"
-#include "foundry/core/parallel.h"
 #include "foundry/eval/forensics.h"
 #include "foundry/eval/requests.h"
 #include "foundry/io/atomic_file.h"
@@ -102,7 +101,6 @@ void add_fingerprint(CLI::App& app) {
   struct Options {
     std::string models, datasets, out, quantize;
     int64_t max_tokens = 20000, batch_size = 8;
-    int threads = 0;
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--models", o->models, "model folders, comma-separated")->required();
@@ -111,9 +109,8 @@ void add_fingerprint(CLI::App& app) {
   cmd->add_option("--out", o->out, "output folder: matrix.csv, matrix.json, fingerprint.png")->required();
   cmd->add_option("--batch-size", o->batch_size, "windows per forward (default 8)");
   cmd->add_option("--quantize", o->quantize, "weight format of the products (q8_0, ...)");
-  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  add_threads_option(cmd);
   cmd->callback([o] {
-    if (o->threads > 0) set_num_threads(o->threads);
     const std::vector<std::string> dirs = split_list(o->models), sets = split_list(o->datasets);
     if (dirs.empty() || sets.empty()) raise<ValueError>("fingerprint: give --models and --datasets");
     if (o->max_tokens < 1) raise<ValueError>("fingerprint: --max-tokens must be positive");
@@ -206,7 +203,6 @@ void add_membership(CLI::App& app) {
     std::string model, reference, documents, unseen, out, quantize;
     double k = 0.2;
     int64_t batch_size = 8;
-    int threads = 0;
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--model", o->model, "the model under suspicion")->required();
@@ -219,9 +215,8 @@ void add_membership(CLI::App& app) {
   cmd->add_option("--out", o->out, "output folder: scores.jsonl, summary.json")->required();
   cmd->add_option("--batch-size", o->batch_size, "windows per forward (default 8)");
   cmd->add_option("--quantize", o->quantize, "weight format of the products");
-  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  add_threads_option(cmd);
   cmd->callback([o] {
-    if (o->threads > 0) set_num_threads(o->threads);
     std::vector<int> labels;
     const std::vector<std::string> docs = read_documents(o->documents, &labels);
     const std::vector<std::string> unseen = o->unseen.empty() ? std::vector<std::string>{} : read_documents(o->unseen);
@@ -420,7 +415,6 @@ void add_memorization(CLI::App& app) {
     int64_t samples = 32, max_new_tokens = 64, top_k = 40, window = 16, min_chars = 32, batch_size = 8;
     double temperature = 1.0, max_loss = 0.25;
     uint64_t seed = 0;
-    int threads = 0;
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--model", o->model, "model folder")->required();
@@ -438,9 +432,8 @@ void add_memorization(CLI::App& app) {
   cmd->add_option("--min-chars", o->min_chars, "report verbatim matches of at least this many bytes (default 32)");
   cmd->add_option("--out", o->out, "report JSON")->required();
   cmd->add_option("--quantize", o->quantize, "weight format of the products");
-  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  add_threads_option(cmd);
   cmd->callback([o] {
-    if (o->threads > 0) set_num_threads(o->threads);
     if (o->samples < 1 || o->max_new_tokens < 1 || o->window < 1) raise<ValueError>("memorization: --samples, --max-new-tokens and --window must be positive");
     const eval::SuffixArray corpus(io::read_file(o->corpus));
     if (corpus.text().empty()) raise<ValueError>("memorization: the corpus '{}' is empty", o->corpus);

@@ -124,6 +124,7 @@ void add_generate(CLI::App& app) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past EOS");
   cmd->add_flag("--print-ids", o->print_ids, "print the generated ids as a JSON list on the last line");
   cmd->add_flag("--stream", o->stream, "print tokens as they are generated");
+  add_threads_option(cmd);
   cmd->callback([o, cmd, seed] {
     if (o->prompt.empty() && o->input_ids.empty()) raise<ValueError>("generate: give --prompt or --input-ids");
     auto model = load_model(o->model, load_options(o->dtype, o->quantize, o->kv_cache, o->quantized_prefill), o->adapter,
@@ -194,10 +195,10 @@ void add_generate(CLI::App& app) {
     }
     std::fprintf(stderr,
                  "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %lld steps in %.3f s (%.1f tokens/s); "
-                 "%zu tokens generated\n",
+                 "%zu tokens generated on %d thread%s\n",
                  (long long)r.prefill_tokens, r.prefill_seconds, double(r.prefill_tokens) / std::max(r.prefill_seconds, 1e-9),
                  (long long)r.decode_steps, r.decode_seconds, double(r.decode_steps) / std::max(r.decode_seconds, 1e-9),
-                 r.tokens[0].size());
+                 r.tokens[0].size(), get_num_threads(), get_num_threads() == 1 ? "" : "s");
     if (!o->draft_model.empty())
       std::fprintf(stderr, "speculative: %lld of %lld draft tokens accepted (%.1f%%)\n", (long long)r.draft_accepted,
                    (long long)r.draft_proposed, 100.0 * double(r.draft_accepted) / double(std::max<int64_t>(r.draft_proposed, 1)));
@@ -234,6 +235,7 @@ void add_forward(CLI::App& app) {
   cmd->add_flag("--merge", *merge, "merge the adapter into the weights at load");
   cmd->add_option("--dtype", *dtype, "compute dtype: float32 (default) or native (the checkpoint's own)")
       ->check(CLI::IsMember({"float32", "native"}));
+  add_threads_option(cmd);
   cmd->callback([=] {
     const models::ForwardInputs in = models::parse_forward_inputs(io::read_file(*inputs), *inputs);
     const Tensor& input = in.input_ids;
@@ -332,7 +334,6 @@ void add_perplexity(CLI::App& app) {
     std::string model, data, tokenizer, quantize, quantized_prefill = "auto", adapter;
     bool merge = false;
     int64_t context = 128, max_tokens = 0;
-    int threads = 0;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("perplexity", "perplexity of a model on a text file (windows of --context tokens)");
@@ -346,9 +347,8 @@ void add_perplexity(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "integer", "float32", "bfloat16"}));
   cmd->add_option("--context", o->context, "tokens per window (default 128)");
   cmd->add_option("--max-tokens", o->max_tokens, "score only the first N tokens of the file");
-  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  add_threads_option(cmd);
   cmd->callback([o] {
-    if (o->threads > 0) set_num_threads(o->threads);
     auto model = load_model(o->model, load_options("float32", o->quantize, "", o->quantized_prefill), o->adapter, o->merge);
     const std::string text = io::read_file(o->data);
     std::vector<int64_t> ids;

@@ -1,6 +1,7 @@
 // foundry: the command-line front end of the framework.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 #include "foundry/core/error.h"
@@ -25,7 +26,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // A bad command line is an error like a bad file: one "foundry: error:" line and status 1 (CLI11's
+    // own codes, 106 and up, told scripts nothing), naming the subcommand whose --help explains it.
+    std::string command = "foundry";
+    for (const CLI::App* sub = &app; !sub->get_subcommands().empty();) {
+      sub = sub->get_subcommands().front();
+      command += " " + sub->get_name();
+    }
+    std::fprintf(stderr, "foundry: error: %s (see `%s --help`)\n", e.what(), command.c_str());
+    return 1;
   } catch (const foundry::Error& e) {
     std::fprintf(stderr, "foundry: error: %s\n", e.what());
     return 1;

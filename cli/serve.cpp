@@ -5,7 +5,6 @@
 
 #include "commands.h"
 #include "foundry/core/error.h"
-#include "foundry/core/parallel.h"
 #include "foundry/models/chat_template.h"
 #include "foundry/models/gguf.h"
 #include "foundry/models/tokenizer_files.h"
@@ -25,7 +24,7 @@ void add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over HTTP with OpenAI's API (completions, chat, streaming)");
   struct Options {
     std::string model, adapter, host = "127.0.0.1", api_key, quantize, kv_cache, name;
-    int port = 8080, threads = 0;
+    int port = 8080;
     int64_t parallel = 4, ctx_size = 0, max_queue = 64, block_size = 16, prefill_chunk = 128;
     double timeout = 600;
     size_t max_body = 8 << 20;
@@ -46,9 +45,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--block-size", o->block_size, "positions per KV cache block (default 16)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per prefill forward (default 128)");
   cmd->add_option("--max-body", o->max_body, "largest request body in bytes (default 8 MiB; larger: 413)");
-  cmd->add_option("--threads", o->threads, "threads for the model (default: all cores)");
+  add_threads_option(cmd);
   cmd->callback([o] {
-    if (o->threads > 0) set_num_threads(o->threads);
     ChatModel m = load_chat_model(o->model, o->quantize, o->adapter, "serve");
     serve::ServerOptions so;
     so.host = o->host;

@@ -98,6 +98,7 @@ void add_tokenize_command(CLI::App& app) {
   cmd->add_option("--tiktoken-encoding", o->encoding,
                   "for .tiktoken files: r50k_base, p50k_base, cl100k_base or o200k_base (split pattern and "
                   "special tokens; default: from the file name, else cl100k_base)");
+  add_threads_option(cmd);
   cmd->callback([o] {
     if (o->input.empty() && o->text.empty()) raise<ValueError>("tokenize: give --input FILE.jsonl (or --text)");
     if (!o->input.empty() && !o->text.empty()) raise<ValueError>("tokenize: give --input or --text, not both");

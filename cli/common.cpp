@@ -1,0 +1,79 @@
+// Helpers the subcommands share (commands.h).
+#include <charconv>
+#include <sstream>
+#include <system_error>
+
+#include "commands.h"
+#include "foundry/core/parallel.h"
+#include "foundry/models/gguf.h"
+#include "foundry/models/tokenizer_files.h"
+#include "foundry/peft/lora.h"
+
+namespace foundry::cli {
+
+std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const models::LoadOptions& options,
+                                             const std::string& adapter, bool merge) {
+  if (adapter.empty()) return models::load_pretrained(dir, options);
+  if (!merge) {
+    std::shared_ptr<models::CausalLM> model = models::load_pretrained(dir, options);
+    peft::PeftModel::from_pretrained(model, adapter);  // the LoRA layers stay in the model's tree
+    return model;
+  }
+  models::LoadOptions float_options = options;
+  float_options.quantize.clear();
+  std::shared_ptr<models::CausalLM> model = models::load_pretrained(dir, float_options);
+  model = peft::PeftModel::from_pretrained(model, adapter)->merge_and_unload();
+  if (!options.quantize.empty()) {
+    model->set_weight_quantization(options.quantize);
+    model->freeze_if_quantized();
+  }
+  return model;
+}
+
+ChatModel load_chat_model(const std::string& dir, const std::string& quantize, const std::string& adapter,
+                          const char* command) {
+  ChatModel m;
+  models::LoadOptions lo;
+  lo.quantize = quantize;
+  m.model = load_model(dir, lo, adapter);
+  m.tokenizer = models::folder_tokenizer(dir);
+  if (!m.tokenizer)
+    raise<ValueError>("{}: '{}' has no tokenizer (tokenizer.json, tokenizer.model or vocab.json + merges.txt)", command, dir);
+  if (!models::is_gguf_file(dir)) {
+    const models::TokenizerSettings s = models::folder_tokenizer_settings(dir);
+    m.chat_template = s.chat_template.value_or("");
+    m.bos_token = s.bos_token;
+    m.eos_token = s.eos_token;
+  }
+  return m;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+CLI::Validator thread_count() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        int n = -1;
+        const auto [end, err] = std::from_chars(v.data(), v.data() + v.size(), n);
+        if (err != std::errc() || end != v.data() + v.size() || n < 0)
+          return "takes a thread count, 0 or more (0: all cores), not '" + v + "'";
+        return "";
+      },
+      "N");
+}
+
+void add_threads_option(CLI::App* cmd) {
+  cmd->add_option_function<int>(
+         "--threads", [](const int& n) { if (n > 0) set_num_threads(n); },
+         "threads (default: all cores, or OMP_NUM_THREADS when set)")
+      ->check(thread_count());
+}
+
+}  // namespace foundry::cli
