@@ -3,12 +3,15 @@
 // "<program>: error: <what>" and exits 1 — never an uncaught exception or an abort.
 #pragma once
 
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 namespace foundry::bench {
 
@@ -16,6 +19,22 @@ namespace foundry::bench {
 inline std::string option_value(int argc, char** argv, int& i) {
   if (i + 1 >= argc) throw std::invalid_argument(std::string("option ") + argv[i] + " needs a value");
   return argv[++i];
+}
+
+/// `value` as an integer of at least `min` (all of it: "2x" is refused); the error names `option`
+/// ("--threads takes an integer >= 1, not 'abc'").
+inline int64_t integer_value(const std::string& option, const std::string& value, int64_t min = 0) {
+  int64_t n = 0;
+  const auto [end, err] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (value.empty() || err != std::errc() || end != value.data() + value.size() || n < min)
+    throw std::invalid_argument(option + " takes an integer >= " + std::to_string(min) + ", not '" + value + "'");
+  return n;
+}
+
+/// The value of option argv[i] as an integer of at least `min` (advancing i).
+inline int64_t integer_option(int argc, char** argv, int& i, int64_t min = 0) {
+  const std::string option = argv[i];
+  return integer_value(option, option_value(argc, argv, i), min);
 }
 
 [[noreturn]] inline void unknown_option(const std::string& arg) {

@@ -17,7 +17,7 @@ check() {  # check NAME EXPECTED_STATUS ARGS...
     echo "FAIL: $name $* -> status $status (want 1 and an error message): $(echo "$out" | tail -2)"; fail=1
   fi
 }
-for p in foundry bench_infer bench_finetune bench_train_step bench_ops_vs_torch bench_optim_vs_torch bench_track_log tokenize_bench; do
+for p in foundry bench_infer bench_finetune bench_train_step bench_ops_vs_torch bench_optim_vs_torch bench_track_log tokenize_bench bench_prefill_loop; do
   [ -x "$bin/$p" ] || { echo "SKIP: $p not built"; continue; }
   check "$p" 0 --help
 done
@@ -40,6 +40,26 @@ done
 [ -x "$bin/bench_optim_vs_torch" ] && check bench_optim_vs_torch 1 --reps
 [ -x "$bin/bench_track_log" ] && check bench_track_log 1 --calls abc
 [ -x "$bin/tokenize_bench" ] && check tokenize_bench 1 gpt2=/nonexistent/tokenizer.json -- /nonexistent/corpus.txt
+[ -x "$bin/bench_prefill_loop" ] && check bench_prefill_loop 1 /nonexistent/model q4_0 1 8 2
+[ -x "$bin/bench_prefill_loop" ] && check bench_prefill_loop 1
+# A malformed number is named, not reported as the parser's own exception ("stoi").
+numcheck() {  # numcheck NAME ARGS...
+  local name=$1; shift
+  out=$(timeout 60 "$bin/$name" "$@" 2>&1)
+  local status=$?
+  if [ $status -ne 1 ] || ! echo "$out" | grep -q "takes an integer"; then
+    echo "FAIL: $name $* -> status $status: $(echo "$out" | tail -1)"; fail=1
+  fi
+}
+[ -x "$bin/bench_infer" ] && numcheck bench_infer --threads abc
+[ -x "$bin/bench_infer" ] && numcheck bench_infer --decode 12x
+[ -x "$bin/bench_ops_vs_torch" ] && numcheck bench_ops_vs_torch --threads 0
+[ -x "$bin/bench_train_step" ] && numcheck bench_train_step --steps -1
+[ -x "$bin/bench_finetune" ] && numcheck bench_finetune --threads two
+[ -x "$bin/bench_optim_vs_torch" ] && numcheck bench_optim_vs_torch --reps x
+[ -x "$bin/bench_track_log" ] && numcheck bench_track_log --calls 1.5
+[ -x "$bin/tokenize_bench" ] && numcheck tokenize_bench --repeat=x
+[ -x "$bin/bench_prefill_loop" ] && numcheck bench_prefill_loop /nonexistent/model q4_0 zero 8 2
 # The Python programs under bench/ and tools/ (run from the repository root).
 root=$(cd "$(dirname "$0")/.." && pwd)
 pycheck() {  # pycheck EXPECTED_STATUS SCRIPT ARGS...

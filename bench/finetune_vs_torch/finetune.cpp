@@ -26,16 +26,17 @@ static int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return bench::option_value(argc, argv, i); };
+    auto number = [&](int64_t min) { return bench::integer_option(argc, argv, i, min); };
     if (a == "--model") model_dir = next();
     else if (a == "--targets") targets = next();
     else if (a == "--precision") precision = next();
     else if (a == "--quantize") quantize = next();
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--steps") steps = std::stoi(next());
-    else if (a == "--warmup") warmup = std::stoi(next());
-    else if (a == "--batch") batch = std::stoll(next());
-    else if (a == "--seq") seq = std::stoll(next());
-    else if (a == "--r") r = std::stoll(next());
+    else if (a == "--threads") threads = int(number(1));
+    else if (a == "--steps") steps = int(number(1));
+    else if (a == "--warmup") warmup = int(number(0));
+    else if (a == "--batch") batch = number(1);
+    else if (a == "--seq") seq = number(1);
+    else if (a == "--r") r = number(1);
     else if (a == "--checkpointing") checkpointing = true;
     else bench::unknown_option(a);
   }

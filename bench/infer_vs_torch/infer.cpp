@@ -31,24 +31,25 @@ static int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return bench::option_value(argc, argv, i); };
+    auto number = [&](int64_t min) { return bench::integer_option(argc, argv, i, min); };
     if (a == "--model") dir = next();
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--prefill") prefill = std::stoll(next());
-    else if (a == "--prompt") prompt = std::stoll(next());
-    else if (a == "--decode") decode = std::stoll(next());
+    else if (a == "--threads") threads = int(number(1));
+    else if (a == "--prefill") prefill = number(1);
+    else if (a == "--prompt") prompt = number(1);
+    else if (a == "--decode") decode = number(1);
     else if (a == "--quantize") quantize = next();
     else if (a == "--dtype") dtype = next();
     else if (a == "--quantized-prefill") quantized_prefill = next();
     else if (a == "--kv-cache") kv_cache = next();
-    else if (a == "--stream-mb") stream_mb = std::stoll(next());
+    else if (a == "--stream-mb") stream_mb = number(1);
     else if (a == "--products") products = next();
     else if (a == "--capability") {
       std::printf("%s\n", cpu_capability().c_str());  // what the kernels dispatch to (FOUNDRY_MAX_ISA caps it)
       return 0;
     }
-    else if (a == "--rounds") rounds = std::stoi(next());
-    else if (a == "--batch") batch = std::stoll(next());
-    else if (a == "--seq") seq = std::stoll(next());
+    else if (a == "--rounds") rounds = int(number(1));
+    else if (a == "--batch") batch = number(1);
+    else if (a == "--seq") seq = number(1);
     else bench::unknown_option(a);
   }
   set_num_threads(threads);

@@ -45,7 +45,7 @@ static int run(int argc, char** argv) {
   std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--threads") threads = std::stoi(bench::option_value(argc, argv, i));
+    if (a == "--threads") threads = int(bench::integer_option(argc, argv, i, 1));
     else if (a == "--only") only = bench::option_value(argc, argv, i);
     else bench::unknown_option(a);
   }

@@ -64,7 +64,7 @@ static int run(int argc, char** argv) {
     if (a == "--") {
       corpus = true;
     } else if (a.rfind("--repeat=", 0) == 0) {
-      repeat = std::stoi(a.substr(9));
+      repeat = int(foundry::bench::integer_value("--repeat", a.substr(9), 1));
     } else if (corpus) {
       files.push_back(a);
     } else {

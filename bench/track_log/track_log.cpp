@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
     std::string dir = fs::temp_directory_path() / ("foundry_bench_track_" + std::to_string(::getpid()));
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
-      if (a == "--calls") calls = std::stoi(foundry::bench::option_value(argc, argv, i));
-      else if (a == "--reps") reps = std::stoi(foundry::bench::option_value(argc, argv, i));
+      if (a == "--calls") calls = int(foundry::bench::integer_option(argc, argv, i, 1));
+      else if (a == "--reps") reps = int(foundry::bench::integer_option(argc, argv, i, 1));
       else if (a == "--dir") dir = foundry::bench::option_value(argc, argv, i);
       else foundry::bench::unknown_option(a);
     }

@@ -27,14 +27,15 @@ static int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return bench::option_value(argc, argv, i); };
-    if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--steps") steps = std::stoi(next());
-    else if (a == "--warmup") warmup = std::stoi(next());
-    else if (a == "--batch") batch = std::stoll(next());
-    else if (a == "--seq") seq = std::stoll(next());
+    auto number = [&](int64_t min) { return bench::integer_option(argc, argv, i, min); };
+    if (a == "--threads") threads = int(number(1));
+    else if (a == "--steps") steps = int(number(1));
+    else if (a == "--warmup") warmup = int(number(0));
+    else if (a == "--batch") batch = number(1);
+    else if (a == "--seq") seq = number(1);
     else if (a == "--precision") precision = next();
     else if (a == "--checkpointing") ckpt = true;
-    else if (a == "--layers") layers = std::stoll(next());
+    else if (a == "--layers") layers = number(1);
     else bench::unknown_option(a);
   }
   set_num_threads(threads);
