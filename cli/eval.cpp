@@ -15,6 +15,7 @@
 #include "foundry/io/atomic_file.h"
 #include "foundry/models/tokenizer_files.h"
 #include "foundry/text/tokenizer.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::cli {
 
@@ -118,6 +119,7 @@ void add_eval_command(CLI::App& app) {
     while (std::getline(in, line)) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      io::check_json_depth(line, "requests line " + std::to_string(lines.size() + 1));
       json j = json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_object())
         raise<ValueError>("requests line {}: not a JSON object", lines.size() + 1);

@@ -22,6 +22,7 @@
 #include "foundry/models/generate.h"
 #include "foundry/models/tokenizer_files.h"
 #include "foundry/text/tokenizer.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::cli {
 
@@ -44,6 +45,7 @@ std::vector<std::string> read_documents(const std::string& path, std::vector<int
     size_t lines = 0;
     for (size_t n = 1; std::getline(in, line); ++n) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      io::check_json_depth(line, "dataset '" + path + "' line " + std::to_string(n));
       auto j = ordered_json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
         raise<ValueError>("dataset '{}' line {}: needs a JSON object with a string \"text\"", path, n);
@@ -338,7 +340,9 @@ void add_attribute(CLI::App& app) {
     std::vector<std::string> datasets;
     std::map<std::string, std::vector<double>> presence;
     if (fs::path(o->presence).extension() == ".json") {
-      auto j = ordered_json::parse(io::read_file(o->presence), nullptr, false);
+      const std::string text = io::read_file(o->presence);
+      io::check_json_depth(text, "presence '" + o->presence + "'");
+      auto j = ordered_json::parse(text, nullptr, false);
       if (j.is_discarded() || !j.contains("models") || !j.contains("zscores") || !j.contains("datasets"))
         raise<ValueError>("presence '{}': not a fingerprint matrix.json (models, datasets, zscores)", o->presence);
       datasets = j["datasets"].get<std::vector<std::string>>();
@@ -363,7 +367,9 @@ void add_attribute(CLI::App& app) {
       const size_t eq = item.find('=');
       if (eq == std::string::npos) raise<ValueError>("attribute: --results entries are MODEL=results.json, got '{}'", item);
       const std::string m = item.substr(0, eq), path = item.substr(eq + 1);
-      auto j = ordered_json::parse(io::read_file(path), nullptr, false);
+      const std::string text = io::read_file(path);
+      io::check_json_depth(text, "results '" + path + "'");
+      auto j = ordered_json::parse(text, nullptr, false);
       if (j.is_discarded() || !j.contains("results") || !j["results"].is_object())
         raise<ValueError>("results '{}': not an lm-eval results.json", path);
       for (auto t = j["results"].begin(); t != j["results"].end(); ++t)

@@ -8,13 +8,16 @@
 #include "foundry/io/atomic_file.h"
 #include "foundry/models/chat_template.h"
 #include "foundry/models/tokenizer_files.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::cli {
 
 namespace {
 
 nlohmann::json read_json_file(const std::string& path, const char* what) {
-  nlohmann::json j = nlohmann::json::parse(io::read_file(path), nullptr, false);
+  const std::string text = io::read_file(path);
+  io::check_json_depth(text, std::string("template: ") + what + " '" + path + "'");
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded()) raise<ValueError>("template: {} '{}' is not valid JSON", what, path);
   return j;
 }

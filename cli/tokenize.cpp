@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "foundry/core/error.h"
 #include "foundry/text/tokenizer.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::cli {
 
@@ -36,6 +37,7 @@ json encoding_json(const text::Encoding& e, bool offsets) {
 
 // One input line: a JSON string, or {"text": ..., "pair": ...}; `pair` is required with --pair.
 std::pair<std::string, std::optional<std::string>> parse_text_line(const std::string& line, size_t lineno, bool pair) {
+  io::check_json_depth(line, "input line " + std::to_string(lineno));
   json j = json::parse(line, nullptr, false);
   auto bad = [&](const std::string& why) -> std::pair<std::string, std::optional<std::string>> {
     raise<ValueError>("input line {}: {}", lineno, why);
@@ -59,6 +61,7 @@ std::pair<std::string, std::optional<std::string>> parse_text_line(const std::st
 
 // One line of ids: a JSON array of integers, or an object with "ids" (what encoding writes).
 std::vector<uint32_t> parse_ids_line(const std::string& line, size_t lineno) {
+  io::check_json_depth(line, "input line " + std::to_string(lineno));
   json j = json::parse(line, nullptr, false);
   if (j.is_object() && j.contains("ids")) j = j["ids"];
   if (!j.is_array()) raise<ValueError>("input line {}: expected a JSON array of ids (or {{\"ids\": [...]}})", lineno);

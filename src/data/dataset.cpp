@@ -12,6 +12,7 @@
 #include "foundry/core/rng.h"
 #include "foundry/io/npy.h"
 #include "foundry/text/tokenizer.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::data {
 
@@ -48,6 +49,7 @@ void for_each_jsonl(const std::string& path, const std::string& field, const std
   for_each_line(path, [&](std::string_view line) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;
+    io::check_json_depth(line, path + ":" + std::to_string(line_no));
     json rec;
     try {
       rec = json::parse(line);

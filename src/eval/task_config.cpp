@@ -14,6 +14,7 @@
 #include "foundry/io/atomic_file.h"
 #include "foundry/io/yaml.h"
 #include "foundry/text/pyre.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::eval {
 
@@ -152,6 +153,7 @@ std::vector<ojson> load_rows(const std::string& path, const std::string& where) 
   const std::string text = io::read_file(path);
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (ext == ".json" && first != std::string::npos && text[first] == '[') {
+    io::check_json_depth(text, where + ": '" + path + "'");
     ojson all = ojson::parse(text, nullptr, false);
     if (all.is_discarded() || !all.is_array()) raise<ValueError>("{}: '{}' is not valid JSON", where, path);
     for (ojson& r : all) {
@@ -167,6 +169,7 @@ std::vector<ojson> load_rows(const std::string& path, const std::string& where) 
   for (size_t n = 1; std::getline(in, line); ++n) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    io::check_json_depth(line, where + ": '" + path + "' line " + std::to_string(n));
     ojson r = ojson::parse(line, nullptr, false);
     if (r.is_discarded() || !r.is_object()) raise<ValueError>("{}: '{}' line {} is not a JSON object", where, path, n);
     rows.push_back(std::move(r));

@@ -17,6 +17,7 @@
 
 #include "foundry/io/atomic_file.h"
 #include "foundry/io/safetensors.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::io {
 
@@ -255,8 +256,10 @@ CheckpointState load_checkpoint_dir(const std::string& dir, int64_t* step_out) {
     raise<IOError>("'{}' is not a complete checkpoint: {} is missing", dir, kManifest);
   std::string where = manifest_path.string();
   ojson m;
+  const std::string manifest = read_file(where);
+  check_json_depth(manifest, where);
   try {
-    m = ojson::parse(read_file(where));
+    m = ojson::parse(manifest);
   } catch (const ojson::exception& e) {
     raise<IOError>("{}: not valid JSON ({}); the checkpoint is corrupt", where, e.what());
   }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "foundry/core/error.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::io::detail {
 
@@ -14,8 +15,8 @@ namespace {
 
 using json = nlohmann::json;
 
-// serde_json's recursion limit; headers that nest deeper are rejected, as upstream does.
-constexpr int kMaxDepth = 128;
+// serde_json's recursion limit (io::kMaxJsonDepth); headers that nest deeper are rejected, as upstream does.
+constexpr int kMaxDepth = io::kMaxJsonDepth;
 
 [[noreturn]] void bad(const std::string& what, const std::string& rule) { raise<IOError>("{}: {}", what, rule); }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "foundry/core/error.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::io {
 
@@ -37,9 +38,12 @@ class EventReader {
     return event_;
   }
 
-  json value(const std::string& path) {
+  // `depth`: the sequences and mappings around this value (each one a level of this recursion).
+  json value(const std::string& path, int depth = 0) {
     const yaml_event_t& e = event_;
     const size_t line = e.start_mark.line + 1;
+    if (depth > kMaxJsonDepth && (e.type == YAML_SEQUENCE_START_EVENT || e.type == YAML_MAPPING_START_EVENT))
+      raise<ValueError>("{}: line {}: sequences and mappings nest deeper than {} levels", what_, line, kMaxJsonDepth);
     switch (e.type) {
       case YAML_ALIAS_EVENT:
         raise<ValueError>("{}: line {}: YAML aliases (*{}) are not supported (at '{}')", what_, line,
@@ -54,7 +58,7 @@ class EventReader {
         json out = json::array();
         for (;;) {
           if (next().type == YAML_SEQUENCE_END_EVENT) return out;
-          out.push_back(value(path + "[" + std::to_string(out.size()) + "]"));
+          out.push_back(value(path + "[" + std::to_string(out.size()) + "]", depth + 1));
         }
       }
       case YAML_MAPPING_START_EVENT: {
@@ -68,7 +72,7 @@ class EventReader {
           const std::string key(reinterpret_cast<const char*>(event_.data.scalar.value), event_.data.scalar.length);
           const std::string sub = path.empty() ? key : path + "." + key;
           next();
-          out[key] = value(sub);
+          out[key] = value(sub, depth + 1);
         }
       }
       default:

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "foundry/core/error.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::models {
 
@@ -26,6 +27,7 @@ const char* const kChatMlTemplate =
 
 std::string ChatTemplate::apply(const std::string& messages_json, bool add_generation_prompt,
                                 const std::string& bos_token, const std::string& eos_token) const {
+  io::check_json_depth(messages_json, "chat template: messages");
   auto messages = nlohmann::ordered_json::parse(messages_json, nullptr, false);
   if (messages.is_discarded() || !messages.is_array()) raise<ValueError>("chat template: messages must be a JSON list");
   nlohmann::ordered_json ctx = {{"messages", messages},

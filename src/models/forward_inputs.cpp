@@ -7,10 +7,12 @@
 
 #include "foundry/core/error.h"
 #include "foundry/ops/ops.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::models {
 
 ForwardInputs parse_forward_inputs(const std::string& json, const std::string& where) {
+  io::check_json_depth(json, "forward: " + where);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(json);

@@ -8,6 +8,7 @@
 #include "foundry/io/atomic_file.h"
 #include "foundry/models/gguf.h"
 #include "foundry/text/tokenizer.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::models {
 
@@ -49,7 +50,9 @@ TokenizerSettings folder_tokenizer_settings(const std::string& dir) {
   TokenizerSettings s;
   const fs::path path = fs::path(dir) / "tokenizer_config.json";
   if (!fs::exists(path)) return s;
-  const nlohmann::json j = nlohmann::json::parse(io::read_file(path.string()), nullptr, false);
+  const std::string text = io::read_file(path.string());
+  io::check_json_depth(text, path.string());
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) raise<ValueError>("{}: not a JSON object", path.string());
   if (auto it = j.find("chat_template"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {

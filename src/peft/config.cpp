@@ -9,6 +9,7 @@
 
 #include "foundry/core/error.h"
 #include "foundry/peft/lora.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::peft {
 
@@ -88,6 +89,7 @@ T get(const json& j, const std::string& source, const std::string& key, T fallba
 }  // namespace
 
 LoraConfig LoraConfig::from_json(const std::string& text, const std::string& source) {
+  io::check_json_depth(text, source);
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) raise<ValueError>("{}: not a JSON object (malformed adapter config)", source);
   if (!j.contains("peft_type"))

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "foundry/core/error.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::serve {
 
@@ -67,7 +68,10 @@ std::shared_ptr<Schema> parse_schema(const json& j, const std::string& where) {
       for (auto p = v.begin(); p != v.end(); ++p) s->properties[p.key()] = parse_schema(*p, where + ".properties." + p.key());
     } else if (k == "required") {
       if (!v.is_array()) raise<ValueError>("json_schema: {}.required must be a list", where);
-      for (const json& r : v) s->required.insert(r.get<std::string>());
+      for (const json& r : v) {
+        if (!r.is_string()) raise<ValueError>("json_schema: {}.required must list property names", where);
+        s->required.insert(r.get<std::string>());
+      }
     } else if (k == "additionalProperties") {
       if (!v.is_boolean() || v.get<bool>()) s->additional = v.is_boolean() ? any_schema() : parse_schema(v, where + ".additionalProperties");
     } else if (k == "items") {
@@ -138,6 +142,7 @@ struct JsonMatcher::Frame {
 };
 
 JsonMatcher::JsonMatcher(const std::string& schema_json) {
+  io::check_json_depth(schema_json, "json_schema: the schema");  // parse_schema recurses once per level
   const json j = json::parse(schema_json, nullptr, false);
   if (j.is_discarded()) raise<ValueError>("json_schema: the schema is not valid JSON");
   root_ = parse_schema(j, "schema");

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "foundry/core/error.h"
+#include "foundry/io/json_depth.h"
 #include "foundry/models/chat_template.h"
 #include "foundry/models/pretrained.h"
 #include "foundry/ops/ops.h"
@@ -642,6 +643,9 @@ struct Server::Impl {
   }
 
   json parse_body(const httplib::Request& req) const {
+    if (const int depth = io::json_depth(req.body); depth > io::kMaxJsonDepth)
+      throw ApiError(400, fmt::format("the request body nests {} levels deep; at most {} are accepted", depth,
+                                      io::kMaxJsonDepth));
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
     if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");

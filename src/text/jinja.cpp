@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "foundry/core/error.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::text {
 
@@ -146,7 +147,17 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   bool negate = false;
+  int height = 1;  // levels of the tree below and including this node (see kMaxNesting)
 };
+
+// How deeply a template's blocks, an expression's tree and a value it builds may nest. Parsing,
+// evaluating, copying and freeing them recurse once per level: a chat template (a file from a model
+// folder) of 100 000 nested parentheses or blocks, or a 100 000-term sum, overflowed the stack.
+// Real templates nest a few levels; CPython's recursion limit stops jinja2 at about 1000.
+constexpr int kMaxNesting = 256;
+
+// The start of a long source for an error message.
+std::string excerpt(const std::string& s) { return s.size() <= 60 ? s : s.substr(0, 57) + "..."; }
 
 struct Tok {
   enum Type { Name, Number, String, Op, End } type = End;
@@ -221,6 +232,34 @@ class ExprParser {
  public:
   explicit ExprParser(std::vector<Tok> toks, std::string source) : t_(std::move(toks)), src_(std::move(source)) {}
 
+  // One level of the parser's own recursion (a parenthesis, a list, an argument, a prefix operator).
+  class Level {
+   public:
+    explicit Level(ExprParser& p) : p_(p) {
+      if (++p_.depth_ > kMaxNesting)
+        fail("expression nests deeper than " + std::to_string(kMaxNesting) + " levels in '" + excerpt(p_.src_) + "'");
+    }
+    ~Level() { --p_.depth_; }
+    Level(const Level&) = delete;
+    Level& operator=(const Level&) = delete;
+
+   private:
+    ExprParser& p_;
+  };
+  // e with its height set from its operands; refused past kMaxNesting (a long chain of `+` or `|`
+  // builds a tall tree without recursing while it parses).
+  ExprPtr sealed(ExprPtr e) const {
+    int below = 0;
+    for (const ExprPtr& a : e->args)
+      if (a) below = std::max(below, a->height);
+    for (const auto& kv : e->kwargs)
+      if (kv.second) below = std::max(below, kv.second->height);
+    e->height = below + 1;
+    if (e->height > kMaxNesting)
+      fail("expression nests deeper than " + std::to_string(kMaxNesting) + " levels in '" + excerpt(src_) + "'");
+    return e;
+  }
+
   ExprPtr parse() { return conditional(); }
   bool at_end() const { return peek().type == Tok::End; }
   const Tok& peek(size_t ahead = 0) const { return t_[std::min(p_ + ahead, t_.size() - 1)]; }
@@ -237,6 +276,7 @@ class ExprParser {
   void skip() { ++p_; }
 
   ExprPtr conditional() {
+    const Level level(*this);
     ExprPtr e = or_expr();
     if (is_word("if")) {
       ++p_;
@@ -248,7 +288,7 @@ class ExprParser {
         other = conditional();
       }
       c->args = {e, cond, other};
-      return c;
+      return sealed(c);
     }
     return e;
   }
@@ -258,7 +298,7 @@ class ExprParser {
     auto e = std::make_shared<Expr>(Expr{Expr::Binary});
     e->name = op;
     e->args = {std::move(a), std::move(b)};
-    return e;
+    return sealed(e);
   }
   ExprPtr or_expr() {
     ExprPtr e = and_expr();
@@ -278,11 +318,12 @@ class ExprParser {
   }
   ExprPtr not_expr() {
     if (is_word("not")) {
+      const Level level(*this);
       ++p_;
       auto e = std::make_shared<Expr>(Expr{Expr::Unary});
       e->name = "not";
       e->args = {not_expr()};
-      return e;
+      return sealed(e);
     }
     return compare();
   }
@@ -338,10 +379,11 @@ class ExprParser {
   }
   ExprPtr unary() {
     if (is_op("-") || is_op("+")) {
+      const Level level(*this);
       auto e = std::make_shared<Expr>(Expr{Expr::Unary});
       e->name = t_[p_++].text;
       e->args = {unary()};
-      return e;
+      return sealed(e);
     }
     return postfix(primary());
   }
@@ -366,7 +408,7 @@ class ExprParser {
         auto a = std::make_shared<Expr>(Expr{Expr::Attr});
         a->name = name();
         a->args = {e};
-        e = a;
+        e = sealed(a);
       } else if (is_op("[")) {
         ++p_;
         ExprPtr lo, hi, step;
@@ -380,25 +422,25 @@ class ExprParser {
           }
           auto s = std::make_shared<Expr>(Expr{Expr::Slice});
           s->args = {e, lo, hi, step};
-          e = s;
+          e = sealed(s);
         } else {
           auto it = std::make_shared<Expr>(Expr{Expr::Item});
           it->args = {e, lo};
-          e = it;
+          e = sealed(it);
         }
         expect_op("]");
       } else if (is_op("(")) {
         auto c = std::make_shared<Expr>(Expr{Expr::Call});
         c->args = {e};
         call_args(*c);
-        e = c;
+        e = sealed(c);
       } else if (is_op("|")) {
         ++p_;
         auto f = std::make_shared<Expr>(Expr{Expr::Filter});
         f->name = name();
         f->args = {e};
         if (is_op("(")) call_args(*f);
-        e = f;
+        e = sealed(f);
       } else if (is_word("is")) {
         ++p_;
         auto t = std::make_shared<Expr>(Expr{Expr::Test});
@@ -410,7 +452,7 @@ class ExprParser {
         t->args = {e};
         if (is_op("(")) call_args(*t);
         else if (peek().type == Tok::Number || peek().type == Tok::String) t->args.push_back(primary());
-        e = t;
+        e = sealed(t);
       } else {
         return e;
       }
@@ -452,7 +494,7 @@ class ExprParser {
         if (!is_op("]")) expect_op(",");
       }
       ++p_;
-      return e;
+      return sealed(e);
     }
     if (is_op("{")) {
       ++p_;
@@ -464,7 +506,7 @@ class ExprParser {
         if (!is_op("}")) expect_op(",");
       }
       ++p_;
-      return e;
+      return sealed(e);
     }
     fail("unexpected '" + tok.text + "' in '" + src_ + "'");
   }
@@ -472,6 +514,7 @@ class ExprParser {
   std::vector<Tok> t_;
   std::string src_;
   size_t p_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -568,6 +611,13 @@ class TemplateParser {
   // Nodes until one of `enders` (a statement keyword), which is left for the caller.
   std::vector<NodePtr> parse_until(const std::vector<std::string>& enders, std::string* ended = nullptr,
                                    std::string* rest = nullptr) {
+    struct Level {
+      int& depth;
+      explicit Level(int& d) : depth(d) {
+        if (++depth > kMaxNesting) fail("blocks nest deeper than " + std::to_string(kMaxNesting) + " levels");
+      }
+      ~Level() { --depth; }
+    } level(depth_);
     std::vector<NodePtr> nodes;
     while (i_ < s_.size()) {
       const Segment& seg = s_[i_];
@@ -670,6 +720,7 @@ class TemplateParser {
 
   std::vector<Segment> s_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 // ---- evaluation ------------------------------------------------------------------------------------
@@ -693,6 +744,15 @@ struct Context {
 };
 
 Value eval(const Expr& e, Context& c);
+
+// Levels of arrays and objects in v (a scalar: 0). Recursive: the values a template holds stay
+// within two kMaxNesting (the context is checked as JSON text, `set` checks what it keeps).
+int value_depth(const json& v) {
+  if (!v.is_structured()) return 0;
+  int below = 0;
+  for (const json& x : v) below = std::max(below, value_depth(x));
+  return below + 1;
+}
 
 std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right) {
   size_t b = 0, en = s.size();
@@ -1190,6 +1250,10 @@ void render_node(const Node& n, Context& c) {
       return;
     case Node::Set: {
       json v = eval(*n.expr, c).j;
+      // What a template keeps may not grow deeper at every loop step ({% set ns.x = [ns.x] %}):
+      // the values an expression reads then stay within two kMaxNesting.
+      if (value_depth(v) > kMaxNesting)
+        fail("{% set " + n.vars[0] + " %} would keep a value nested deeper than " + std::to_string(kMaxNesting) + " levels");
       if (n.vars.size() == 1) {
         c.scopes.back()[n.vars[0]] = std::move(v);
       } else {
@@ -1267,6 +1331,8 @@ std::string JinjaTemplate::render(const std::string& context_json) const {
   struct Reset {
     ~Reset() { g_template_name = nullptr; }
   } reset;
+  if (io::json_depth(context_json) > io::kMaxJsonDepth)
+    fail("the context nests deeper than " + std::to_string(io::kMaxJsonDepth) + " levels");
   const json ctx = json::parse(context_json, nullptr, false);
   if (ctx.is_discarded() || !ctx.is_object()) fail("the context must be a JSON object");
   Context c;

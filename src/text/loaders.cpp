@@ -13,6 +13,7 @@
 #include "text/base64.h"
 #include "text/numbers.h"
 #include "text/tokenizer_impl.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::text {
 
@@ -414,7 +415,9 @@ Tokenizer Tokenizer::from_tiktoken(const std::string& path, TiktokenEncoding enc
 Tokenizer Tokenizer::from_gpt2_files(const std::string& encoder_json, const std::string& vocab_bpe) {
   json enc;
   try {
-    enc = json::parse(slurp(encoder_json));
+    const std::string text = slurp(encoder_json);
+    io::check_json_depth(text, "GPT-2 encoder.json '" + encoder_json + "'");
+    enc = json::parse(text);
   } catch (const json::exception& e) {
     raise<ValueError>("GPT-2 encoder.json '{}': {}", encoder_json, e.what());
   }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "text/tokenizer_impl.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::text {
 
@@ -628,6 +629,7 @@ static std::string read_file(const std::string& path) {
 }
 
 Tokenizer Tokenizer::from_json(std::string_view text) {
+  io::check_json_depth(text, "tokenizer.json");  // the pipeline's readers recurse once per level
   json j;
   try {
     j = json::parse(text.begin(), text.end());

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "foundry/core/error.h"
+#include "foundry/io/json_depth.h"
 #include "foundry/track/tools.h"
 #include "track/assets.h"
 #include "track/util.h"
@@ -285,6 +286,8 @@ void serve_dashboard(const DashboardOptions& opt, const std::function<void(const
   svr.Post("/api/ingest", [dir, token](const httplib::Request& req, httplib::Response& res) {
     if (token.empty())
       throw HttpError(403, "this dashboard does not accept runs: start it with --token to enable sync");
+    if (const int depth = io::json_depth(req.body); depth > io::kMaxJsonDepth)
+      throw HttpError(400, fmt::format("the body nests {} levels deep; at most {} are accepted", depth, io::kMaxJsonDepth));
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded()) throw HttpError(400, "malformed JSON body");
     Store store = Store::open(dir, false);
@@ -346,7 +349,7 @@ SyncResult sync_runs(const SyncOptions& opt) {
       ++result.requests;
       if (!res) raise<IOError>("sync: cannot reach {}: {}", opt.to, httplib::to_string(res.error()));
       if (res->status != 200) {
-        json err = json::parse(res->body, nullptr, false);
+        json err = io::json_depth(res->body) <= io::kMaxJsonDepth ? json::parse(res->body, nullptr, false) : json();
         raise<IOError>("sync: {} answered {}: {}", opt.to, res->status,
                        err.is_object() && err.contains("error") ? err["error"].dump() : res->body.substr(0, 200));
       }

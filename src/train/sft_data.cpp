@@ -10,6 +10,7 @@
 #include "foundry/models/tokenizer_files.h"
 #include "foundry/text/tokenizer.h"
 #include "foundry/train/finetune.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::train {
 
@@ -96,6 +97,7 @@ std::vector<SftExample> load_sft_jsonl(const std::string& path, const SftFormat&
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(number);
+    io::check_json_depth(line, where);
     const json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) raise<ValueError>("{}: not a JSON object", where);
     SftExample e;

@@ -386,6 +386,34 @@ def test_response_format_constrains_the_output(server):
     assert status == 400 and "anyOf" in err["message"] and err["param"] == "response_format"
 
 
+def test_deeply_nested_requests_are_refused_not_fatal(server):
+    """A 200 KB body of 100 000 nested arrays (or a schema deeper than 128 levels, or a schema's bad field)
+    is a 400 naming it; the server keeps serving. nlohmann::json copies and dumps a value with a
+    recursion per level (100 000 levels overflow an 8 MB stack), and the schema reader recursed per
+    level too (tests/unit/json_schema_test.cpp: 100 000 levels crashed it)."""
+    deep = "[" * 100000 + "]" * 100000
+    status, text = post(server.url + "/v1/chat/completions", None,
+                        raw=('{"messages": [{"role": "user", "content": %s}]}' % deep).encode())
+    err = json.loads(text)["error"]
+    assert status == 400 and "nests 100003 levels deep; at most 128" in err["message"], text
+    schema = {}
+    for _ in range(70):
+        schema = {"type": "object", "properties": {"a": schema}}
+    status, text = post(server.url + "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
+                         "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}})
+    assert status == 400 and "at most 128" in json.loads(text)["error"]["message"], text
+    bad = {"type": "object", "properties": {"a": {}}, "required": [1]}
+    status, text = post(server.url + "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
+                         "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": bad}}})
+    err = json.loads(text)["error"]
+    assert status == 400 and "required must list property names" in err["message"] and err["param"] == "response_format"
+    status, text = post(server.url + "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "temperature": 0})
+    assert status == 200, text
+
+
 def test_kv_cache_format_and_adapterless_flags(folder):
     """--kv-cache f16 stores the paged blocks in f16: greedy output equals `foundry generate
     --kv-cache f16` on the same prompt ids (through prefill gathers and streaming decode)."""

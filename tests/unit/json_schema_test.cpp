@@ -5,6 +5,7 @@
 #include <random>
 
 #include "foundry/core/error.h"
+#include "foundry/io/json_depth.h"
 #include "foundry/serve/json_schema.h"
 
 using foundry::serve::JsonMatcher;
@@ -69,4 +70,38 @@ TEST(JsonSchema, ARandomWalkOverAllowedCharactersAlwaysFinishes) {
       doc += c;
     }
   }
+}
+
+// JSON from outside is measured before it is parsed (foundry/io/json_depth.h): brackets inside
+// strings, escaped quotes included, do not count.
+TEST(JsonDepth, CountsArraysAndObjectsNotStrings) {
+  using foundry::io::json_depth;
+  EXPECT_EQ(json_depth("12"), 0);
+  EXPECT_EQ(json_depth(R"({"a": [1, {"b": []}]})"), 4);
+  EXPECT_EQ(json_depth(R"(["[[[", "\"[[", "\\", {"k": "]]]"}])"), 2);
+  EXPECT_EQ(json_depth("[[[["), 4);  // malformed: measured as far as it goes
+  EXPECT_EQ(json_depth("]]]"), 0);
+  const std::string deep = std::string(129, '[') + std::string(129, ']');
+  EXPECT_NO_THROW(foundry::io::check_json_depth(deep.substr(1, 256), "x"));
+  try {
+    foundry::io::check_json_depth(deep, "request");
+    FAIL() << "129 levels accepted";
+  } catch (const foundry::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("request: JSON nested 129 levels deep; at most 128"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A schema's nesting is bounded before parse_schema (which recurses once per level) reads it: 100 000
+// levels overflowed the stack; a bad field is a ValueError, not the JSON library's type error.
+TEST(JsonSchema, DeepOrMalformedSchemasAreValueErrors) {
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += R"({"items": )";
+  deep += "{}" + std::string(100000, '}');
+  EXPECT_THROW(JsonMatcher{deep}, foundry::ValueError);
+  EXPECT_THROW(JsonMatcher(R"({"type": "object", "properties": {"a": {}}, "required": [1]})"), foundry::ValueError);
+  std::string ok;
+  for (int i = 0; i < 60; ++i) ok += R"({"items": )";
+  ok += "{}" + std::string(60, '}');
+  EXPECT_TRUE(whole(ok, std::string(60, '[') + std::string(60, ']')));
 }

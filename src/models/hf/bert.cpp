@@ -16,6 +16,7 @@
 #include "foundry/ops/ops.h"
 #include "models/hf/blocks.h"
 #include "models/hf/common.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::models {
 
@@ -251,7 +252,9 @@ using hf::json;
 
 json read_config_json(const std::string& dir) {
   if (!std::filesystem::exists(dir + "/config.json")) raise<IOError>("{}: no config.json", dir);
-  json j = json::parse(io::read_file(dir + "/config.json"), nullptr, false);
+  const std::string text = io::read_file(dir + "/config.json");
+  io::check_json_depth(text, dir + "/config.json");
+  json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) raise<ValueError>("{}/config.json is not a JSON object", dir);
   return j;
 }
@@ -346,6 +349,7 @@ std::unique_ptr<EncoderModel> load_encoder(const std::string& dir) {
 }
 
 std::unique_ptr<EncoderModel> create_encoder(const std::string& config_json) {
+  io::check_json_depth(config_json, "model config");
   json j = json::parse(config_json, nullptr, false);
   if (j.is_discarded() || !j.is_object()) raise<ValueError>("model config: not a JSON object");
   if (architecture_of(j).empty()) {

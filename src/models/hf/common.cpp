@@ -26,6 +26,7 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/unary.h"
 #include "quant/q8_kernels.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::models {
 
@@ -315,8 +316,10 @@ json read_json(const fs::path& path) {
   if (!f) raise<IOError>("{}: can't open", path.string());
   std::stringstream ss;
   ss << f.rdbuf();
+  const std::string text = ss.str();
+  io::check_json_depth(text, path.string());
   try {
-    return json::parse(ss.str());
+    return json::parse(text);
   } catch (const json::exception& e) {
     raise<ValueError>("{}: malformed JSON: {}", path.string(), e.what());
   }
@@ -860,6 +863,7 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
 }
 
 std::unique_ptr<CausalLM> create_model(const std::string& config_json) {
+  io::check_json_depth(config_json, "model config");
   json j;
   try {
     j = json::parse(config_json);

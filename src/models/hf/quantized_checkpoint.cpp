@@ -17,6 +17,7 @@
 #include "foundry/ops/ops.h"
 #include "foundry/quant/weight_only.h"
 #include "quant/formats_internal.h"
+#include "foundry/io/json_depth.h"
 
 namespace foundry::models {
 
@@ -72,7 +73,9 @@ int64_t quantize_folder(const std::string& dir, const std::string& out, const Qu
                    dir);
   std::error_code ec;
   FOUNDRY_CHECK_AS(ValueError, !fs::equivalent(dir, out, ec), "quantize: the output folder must differ from {}", dir);
-  json config = json::parse(io::read_file((fs::path(dir) / "config.json").string()), nullptr, false);
+  const std::string config_text = io::read_file((fs::path(dir) / "config.json").string());
+  io::check_json_depth(config_text, "quantize: " + dir + "/config.json");
+  json config = json::parse(config_text, nullptr, false);
   FOUNDRY_CHECK_AS(ValueError, config.is_object(), "quantize: {}/config.json is not a JSON object", dir);
   FOUNDRY_CHECK_AS(ValueError, !config.contains("quantization_config"), "quantize: {} is already quantized", dir);
   io::ShardedSafetensors st = io::ShardedSafetensors::open(dir);
@@ -205,7 +208,9 @@ NF4Parts read_nf4(const io::ShardedSafetensors& st, const std::string& dir, cons
                   const Shape& shape) {
   const Tensor state_bytes = st.get(name + kNF4State);
   const std::vector<uint8_t> sb = tensor_vector<uint8_t>(state_bytes, DType::UInt8, name + kNF4State);
-  const json state = json::parse(std::string(sb.begin(), sb.end()), nullptr, false);
+  const std::string state_text(sb.begin(), sb.end());
+  io::check_json_depth(state_text, name + kNF4State);
+  const json state = json::parse(state_text, nullptr, false);
   FOUNDRY_CHECK_AS(ValueError, state.is_object() && state.value("quant_type", std::string()) == "nf4" &&
                                    state.contains("blocksize") && state.contains("shape"),
                    "{}: '{}' is not an nf4 quant state", dir, name + kNF4State);
