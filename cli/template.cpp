@@ -14,10 +14,10 @@ namespace foundry::cli {
 
 namespace {
 
-nlohmann::json read_json_file(const std::string& path, const char* what) {
+nlohmann::ordered_json read_json_file(const std::string& path, const char* what) {
   const std::string text = io::read_file(path);
   io::check_json_depth(text, std::string("template: ") + what + " '" + path + "'");
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, false);
   if (j.is_discarded()) raise<ValueError>("template: {} '{}' is not valid JSON", what, path);
   return j;
 }
@@ -34,7 +34,7 @@ void add_template_command(CLI::App& app) {
   cmd->add_option("--tools", *tools, "JSON file: a list of tool definitions (the template's `tools`)");
   cmd->add_flag("--no-generation-prompt", *no_prompt, "do not open the assistant's turn at the end");
   cmd->callback([=] {
-    nlohmann::json msgs = read_json_file(*messages, "messages file");
+    nlohmann::ordered_json msgs = read_json_file(*messages, "messages file");
     if (!msgs.is_array()) raise<ValueError>("template: '{}' must hold a JSON list of messages", *messages);
     for (size_t i = 0; i < msgs.size(); ++i)
       if (!msgs[i].is_object() || !msgs[i].contains("role") || !msgs[i]["role"].is_string())
@@ -46,7 +46,7 @@ void add_template_command(CLI::App& app) {
                    model->c_str());
       source = models::kChatMlTemplate;
     }
-    nlohmann::json ctx = {{"messages", msgs},
+    nlohmann::ordered_json ctx = {{"messages", msgs},
                           {"add_generation_prompt", !*no_prompt},
                           {"bos_token", s.bos_token},
                           {"eos_token", s.eos_token}};

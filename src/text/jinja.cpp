@@ -725,10 +725,27 @@ class TemplateParser {
 
 // ---- evaluation ------------------------------------------------------------------------------------
 
+// What one render may make: string bytes, array and object entries, and loop steps at
+// kLoopStepWork each, all counted against kMaxWork. A template is code from a model folder: without
+// a bound, `'x' * 10**12`, a list grown by copying at every step of a loop, or loops nested three
+// deep over range(100000) ran out of memory or never ended. Real chat templates make a few KB.
+constexpr int64_t kMaxWork = int64_t(1) << 26;
+constexpr int64_t kLoopStepWork = 64;
+// jinja2's sandbox (transformers renders chat templates in one) refuses longer ranges: MAX_RANGE.
+constexpr int64_t kMaxRange = 100000;
+
 struct Context {
   std::vector<std::map<std::string, json>> scopes;
   std::string out;
   bool strict = false;
+  int64_t work = 0;
+
+  void charge(int64_t units) {
+    if (units > kMaxWork - work)
+      fail("the template made more than " + std::to_string(kMaxWork) +
+           " bytes, items and loop steps (a string or list that keeps growing, or loops within loops)");
+    work += units;
+  }
 
   // StrictUndefined: an undefined value may only be tested (is defined) or defaulted.
   const Value& use(const Value& v) const {
@@ -999,7 +1016,9 @@ Value apply_filter(const std::string& name, const Value& v, const std::vector<Va
   if (name == "tojson") {
     const Value* indent = kw("indent", 0);
     std::string out;
-    py_json(v.j, out, indent && indent->j.is_number() ? int(indent->j.get<int64_t>()) : -1, 0);
+    const int64_t spaces = indent && indent->j.is_number() ? indent->j.get<int64_t>() : -1;
+    if (spaces > 1000) fail("tojson indent above 1000");  // each line's spaces are made before they count
+    py_json(v.j, out, int(spaces), 0);
     return val(out);
   }
   if (name == "join") {
@@ -1093,6 +1112,9 @@ Value call(const Expr& e, Context& c) {
     else if (args.size() >= 2) a = int64_t(number(args[0], "range")), b = int64_t(number(args[1], "range"));
     if (args.size() == 3) step = int64_t(number(args[2], "range"));
     if (step == 0) fail("range() step must not be zero");
+    const int64_t count = step > 0 ? (b > a ? (b - a - 1) / step + 1 : 0) : (a > b ? (a - b - 1) / -step + 1 : 0);
+    if (count > kMaxRange)
+      fail("range too big: the sandbox blocks ranges larger than " + std::to_string(kMaxRange) + " (jinja2's MAX_RANGE)");
     json out = json::array();
     for (int64_t i = a; step > 0 ? i < b : i > b; i += step) out.push_back(i);
     return val(out);
@@ -1108,7 +1130,17 @@ Value call(const Expr& e, Context& c) {
   fail("unknown function '" + fn + "'");
 }
 
+Value eval_node(const Expr& e, Context& c);
+
+// Every value an expression makes is charged to the render's work (Context::charge).
 Value eval(const Expr& e, Context& c) {
+  Value v = eval_node(e, c);
+  if (v.j.is_string()) c.charge(int64_t(v.j.get_ref<const std::string&>().size()));
+  else if (v.j.is_structured()) c.charge(int64_t(v.j.size()));
+  return v;
+}
+
+Value eval_node(const Expr& e, Context& c) {
   switch (e.kind) {
     case Expr::Literal:
       return val(e.literal);
@@ -1205,8 +1237,12 @@ Value eval(const Expr& e, Context& c) {
     return val(op == "<" ? cmp < 0 : op == ">" ? cmp > 0 : op == "<=" ? cmp <= 0 : cmp >= 0);
   }
   if (op == "*" && a.j.is_string() && integral(b)) {
+    const std::string& piece = a.j.get_ref<const std::string&>();
+    const int64_t times = b.j.is_boolean() ? int64_t(b.j.get<bool>()) : b.j.get<int64_t>();
+    if (times > 0 && !piece.empty())  // charged before it is made
+      c.charge(times > kMaxWork / int64_t(piece.size()) ? kMaxWork + 1 : times * int64_t(piece.size()));
     std::string out;
-    for (int64_t i = 0; i < b.j.get<int64_t>(); ++i) out += a.j.get<std::string>();
+    for (int64_t i = 0; i < times; ++i) out += piece;
     return val(out);
   }
   const double x = number(a, op.c_str()), y = number(b, op.c_str());
@@ -1291,6 +1327,7 @@ void render_node(const Node& n, Context& c) {
           if (!x.is_array() || x.size() != n.vars.size()) fail("can't unpack " + py_repr(x) + " into the loop variables");
           for (size_t k = 0; k < n.vars.size(); ++k) scope[n.vars[k]] = x[k];
         }
+        c.charge(kLoopStepWork);
         scope["loop"] = json{{"index", i + 1},          {"index0", i},
                              {"revindex", len - i},     {"revindex0", len - i - 1},
                              {"first", i == 0},         {"last", i == len - 1},

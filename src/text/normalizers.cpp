@@ -201,10 +201,12 @@ class CharsMap {
     std::memcpy(&trie_size, blob_.data(), 4);
     FOUNDRY_CHECK_AS(ValueError, trie_size % 4 == 0 && 4 + static_cast<size_t>(trie_size) <= blob_.size(),
                      "tokenizer: precompiled_charsmap has a bad trie size {}", trie_size);
+    // Before the copy: an empty vector's data() may be null, and memcpy to null is undefined even for
+    // 0 bytes (fuzz_sentencepiece found a model with a 0-byte trie).
+    FOUNDRY_CHECK_AS(ValueError, trie_size > 0, "tokenizer: precompiled_charsmap has an empty trie");
     array_.resize(trie_size / 4);
     std::memcpy(array_.data(), blob_.data() + 4, trie_size);
     normalized_ = std::string_view(blob_).substr(4 + trie_size);
-    FOUNDRY_CHECK_AS(ValueError, !array_.empty(), "tokenizer: precompiled_charsmap has an empty trie");
   }
   bool empty() const { return array_.empty(); }
   const std::string& blob() const { return blob_; }

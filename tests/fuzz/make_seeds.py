@@ -155,11 +155,35 @@ def text_data():
         put("forward_inputs", name + ".json", json.dumps(obj))
 
 
+def chat_templates():
+    """Templates (tokenizer_config.json's chat_template) with a conversation: the shared folders' own, and
+    small ones using loops, namespaces, filters, slices, tests and tojson."""
+    conversation = json.dumps([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                               {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "2+2?"}])
+    for name in ("llama3", "phi-3"):
+        path = os.path.join(SHARED, name, "tokenizer_config.json")
+        if os.path.exists(path):
+            put("chat_template", name, json.load(open(path))["chat_template"].encode() + SEP + conversation.encode())
+    small = {
+        "chatml": "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+                  "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+        "features": "{% set ns = namespace(n=0, sys='') %}{% for m in messages if m.role != 'system' %}"
+                    "{% set ns.n = ns.n + 1 %}{{ loop.index }}:{{ m.content|trim|upper }}{% if not loop.last %}, "
+                    "{% endif %}{% else %}none{% endfor %}|{{ messages[1:3]|map(attribute='role')|join('/') }}|"
+                    "{{ (messages|last).content|replace('2', 'two') }}|{{ ns.n is even }}|{{ range(3)|list|tojson }}|"
+                    "{{ messages[0]|tojson(indent=2) }}|{{ 'x' ~ 3 * 2 // 4 % 3 ** 2 }}|"
+                    "{{ {'a': [1, 2.5, none, true]}.a|length if messages else 0 }}",
+    }
+    for name, template in small.items():
+        put("chat_template", name, template.encode() + SEP + conversation.encode())
+
+
 def main():
     shutil.rmtree(SEEDS, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         arrays()
         text_data()
+        chat_templates()
         tokenizers(tmp)
         model_folders(tmp)
         checkpoint(tmp)

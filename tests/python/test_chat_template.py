@@ -169,6 +169,18 @@ def test_template_command_renders_the_folders_template_or_chatml(tmp_path):
     p = subprocess.run([FOUNDRY_CLI, "template", "--model", str(folder), "--messages", str(messages), "--tools",
                         str(tools)], capture_output=True, text=True)
     assert p.stdout == "[get_weather]4", p.stderr
+    # tojson keeps the files' key order, as transformers does (json.dumps, sort_keys=False): a tool's
+    # "name" before "description" before "parameters" (the CLI read them in sorted order before).
+    tool = {"name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {
+        "zip": {"type": "string"}, "city": {"type": "string"}}, "required": ["city"]}}
+    tools.write_text(json.dumps([tool]))
+    config["chat_template"] = "{{ tools[0] | tojson }}|{{ tools[0] | tojson(indent=2) }}|{{ messages[0] | tojson }}"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    messages.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    p = subprocess.run([FOUNDRY_CLI, "template", "--model", str(folder), "--messages", str(messages), "--tools",
+                        str(tools)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == jinja_render(config["chat_template"], tools=[tool], messages=[{"role": "user", "content": "hi"}])
     messages.write_text("{not json")
     p = subprocess.run([FOUNDRY_CLI, "template", "--model", str(folder), "--messages", str(messages)],
                        capture_output=True, text=True)

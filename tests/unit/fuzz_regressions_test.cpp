@@ -83,6 +83,19 @@ TEST(FuzzRegressions, TiktokenRankBeyond64BitsIsAValueError) {
   fs::remove(big);
 }
 
+TEST(FuzzRegressions, SentencePieceEmptyCharsmapTrieIsAValueError) {
+  // Found by fuzz_sentencepiece: a precompiled_charsmap whose trie is 0 bytes was copied into an
+  // empty vector (memcpy to its null data(), undefined even for 0 bytes) before being refused.
+  for_each_regression("sentencepiece", [](const std::string& path) {
+    try {
+      foundry::text::Tokenizer::from_sentencepiece_bytes(foundry::io::read_file(path));
+      ADD_FAILURE() << "loaded";
+    } catch (const foundry::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("precompiled_charsmap has an empty trie"), std::string::npos) << e.what();
+    }
+  });
+}
+
 TEST(FuzzRegressions, TomlTableHeaderWithoutAKeyNameIsAnIOError) {
   for_each_regression("train_toml", [](const std::string& path) {
     EXPECT_THROW(foundry::train::load_train_config(path), foundry::IOError);
