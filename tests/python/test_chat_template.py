@@ -185,3 +185,27 @@ def test_template_command_renders_the_folders_template_or_chatml(tmp_path):
     p = subprocess.run([FOUNDRY_CLI, "template", "--model", str(folder), "--messages", str(messages)],
                        capture_output=True, text=True)
     assert p.returncode == 1 and "not valid JSON" in p.stderr
+
+
+def test_one_render_is_bounded_as_a_sandbox_bounds_it():
+    """A template comes with a model folder: range() stops where jinja2's sandbox stops it (MAX_RANGE
+    = 100000, the environment transformers renders in), and what one render makes is capped, so a
+    template that grows a string or a list without end, or nests loops over large ranges, is an
+    error within seconds instead of exhausting memory or never ending."""
+    import time
+    ok = "{{ range(100000) | length }}|{{ range(10, 0, -3) | list }}|{{ 'ab' * 3 }}"
+    assert foundry.models.ChatTemplate(ok).render() == jinja_render(ok) == "100000|[10, 7, 4, 1]|ababab"
+    with pytest.raises(OverflowError, match="Range too big"):
+        jinja_render("{{ range(100001) | length }}")
+    with pytest.raises(ValueError, match="range too big: the sandbox blocks ranges larger than 100000"):
+        foundry.models.ChatTemplate("{{ range(100001) | length }}").render()
+    made = "made more than 67108864 bytes, items and loop steps"
+    for source in ["{{ ('x' * 1000000000000) | length }}",
+                   "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = ns.x + [i] %}{% endfor %}",
+                   "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"]:
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=made):
+            foundry.models.ChatTemplate(source).render()
+        assert time.monotonic() - start < 30, source
+    with pytest.raises(ValueError, match="tojson indent above 1000"):
+        foundry.models.ChatTemplate("{{ [1] | tojson(indent=100000000000) }}").render()
