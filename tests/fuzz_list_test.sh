@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 list=$(bash scripts/fuzz.sh --list) || { echo "FAIL: fuzz.sh --list exited $?"; exit 1; }
 fail=0
 for t in safetensors gguf npy tokenizer_json sentencepiece tiktoken gpt2_bpe hf_config train_toml checkpoint jsonl \
-         forward_inputs tokenizer_encode chat_template; do
+         forward_inputs tokenizer_encode chat_template json_schema; do
   grep -qx "$t" <<<"$list" || { echo "FAIL: no fuzz target '$t'"; fail=1; }
   [ -f "tests/fuzz/$t.cpp" ] || { echo "FAIL: tests/fuzz/$t.cpp missing"; fail=1; }
   [ -n "$(ls tests/fuzz/seeds/$t 2>/dev/null)" ] || { echo "FAIL: no seeds for $t"; fail=1; }

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <map>
@@ -185,8 +187,27 @@ std::vector<Tok> lex(const std::string& s) {
         fl |= s[j] == '.';
         ++j;
       }
+      // An exponent makes a float literal (jinja2's lexer: 1e3, 2.5E-2).
+      if (j < s.size() && (s[j] == 'e' || s[j] == 'E')) {
+        size_t k = j + 1;
+        if (k < s.size() && (s[k] == '+' || s[k] == '-')) ++k;
+        if (k < s.size() && std::isdigit(static_cast<unsigned char>(s[k]))) {
+          while (k < s.size() && std::isdigit(static_cast<unsigned char>(s[k]))) ++k;
+          j = k;
+          fl = true;
+        }
+      }
       const std::string t = s.substr(i, j - i);
-      out.push_back({Tok::Number, t, fl ? json(std::stod(t)) : json(std::stoll(t))});
+      json value;
+      if (fl) {
+        value = std::strtod(t.c_str(), nullptr);  // beyond double's range: inf, as Python's float literal
+      } else {
+        int64_t n = 0;
+        const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+        if (ec != std::errc() || end != t.data() + t.size()) fail("integer literal " + excerpt(t) + " is beyond 64 bits");
+        value = n;
+      }
+      out.push_back({Tok::Number, t, std::move(value)});
       i = j;
     } else if (c == '\'' || c == '"') {
       std::string v;
@@ -1009,9 +1030,22 @@ Value apply_filter(const std::string& name, const Value& v, const std::vector<Va
         return val(int64_t(0));
       }
     }
-    return val(int64_t(v.j.is_number() ? v.j.get<double>() : 0));
+    if (v.j.is_number_integer() || v.j.is_boolean()) return val(int64_t(v.j.is_boolean() ? v.j.get<bool>() : v.j.get<int64_t>()));
+    const double d = v.j.is_number() ? v.j.get<double>() : 0;
+    if (std::isnan(d)) return val(int64_t(0));  // int(nan) is a ValueError: jinja2's default
+    if (!(std::fabs(d) < 9.2233720368547758e18)) fail("int: " + py_repr(v.j) + " is beyond 64 bits");
+    return val(int64_t(d));
   }
-  if (name == "float") return val(v.j.is_number() ? v.j.get<double>() : v.j.is_string() ? std::stod(v.j.get<std::string>()) : 0.0);
+  if (name == "float") {
+    if (v.j.is_number()) return val(v.j.get<double>());
+    if (!v.j.is_string()) return val(0.0);
+    // Python's float(): the whole text (spaces around it allowed), else jinja2's default 0.0.
+    const std::string& text = v.j.get_ref<const std::string&>();
+    char* end = nullptr;
+    const double d = std::strtod(text.c_str(), &end);
+    while (end && *end && std::isspace(static_cast<unsigned char>(*end))) ++end;
+    return val(end != text.c_str() && end && *end == '\0' ? d : 0.0);
+  }
   if (name == "abs") return val(number_json(std::fabs(number(v, "abs")), integral(v)));
   if (name == "tojson") {
     const Value* indent = kw("indent", 0);
@@ -1376,7 +1410,11 @@ std::string JinjaTemplate::render(const std::string& context_json) const {
   c.strict = options_.strict_undefined;
   c.scopes.emplace_back();
   for (auto it = ctx.begin(); it != ctx.end(); ++it) c.scopes.back()[it.key()] = *it;
-  render_node(*root_, c);
+  try {
+    render_node(*root_, c);
+  } catch (const json::exception& e) {  // an operation on a value of a type it does not take
+    fail(std::string("a value of the wrong type: ") + e.what());
+  }
   return c.out;
 }
 

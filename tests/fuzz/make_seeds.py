@@ -178,12 +178,29 @@ def chat_templates():
         put("chat_template", name, template.encode() + SEP + conversation.encode())
 
 
+def json_schemas():
+    """response_format schemas with a document of each (tests/unit/json_schema_test.cpp's shapes)."""
+    person = {"type": "object",
+              "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"},
+                             "ok": {"type": "boolean"}, "score": {"type": "number"},
+                             "tags": {"type": "array", "items": {"enum": ["red", "green", 3]}, "maxItems": 3},
+                             "pet": {"type": ["object", "null"], "properties": {"kind": {"const": "cat"}},
+                                     "required": ["kind"]}},
+              "required": ["name", "age", "ok", "tags", "pet"]}
+    docs = {"person": (person, '{"name": "Ann", "age": 31, "ok": true, "tags": ["red", 3], "pet": {"kind": "cat"}}'),
+            "object": ({"type": "object"}, '{"a": [1, {"b": null}], "c": "x\\"y\\u00e9", "d": -1.5e3}'),
+            "list": ({"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}, '["a", "b"]')}
+    for name, (schema, doc) in docs.items():
+        put("json_schema", name, json.dumps(schema).encode() + SEP + doc.encode())
+
+
 def main():
     shutil.rmtree(SEEDS, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         arrays()
         text_data()
         chat_templates()
+        json_schemas()
         tokenizers(tmp)
         model_folders(tmp)
         checkpoint(tmp)

@@ -209,3 +209,17 @@ def test_one_render_is_bounded_as_a_sandbox_bounds_it():
         assert time.monotonic() - start < 30, source
     with pytest.raises(ValueError, match="tojson indent above 1000"):
         foundry.models.ChatTemplate("{{ [1] | tojson(indent=100000000000) }}").render()
+
+
+def test_number_filters_and_literals_as_jinja2():
+    """int and float take what Python's int() / float() take, else the filter's default (0, 0.0);
+    a literal past 64 bits is refused (CPython would make a big int) instead of escaping as
+    std::out_of_range (fuzz_chat_template's first find)."""
+    source = ("{{ ' 2.5 ' | float }}|{{ '2.5x' | float }}|{{ 'abc' | float }}|{{ '1e999' | float }}|{{ 7 | float }}|"
+              "{{ '12' | int }}|{{ 'x' | int }}|{{ 3.9 | int }}|{{ -3.9 | int }}|{{ true | int }}|{{ 1.5e3 }}|{{ 2E-2 }}|"
+              "{{ 1e2 }}")
+    assert foundry.models.ChatTemplate(source).render() == jinja_render(source)
+    with pytest.raises(ValueError, match="integer literal 99999999999999999999 is beyond 64 bits"):
+        foundry.models.ChatTemplate("{{ 99999999999999999999 }}")
+    with pytest.raises(ValueError, match="is beyond 64 bits"):
+        foundry.models.ChatTemplate("{{ 1e300 | int }}").render()

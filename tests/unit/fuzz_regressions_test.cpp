@@ -12,6 +12,7 @@
 #include "foundry/core/error.h"
 #include "foundry/io/atomic_file.h"
 #include "foundry/io/npy.h"
+#include "foundry/models/chat_template.h"
 #include "foundry/models/forward_inputs.h"
 #include "foundry/text/tokenizer.h"
 #include "foundry/train/trainer.h"
@@ -94,6 +95,18 @@ TEST(FuzzRegressions, SentencePieceEmptyCharsmapTrieIsAValueError) {
       EXPECT_NE(std::string(e.what()).find("precompiled_charsmap has an empty trie"), std::string::npos) << e.what();
     }
   });
+}
+
+TEST(FuzzRegressions, ChatTemplateIntegerBeyond64BitsIsAValueError) {
+  // Found by fuzz_chat_template in CI's 20-second run: an integer literal of 120 digits escaped as
+  // std::out_of_range from std::stoll, which ended the program.
+  for_each_regression("chat_template", [](const std::string& path) {
+    const std::string input = foundry::io::read_file(path);
+    const std::string source = input.substr(0, input.find("\n--foundry-fuzz-part--\n"));
+    EXPECT_THROW(foundry::models::ChatTemplate{source}, foundry::ValueError);
+  });
+  EXPECT_THROW(foundry::models::ChatTemplate{"{{ 99999999999999999999 }}"}, foundry::ValueError);
+  EXPECT_EQ(foundry::models::ChatTemplate{"{{ 9223372036854775807 }}"}.render("{}"), "9223372036854775807");
 }
 
 TEST(FuzzRegressions, TomlTableHeaderWithoutAKeyNameIsAnIOError) {
