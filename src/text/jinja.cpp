@@ -596,7 +596,8 @@ std::vector<Segment> segments(std::string src, const JinjaOptions& opt) {
     std::string inner = src.substr(open + 2, end - open - 2);
     const bool strip_before = !inner.empty() && inner.front() == '-';
     const bool keep_before = !inner.empty() && inner.front() == '+';
-    const bool strip_after = !inner.empty() && inner.back() == '-';
+    // "{{-}}": one '-' is the opening marker, not also the closing one (fuzz_chat_template).
+    const bool strip_after = inner.size() > (strip_before || keep_before ? 1u : 0u) && inner.back() == '-';
     if (strip_before || keep_before) inner.erase(0, 1);
     if (strip_after) inner.pop_back();
     if (strip_before) {
