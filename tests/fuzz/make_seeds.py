@@ -179,14 +179,8 @@ def chat_templates():
 
 
 def json_schemas():
-    """response_format schemas with a document of each (tests/unit/json_schema_test.cpp's shapes)."""
-    person = {"type": "object",
-              "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"},
-                             "ok": {"type": "boolean"}, "score": {"type": "number"},
-                             "tags": {"type": "array", "items": {"enum": ["red", "green", 3]}, "maxItems": 3},
-                             "pet": {"type": ["object", "null"], "properties": {"kind": {"const": "cat"}},
-                                     "required": ["kind"]}},
-              "required": ["name", "age", "ok", "tags", "pet"]}
+    """response_format schemas with a document of each: test_serve.py's person schema and two plain ones."""
+    from test_serve import SCHEMA as person  # noqa: E402  (tests/python is on the path, as test_pretrained)
     docs = {"person": (person, '{"name": "Ann", "age": 31, "ok": true, "tags": ["red", 3], "pet": {"kind": "cat"}}'),
             "object": ({"type": "object"}, '{"a": [1, {"b": null}], "c": "x\\"y\\u00e9", "d": -1.5e3}'),
             "list": ({"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}, '["a", "b"]')}
