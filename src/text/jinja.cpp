@@ -155,11 +155,28 @@ struct Expr {
 // How deeply a template's blocks, an expression's tree and a value it builds may nest. Parsing,
 // evaluating, copying and freeing them recurse once per level: a chat template (a file from a model
 // folder) of 100 000 nested parentheses or blocks, or a 100 000-term sum, overflowed the stack.
-// Real templates nest a few levels; CPython's recursion limit stops jinja2 at about 1000.
+// Real templates nest a few levels.
 constexpr int kMaxNesting = 256;
 
 // The start of a long source for an error message.
 std::string excerpt(const std::string& s) { return s.size() <= 60 ? s : s.substr(0, 57) + "..."; }
+
+// One level of a parser's recursion (a parenthesis, a list, an argument, a prefix operator, a
+// block): `depth` counts the levels open; past kMaxNesting the parse fails with what(), built only
+// then.
+template <class What>
+class NestingLevel {
+ public:
+  NestingLevel(int& depth, What what) : depth_(depth) {
+    if (++depth_ > kMaxNesting) fail(what());
+  }
+  ~NestingLevel() { --depth_; }
+  NestingLevel(const NestingLevel&) = delete;
+  NestingLevel& operator=(const NestingLevel&) = delete;
+
+ private:
+  int& depth_;
+};
 
 struct Tok {
   enum Type { Name, Number, String, Op, End } type = End;
@@ -253,20 +270,13 @@ class ExprParser {
  public:
   explicit ExprParser(std::vector<Tok> toks, std::string source) : t_(std::move(toks)), src_(std::move(source)) {}
 
-  // One level of the parser's own recursion (a parenthesis, a list, an argument, a prefix operator).
-  class Level {
-   public:
-    explicit Level(ExprParser& p) : p_(p) {
-      if (++p_.depth_ > kMaxNesting)
-        fail("expression nests deeper than " + std::to_string(kMaxNesting) + " levels in '" + excerpt(p_.src_) + "'");
-    }
-    ~Level() { --p_.depth_; }
-    Level(const Level&) = delete;
-    Level& operator=(const Level&) = delete;
-
-   private:
-    ExprParser& p_;
-  };
+  std::string too_deep() const {
+    return "expression nests deeper than " + std::to_string(kMaxNesting) + " levels in '" + excerpt(src_) + "'";
+  }
+  // One level of this parser's recursion.
+  auto level() {
+    return NestingLevel(depth_, [this] { return too_deep(); });
+  }
   // e with its height set from its operands; refused past kMaxNesting (a long chain of `+` or `|`
   // builds a tall tree without recursing while it parses).
   ExprPtr sealed(ExprPtr e) const {
@@ -276,8 +286,7 @@ class ExprParser {
     for (const auto& kv : e->kwargs)
       if (kv.second) below = std::max(below, kv.second->height);
     e->height = below + 1;
-    if (e->height > kMaxNesting)
-      fail("expression nests deeper than " + std::to_string(kMaxNesting) + " levels in '" + excerpt(src_) + "'");
+    if (e->height > kMaxNesting) fail(too_deep());
     return e;
   }
 
@@ -297,7 +306,7 @@ class ExprParser {
   void skip() { ++p_; }
 
   ExprPtr conditional() {
-    const Level level(*this);
+    const auto nesting = level();
     ExprPtr e = or_expr();
     if (is_word("if")) {
       ++p_;
@@ -339,7 +348,7 @@ class ExprParser {
   }
   ExprPtr not_expr() {
     if (is_word("not")) {
-      const Level level(*this);
+      const auto nesting = level();
       ++p_;
       auto e = std::make_shared<Expr>(Expr{Expr::Unary});
       e->name = "not";
@@ -400,7 +409,7 @@ class ExprParser {
   }
   ExprPtr unary() {
     if (is_op("-") || is_op("+")) {
-      const Level level(*this);
+      const auto nesting = level();
       auto e = std::make_shared<Expr>(Expr{Expr::Unary});
       e->name = t_[p_++].text;
       e->args = {unary()};
@@ -633,13 +642,7 @@ class TemplateParser {
   // Nodes until one of `enders` (a statement keyword), which is left for the caller.
   std::vector<NodePtr> parse_until(const std::vector<std::string>& enders, std::string* ended = nullptr,
                                    std::string* rest = nullptr) {
-    struct Level {
-      int& depth;
-      explicit Level(int& d) : depth(d) {
-        if (++depth > kMaxNesting) fail("blocks nest deeper than " + std::to_string(kMaxNesting) + " levels");
-      }
-      ~Level() { --depth; }
-    } level(depth_);
+    const NestingLevel nesting(depth_, [] { return "blocks nest deeper than " + std::to_string(kMaxNesting) + " levels"; });
     std::vector<NodePtr> nodes;
     while (i_ < s_.size()) {
       const Segment& seg = s_[i_];
@@ -748,9 +751,10 @@ class TemplateParser {
 // ---- evaluation ------------------------------------------------------------------------------------
 
 // What one render may make: string bytes, array and object entries, and loop steps at
-// kLoopStepWork each, all counted against kMaxWork. A template is code from a model folder: without
-// a bound, `'x' * 10**12`, a list grown by copying at every step of a loop, or loops nested three
-// deep over range(100000) ran out of memory or never ended. Real chat templates make a few KB.
+// kLoopStepWork each, all counted against kMaxWork. A template is code from a model folder, and
+// nothing bounded it before: `'x' * 10**12` asks for a terabyte, a list grown by copying at every
+// step of a loop is quadratic, loops nested three deep over range(100000) take 10^15 steps. Real
+// chat templates make a few KB.
 constexpr int64_t kMaxWork = int64_t(1) << 26;
 constexpr int64_t kLoopStepWork = 64;
 // jinja2's sandbox (transformers renders chat templates in one) refuses longer ranges: MAX_RANGE.
@@ -1034,7 +1038,7 @@ Value apply_filter(const std::string& name, const Value& v, const std::vector<Va
     if (v.j.is_number_integer() || v.j.is_boolean()) return val(int64_t(v.j.is_boolean() ? v.j.get<bool>() : v.j.get<int64_t>()));
     const double d = v.j.is_number() ? v.j.get<double>() : 0;
     if (std::isnan(d)) return val(int64_t(0));  // int(nan) is a ValueError: jinja2's default
-    if (!(std::fabs(d) < 9.2233720368547758e18)) fail("int: " + py_repr(v.j) + " is beyond 64 bits");
+    if (!(std::fabs(d) < std::ldexp(1.0, 63))) fail("int: " + py_repr(v.j) + " is beyond 64 bits");
     return val(int64_t(d));
   }
   if (name == "float") {

@@ -4,7 +4,7 @@ config.json, every chat-template case but the growing value, and the eval task's
 stack overflow (a recursion per level while parsing, copying, dumping or evaluating); the JSONL line
 and the --inputs file were refused by their readers already, and are checked here so that they stay
 refused. JSON from outside is measured before it is parsed (foundry/io/json_depth.h: at most 128
-levels, serde_json's limit, as HF's tokenizers apply to the same files); templates (including a
+levels, serde_json's limit; HF's tokenizers refuses a tokenizer.json 128 levels deep); templates (including a
 value a loop keeps wrapping) and YAML count their own levels. The HTTP side is in test_serve.py.
 """
 import json

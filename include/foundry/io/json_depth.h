@@ -13,8 +13,9 @@
 namespace foundry::io {
 
 /// Levels of arrays and objects a JSON document from outside may nest: serde_json's recursion
-/// limit, which HF's tokenizers and safetensors readers apply to the same files. Real tokenizer
-/// files, model configs, API requests and structured-output schemas stay far below it.
+/// limit, about where HF's readers of the same files stop (the tokenizers npm binding loads a
+/// tokenizer.json 126 levels deep and refuses one 128 deep, "recursion limit exceeded"). Real
+/// tokenizer files, model configs, API requests and structured-output schemas stay far below it.
 constexpr int kMaxJsonDepth = 128;
 
 /// The deepest nesting of arrays and objects in `text` (brackets inside strings do not count;
