@@ -1146,16 +1146,24 @@ Value call(const Expr& e, Context& c) {
     return val(ns);
   }
   if (fn == "range") {
+    // Python's range takes integers only (range(1.5) and range(1e300) are TypeErrors in jinja2).
+    auto integer = [](const Value& v) {
+      if (!integral(v)) fail("range() takes integers, got " + py_repr(v.j));
+      return v.j.is_boolean() ? int64_t(v.j.get<bool>()) : v.j.get<int64_t>();
+    };
     int64_t a = 0, b = 0, step = 1;
-    if (args.size() == 1) b = int64_t(number(args[0], "range"));
-    else if (args.size() >= 2) a = int64_t(number(args[0], "range")), b = int64_t(number(args[1], "range"));
-    if (args.size() == 3) step = int64_t(number(args[2], "range"));
+    if (args.size() == 1) b = integer(args[0]);
+    else if (args.size() >= 2) a = integer(args[0]), b = integer(args[1]);
+    if (args.size() == 3) step = integer(args[2]);
     if (step == 0) fail("range() step must not be zero");
-    const int64_t count = step > 0 ? (b > a ? (b - a - 1) / step + 1 : 0) : (a > b ? (a - b - 1) / -step + 1 : 0);
-    if (count > kMaxRange)
+    // Its length in unsigned arithmetic: b - a may not fit in int64 (range(-9e18, 9e18) overflowed it).
+    const uint64_t span = step > 0 ? (b > a ? uint64_t(b) - uint64_t(a) : 0) : (a > b ? uint64_t(a) - uint64_t(b) : 0);
+    const uint64_t stride = step > 0 ? uint64_t(step) : uint64_t(0) - uint64_t(step);
+    const uint64_t count = span == 0 ? 0 : (span - 1) / stride + 1;
+    if (count > uint64_t(kMaxRange))
       fail("range too big: the sandbox blocks ranges larger than " + std::to_string(kMaxRange) + " (jinja2's MAX_RANGE)");
     json out = json::array();
-    for (int64_t i = a; step > 0 ? i < b : i > b; i += step) out.push_back(i);
+    for (uint64_t k = 0; k < count; ++k) out.push_back(int64_t(uint64_t(a) + k * uint64_t(step)));  // each fits
     return val(out);
   }
   if (fn == "strftime_now") {

@@ -225,3 +225,20 @@ def test_number_filters_and_literals_as_jinja2():
     with pytest.raises(ValueError, match="is beyond 64 bits"):
         foundry.models.ChatTemplate("{{ 1e300 | int }}").render()
 
+
+def test_range_takes_integers_and_long_spans_as_jinja2():
+    """range()'s length is computed without overflow (range(-9e18, 9e18) overflowed int64 and ran on
+    without end) and its arguments are integers, as in Python (range(1e300) was cast to an integer)."""
+    big = 9000000000000000000
+    ok = (f"{{{{ range(5, -6, -4) | list }}}}|{{{{ range(9223372036854775800, 9223372036854775807, 3) | list }}}}|"
+          f"{{{{ range(-{big}, {big}, 1000000000000000) | length }}}}|{{{{ range(true, 3) | list }}}}")
+    assert foundry.models.ChatTemplate(ok).render() == jinja_render(ok)
+    with pytest.raises(OverflowError):
+        jinja_render(f"{{{{ range(-{big}, {big}) | length }}}}")
+    with pytest.raises(ValueError, match="range too big"):
+        foundry.models.ChatTemplate(f"{{{{ range(-{big}, {big}) | length }}}}").render()
+    for arg in ("2.0", "1e300"):
+        with pytest.raises(TypeError):
+            jinja_render("{{ range(%s) | list }}" % arg)
+        with pytest.raises(ValueError, match="range\\(\\) takes integers"):
+            foundry.models.ChatTemplate("{{ range(%s) | list }}" % arg).render()
