@@ -149,14 +149,18 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   bool negate = false;
-  int height = 1;  // levels of the tree below and including this node (see kMaxNesting)
+  int height = 1;  // levels of the tree below and including this node (see kMaxExprHeight)
 };
 
-// How deeply a template's blocks, an expression's tree and a value it builds may nest. Parsing,
-// evaluating, copying and freeing them recurse once per level: a chat template (a file from a model
-// folder) of 100 000 nested parentheses or blocks, or a 100 000-term sum, overflowed the stack.
-// Real templates nest a few levels.
+// How deeply a template's blocks, an expression's brackets and a value it builds may nest, and how
+// tall an expression's tree may grow. Parsing, evaluating, copying and freeing them recurse once per
+// level: a chat template (a file from a model folder) of 100 000 nested parentheses or blocks, or a
+// 100 000-term sum, overflowed the stack. Real templates nest a few levels. A chain of `+` or `|`
+// is parsed in a loop but builds one tree level a link, evaluated by one small recursion each:
+// jinja2 (Python's recursion limit) renders a 490-term sum and 327 chained filters, so the tree may
+// be 512 levels tall.
 constexpr int kMaxNesting = 256;
+constexpr int kMaxExprHeight = 512;
 
 // The start of a long source for an error message.
 std::string excerpt(const std::string& s) { return s.size() <= 60 ? s : s.substr(0, 57) + "..."; }
@@ -277,8 +281,8 @@ class ExprParser {
   auto level() {
     return NestingLevel(depth_, [this] { return too_deep(); });
   }
-  // e with its height set from its operands; refused past kMaxNesting (a long chain of `+` or `|`
-  // builds a tall tree without recursing while it parses).
+  // e with its height set from its operands; refused past kMaxExprHeight (a long chain of `+` or
+  // `|` builds a tall tree without recursing while it parses).
   ExprPtr sealed(ExprPtr e) const {
     int below = 0;
     for (const ExprPtr& a : e->args)
@@ -286,7 +290,9 @@ class ExprParser {
     for (const auto& kv : e->kwargs)
       if (kv.second) below = std::max(below, kv.second->height);
     e->height = below + 1;
-    if (e->height > kMaxNesting) fail(too_deep());
+    if (e->height > kMaxExprHeight)
+      fail("expression's tree is more than " + std::to_string(kMaxExprHeight) + " levels tall (a chain of operators or filters) in '" +
+           excerpt(src_) + "'");
     return e;
   }
 

@@ -5,6 +5,8 @@ published templates of the model families Foundry loads."""
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -138,7 +140,6 @@ FOUNDRY_CLI = os.path.join(os.path.dirname(os.path.abspath(foundry.__file__)), "
 
 @pytest.mark.skipif(not os.path.exists(FOUNDRY_CLI), reason="foundry CLI not built")
 def test_template_command_renders_the_folders_template_or_chatml(tmp_path):
-    import subprocess
     messages = tmp_path / "messages.json"
     messages.write_text(json.dumps(CONVERSATIONS[1]))
     folder = tmp_path / "model"
@@ -242,3 +243,22 @@ def test_range_takes_integers_and_long_spans_as_jinja2():
             jinja_render("{{ range(%s) | list }}" % arg)
         with pytest.raises(ValueError, match="range\\(\\) takes integers"):
             foundry.models.ChatTemplate("{{ range(%s) | list }}" % arg).render()
+
+
+def test_long_chains_render_as_far_as_jinja2_renders_them():
+    """A chain of `+`, `~`, `and` or `|` is one tree level a link. jinja2 renders a 490-term sum and
+    327 chained filters (beyond, Python's recursion limit: RecursionError); a tree up to 512 levels
+    tall renders here, a taller one is refused by name instead of overflowing the stack."""
+    sources = ["{{ " + "1 + " * 489 + "1 }}", "{{ 'x'" + "|string" * 327 + " }}",
+               "{{ 'a'" + " ~ 'b'" * 400 + " }}", "{{ true" + " and true" * 450 + " }}"]
+    # jinja2 in a fresh interpreter: under pytest's own frames it runs out of recursion sooner.
+    script = ("import json, sys\nfrom jinja2.sandbox import ImmutableSandboxedEnvironment as E\n"
+              "print(json.dumps([E().from_string(s).render() for s in json.load(sys.stdin)]))")
+    p = subprocess.run([sys.executable, "-c", script], input=json.dumps(sources), capture_output=True, text=True,
+                       check=True)
+    for source, expected in zip(sources, json.loads(p.stdout)):
+        assert foundry.models.ChatTemplate(source).render() == expected, source[:40]
+    assert foundry.models.ChatTemplate("{{ " + "1 + " * 511 + "1 }}").render() == "512"
+    for source in ["{{ " + "1 + " * 512 + "1 }}", "{{ 'x'" + "|string" * 512 + " }}"]:
+        with pytest.raises(ValueError, match="expression's tree is more than 512 levels tall"):
+            foundry.models.ChatTemplate(source)

@@ -59,8 +59,8 @@ def test_jsonl_lines(tmp_path):
 TEMPLATES = [
     ("{{ " + "(" * D + "1" + ")" * D + " }}", "expression nests deeper than 256 levels"),
     ("{% if true %}" * D + "x" + "{% endif %}" * D, "blocks nest deeper than 256 levels"),
-    ("{{ " + "1 + " * D + "1 }}", "expression nests deeper than 256 levels"),
-    ("{{ x" + "|string" * D + " }}", "expression nests deeper than 256 levels"),
+    ("{{ " + "1 + " * D + "1 }}", "expression's tree is more than 512 levels tall"),
+    ("{{ x" + "|string" * D + " }}", "expression's tree is more than 512 levels tall"),
     ("{{ " + "not " * D + "1 }}", "expression nests deeper than 256 levels"),
     ("{{ " + "[" * D + "]" * D + " }}", "expression nests deeper than 256 levels"),
     ("{% set ns = namespace(x=1) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
