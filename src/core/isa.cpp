@@ -29,6 +29,7 @@ std::string cpu_capability() {
   const int64_t targets = hwy::SupportedTargets();
   std::string name = hwy::TargetName(targets & -targets);  // the lowest bit: the best target
   if (quant::vnni_available()) name += " VNNI";
+  if (quant::amx_int8_available()) name += " AMX-INT8";
   return name;
 }
 

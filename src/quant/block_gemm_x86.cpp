@@ -24,8 +24,15 @@
 // against the activation block's scaled level sum), q5_0's offset of 16 as q4_0's, and q6_K's two
 // int8 sub-block scales a block as two halves, each with its own int32 sum, float scale and the
 // offset of 32 as a minimum (-32 x d x scale) against the activation half's sum (q8_K's bsums).
+//
+// On CPUs with AMX-INT8 one tile instruction does a block's work for 16 activation rows and a
+// panel's 16 weight rows (see tile_amx); the panels and the float work are the VNNI kernel's.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "foundry/core/error.h"
@@ -37,10 +44,25 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
+#include <cpuid.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include "core/isa.h"
 #include "quant/avx2_inline.h"
 #define FOUNDRY_BLOCK_GEMM_X86 1
 #define FOUNDRY_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
 #define FOUNDRY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+// The AMX kernel's functions, the VNNI kernel's features and the tiles': one target, so that the
+// tile operations inline into the kernel (a call across targets spilled its 16 accumulators). A
+// function of this target runs on a CPU without tiles as long as it reaches no tile instruction
+// (the emulated kernel).
+#define FOUNDRY_AMX_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma,amx-tile,amx-int8")))
 #else
 #define FOUNDRY_BLOCK_GEMM_X86 0
 #endif
@@ -78,6 +100,14 @@ struct Activations {
   int halves = 1;
 };
 
+// Activation rows the levels are kept for: whole tiles of 16, the rows past m zero (the AMX kernel
+// loads 16 rows a tile).
+int64_t padded_rows(int64_t m) { return (m + 15) / 16 * 16; }
+
+void zero_padding(Activations& a, int64_t m, int64_t k) {
+  std::memset(a.levels.data() + m * k, 0, size_t((padded_rows(m) - m) * k));
+}
+
 // Blocks of activations a chunk of the threads' unpacking takes: the unpacking ran on the calling
 // thread alone and was 4 % of a 2-thread prefill (q8_0, AVX2), time the other thread sat idle.
 constexpr int64_t kBlocksPerChunk = 256;
@@ -87,7 +117,8 @@ constexpr int64_t kBlocksPerChunk = 256;
 Activations activations_q8_0(const uint8_t* xq, int64_t m, int64_t k, int32_t offset, bool sums) {
   const int64_t blocks = k / 32;
   Activations a;
-  a.levels = kernels::ScratchArray<int8_t>(size_t(m * k));
+  a.levels = kernels::ScratchArray<int8_t>(size_t(padded_rows(m) * k));
+  zero_padding(a, m, k);
   a.scale = kernels::ScratchArray<float>(size_t(m * blocks));
   a.start = kernels::ScratchArray<int32_t>(size_t(m * blocks));
   if (sums) a.level_sum = kernels::ScratchArray<float>(size_t(m * blocks));
@@ -113,7 +144,8 @@ Activations activations_q8_K(const uint8_t* xq, int64_t m, int64_t k, int halves
   const int64_t superblocks = k / detail::kQK_K, blocks = k / 32;
   Activations a;
   a.halves = halves;
-  a.levels = kernels::ScratchArray<int8_t>(size_t(m * k));
+  a.levels = kernels::ScratchArray<int8_t>(size_t(padded_rows(m) * k));
+  zero_padding(a, m, k);
   a.scale = kernels::ScratchArray<float>(size_t(m * blocks));
   a.level_sum = kernels::ScratchArray<float>(size_t(m * blocks * halves));
   a.start = kernels::ScratchArray<int32_t>(size_t(m * blocks));
@@ -600,14 +632,19 @@ void run_tile(int n, Run&& run) {
 
 using PackPanel = void (*)(Weights, const uint8_t*, int64_t, int64_t, int64_t, Panel&);
 
+// Nothing to set up around a thread's run of panels.
+struct NoScope {};
+
 // Threads split the weight panels; each unpacks its panel once and runs every tile of activation
-// rows against it.
-template <int Lanes, int kTile, class TileKernel>
+// rows against it. A ChunkScope lives while a thread runs its chunk of panels (AMX: the tile
+// configuration). `on_this_thread`: every panel on the calling thread.
+template <int Lanes, int kTile, class ChunkScope = NoScope, class TileKernel>
 void gemm_panels(Weights kind, PackPanel pack, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m,
-                 float* y, TileKernel&& kernel) {
+                 float* y, TileKernel&& kernel, bool on_this_thread = false) {
   const int64_t blocks = k / 32, row_bytes = weight_row_bytes(kind, k);
   const int64_t panels = (rows + Lanes - 1) / Lanes;
-  parallel_for(0, panels, 1, [&](int64_t lo, int64_t hi) {
+  const auto chunk = [&](int64_t lo, int64_t hi) {
+    [[maybe_unused]] const ChunkScope scope{};
     thread_local Panel p;
     for (int64_t q = lo; q < hi; ++q) {
       const int64_t r0 = q * Lanes, n = std::min<int64_t>(Lanes, rows - r0);
@@ -626,7 +663,9 @@ void gemm_panels(Weights kind, PackPanel pack, const uint8_t* w, int64_t rows, i
                         [&]<int N>() { kernel.template operator()<N>(p, x, y + c0 * rows + r0, rows, int(n)); });
       }
     }
-  });
+  };
+  if (on_this_thread) return chunk(0, panels);
+  parallel_for(0, panels, 1, chunk);
 }
 
 template <int kHalves, bool kMins>
@@ -635,6 +674,147 @@ void gemm_vnni(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Ac
     tile_vnni<N, kHalves, kMins>(p, t, out, stride, __mmask16((1u << n) - 1));
   };
   gemm_panels<16, 16>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel);
+}
+
+
+// ---- AMX-INT8 ----
+// One tdpbsud multiplies a 32-value block of 16 activation rows (tile A: 16 rows of 32 signed
+// levels, loaded in place from the activation matrix, k bytes apart) by the same block of the
+// panel's 16 weight rows (tile B: the panel's 8 step vectors as they are, row i's 4 unsigned levels
+// in dword i of each) into 16 x 16 int32 sums (tile C): the work of 128 vpdpbusd. A block's sums
+// need the block's own scales, so each C is stored and read back by the VNNI kernel's float work,
+// in its order: the two kernels give the same bits. Two C tiles take alternate blocks, so one
+// block's products can run while the previous block's sums are scaled.
+
+// ldtilecfg's 64-byte operand (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};  // bytes a row, per tile
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0, 1: C (16 activation rows x 16 int32); 2, 3: A (16 rows x 32 levels); 4, 5: B (8 steps x 64).
+TileConfig amx_tile_config() {
+  TileConfig c;
+  for (int t : {0, 1}) c.rows[t] = 16, c.colsb[t] = 64;
+  for (int t : {2, 3}) c.rows[t] = 16, c.colsb[t] = 32;
+  for (int t : {4, 5}) c.rows[t] = kStepsPerBlock, c.colsb[t] = 64;
+  return c;
+}
+
+// The tile instructions' operands are tile numbers written into the instruction: one function per
+// C tile. The kernel writes none of the memory the tiles load (the panel and the activations are
+// written before it starts). The stores name the 1 KB they write: GCC's _tile_stored clobbers all
+// memory, which kept the 16 accumulators in memory, stored and reloaded at every block.
+struct AmxTiles {
+  FOUNDRY_AMX_TARGET void multiply0(const int8_t* a, int64_t a_stride, const uint8_t* b) {
+    __asm__ __volatile__(
+        "tilezero %%tmm0\n\ttileloadd (%0,%1,1), %%tmm2\n\ttileloadd (%2,%3,1), %%tmm4\n\ttdpbsud %%tmm4, %%tmm2, %%tmm0"
+        :: "r"(a), "r"(a_stride), "r"(b), "r"(int64_t(64)));
+  }
+  FOUNDRY_AMX_TARGET void multiply1(const int8_t* a, int64_t a_stride, const uint8_t* b) {
+    __asm__ __volatile__(
+        "tilezero %%tmm1\n\ttileloadd (%0,%1,1), %%tmm3\n\ttileloadd (%2,%3,1), %%tmm5\n\ttdpbsud %%tmm5, %%tmm3, %%tmm1"
+        :: "r"(a), "r"(a_stride), "r"(b), "r"(int64_t(64)));
+  }
+  FOUNDRY_AMX_TARGET void store0(int32_t (&c)[16][16]) {
+    __asm__ __volatile__("tilestored %%tmm0, (%1,%2,1)" : "=m"(c) : "r"(&c[0][0]), "r"(int64_t(64)));
+  }
+  FOUNDRY_AMX_TARGET void store1(int32_t (&c)[16][16]) {
+    __asm__ __volatile__("tilestored %%tmm1, (%1,%2,1)" : "=m"(c) : "r"(&c[0][0]), "r"(int64_t(64)));
+  }
+};
+
+// A thread's tile configuration while it runs its chunk of panels: set at the start (another
+// kernel on the thread, oneDNN's, may have set its own) and released at the end, so that the
+// kernel does not save 8 KB of tile state at every context switch after.
+struct AmxScope {
+  FOUNDRY_AMX_TARGET AmxScope() {
+    static const TileConfig config = amx_tile_config();
+    _tile_loadconfig(&config);
+  }
+  FOUNDRY_AMX_TARGET ~AmxScope() { _tile_release(); }
+};
+
+// The same operations in scalar code, as the instruction set reference defines TDPBSUD:
+// C[m][n] = sum over j < 32 of sign-extended A[m][j] x zero-extended B[j / 4][4n + j % 4].
+struct EmulatedTiles {
+  int32_t c[2][16][16];
+  void multiply(int slot, const int8_t* a, int64_t a_stride, const uint8_t* b) {
+    for (int row = 0; row < 16; ++row)
+      for (int n = 0; n < 16; ++n) {
+        int32_t sum = 0;
+        for (int j = 0; j < 32; ++j) sum += int32_t(a[row * a_stride + j]) * int32_t(b[(j / 4) * 64 + 4 * n + j % 4]);
+        c[slot][row][n] = sum;
+      }
+  }
+  void multiply0(const int8_t* a, int64_t a_stride, const uint8_t* b) { multiply(0, a, a_stride, b); }
+  void multiply1(const int8_t* a, int64_t a_stride, const uint8_t* b) { multiply(1, a, a_stride, b); }
+  void store0(int32_t (&out)[16][16]) { std::memcpy(out, c[0], sizeof(c[0])); }
+  void store1(int32_t (&out)[16][16]) { std::memcpy(out, c[1], sizeof(c[1])); }
+};
+
+// Block b's int32 sums (16 activation rows x the panel's 16 rows) into the accumulators, as
+// tile_vnni scales its sums.
+template <int N, bool kMins>
+FOUNDRY_AMX_TARGET __attribute__((always_inline)) inline void scale_block(__m512 (&acc)[N], const Panel& p, const Tile& x,
+                                                                         int64_t b, const int32_t (&sums)[16][16]) {
+  const __m512 ws = _mm512_loadu_ps(p.scales.data() + b * 16);
+  const __m512 wm = kMins ? _mm512_loadu_ps(p.mins.data() + b * 16) : _mm512_setzero_ps();
+  #pragma GCC unroll 16
+  for (int c = 0; c < N; ++c) {
+    const int64_t at = c * x.blocks + b;
+    const __m512i sum = _mm512_add_epi32(_mm512_set1_epi32(x.start[at]), _mm512_load_si512(sums[c]));
+    acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_set1_ps(x.scale[at])), acc[c]);
+    if constexpr (kMins) acc[c] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.level_sum[at]), acc[c]);
+  }
+}
+
+// tile_vnni's product (one scale a block) with each block's int32 sums from the tiles. The sums
+// go through a thread's buffer, not the stack: with the tile stores' asm writing a stack array,
+// GCC 12 kept the accumulators in memory (a load and a store each per block); with this buffer it
+// moves them through the stack once per pair of blocks.
+template <class Tiles, int N, bool kMins>
+FOUNDRY_AMX_TARGET void tile_amx(Tiles& tiles, const Panel& p, const Tile& x, float* y, int64_t y_stride,
+                                 __mmask16 mask) {
+  alignas(64) static thread_local int32_t sums[2][16][16];
+  __m512 acc[N];
+  for (int c = 0; c < N; ++c) acc[c] = _mm512_setzero_ps();
+  const auto levels = [&](int64_t b) { return p.levels.data() + b * kStepsPerBlock * 64; };
+  int64_t b = 0;
+  for (; b + 1 < x.blocks; b += 2) {
+    tiles.multiply0(x.levels + b * 32, x.k, levels(b));
+    tiles.multiply1(x.levels + (b + 1) * 32, x.k, levels(b + 1));
+    tiles.store0(sums[0]);
+    scale_block<N, kMins>(acc, p, x, b, sums[0]);
+    tiles.store1(sums[1]);
+    scale_block<N, kMins>(acc, p, x, b + 1, sums[1]);
+  }
+  if (b < x.blocks) {
+    tiles.multiply0(x.levels + b * 32, x.k, levels(b));
+    tiles.store0(sums[0]);
+    scale_block<N, kMins>(acc, p, x, b, sums[0]);
+  }
+  for (int c = 0; c < N; ++c) _mm512_mask_storeu_ps(y + c * y_stride, mask, acc[c]);
+}
+
+template <bool kMins>
+void gemm_amx(bool emulated, Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m,
+              float* y, bool on_this_thread = false) {
+  if (emulated) {
+    auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
+      EmulatedTiles tiles;
+      tile_amx<EmulatedTiles, N, kMins>(tiles, p, t, out, stride, __mmask16((1u << n) - 1));
+    };
+    return gemm_panels<16, 16>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel);
+  }
+  auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
+    AmxTiles tiles;
+    tile_amx<AmxTiles, N, kMins>(tiles, p, t, out, stride, __mmask16((1u << n) - 1));
+  };
+  gemm_panels<16, 16, AmxScope>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel, on_this_thread);
 }
 
 // Activation rows a tile: q8_0's block (8 weight vectors, 8 of signs) meets 8 rows, the others' 4.
@@ -652,38 +832,125 @@ void gemm_avx2(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Ac
 // A format's kernel: its levels' width (kBits), scales a block (kHalves) and whether it has a
 // minimum are all that differ between formats, beside the activation numbers it reads.
 template <int kBits, int kHalves, bool kMins>
-void gemm_levels(bool vnni, Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m,
-                 float* y) {
-  if (vnni) return gemm_vnni<kHalves, kMins>(kind, w, rows, k, a, m, y);
+void gemm_levels(BlockGemmIsa isa, Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a,
+                 int64_t m, float* y) {
+  const bool amx = isa == BlockGemmIsa::AMX || isa == BlockGemmIsa::AMXEmulated;
+  if (amx && kHalves == 1) return gemm_amx<kMins>(isa == BlockGemmIsa::AMXEmulated, kind, w, rows, k, a, m, y);
+  if (isa != BlockGemmIsa::AVX2) return gemm_vnni<kHalves, kMins>(kind, w, rows, k, a, m, y);
   gemm_avx2<kBits, kHalves, kMins>(kind, w, rows, k, a, m, y);
+}
+
+// The CPU's AMX-TILE and AMX-INT8 bits (CPUID leaf 7, EDX bits 24 and 25), and Linux's grant of
+// the tile data state to this process (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16 on): without
+// it the first tile instruction faults.
+// FOUNDRY_FORCE_AMX_CHECK=1 skips the CPUID test: on a CPU without tiles the check's first tile
+// instruction then faults, which tests the fallback (tests/python/test_isa_cap.py).
+bool amx_int8_cpu() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const char* force = std::getenv("FOUNDRY_FORCE_AMX_CHECK");
+  if (force && std::string(force) == "1") return true;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !((edx >> 24) & 1) || !((edx >> 25) & 1)) return false;
+  constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+// The thread running amx_matches_vnni, and where it resumes if a tile instruction faults there.
+pthread_t checking_thread;
+sigjmp_buf tile_fault;
+
+void on_tile_fault(int sig) {
+  if (pthread_equal(pthread_self(), checking_thread)) siglongjmp(tile_fault, 1);
+  std::signal(sig, SIG_DFL);  // another thread's fault: as if no handler had been set
+  std::raise(sig);
+}
+
+// A q4_0 and a q4_1 product (two panels, one partial; an odd block count: a pair of blocks and
+// one alone; a whole and a partial tile of activation rows) through the tiles on this thread and
+// through the VNNI kernel: the same bits, or the tiles are not used. A fault in a tile
+// instruction (SIGILL, SIGSEGV: a tile configuration the CPU refuses) counts as a mismatch.
+bool amx_matches_vnni() {
+  constexpr int64_t rows = 20, k = 96, m = 19;
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<std::vector<uint8_t>> weights, activations;
+  for (const BlockFormat format : {BlockFormat::Q4_0, BlockFormat::Q4_1}) {
+    const BlockFormatTraits& t = traits(format);
+    const BlockFormatTraits& act = traits(t.dot_format);
+    std::vector<float> wf(size_t(rows * k)), xf(size_t(m * k));
+    for (float& v : wf) v = nd(rng);
+    for (float& v : xf) v = nd(rng);
+    const int64_t row_bytes = quantized_bytes(t, 1, k), act_bytes = quantized_bytes(act, 1, k);
+    weights.emplace_back(size_t(rows * row_bytes));
+    activations.emplace_back(size_t(m * act_bytes));
+    for (int64_t r = 0; r < rows; ++r) t.quantize(wf.data() + r * k, weights.back().data() + r * row_bytes, k);
+    for (int64_t i = 0; i < m; ++i) act.quantize(xf.data() + i * k, activations.back().data() + i * act_bytes, k);
+  }
+  const Activations q4_0 = activations_q8_0(activations[0].data(), m, k, 8, false);
+  const Activations q4_1 = activations_q8_0(activations[1].data(), m, k, 0, true);
+  std::vector<float> tiles[2], vnni[2];
+  for (int i = 0; i < 2; ++i) tiles[i].assign(size_t(m * rows), 0.f), vnni[i].assign(size_t(m * rows), 1.f);
+  gemm_vnni<1, false>(Weights::Q4_0, weights[0].data(), rows, k, q4_0, m, vnni[0].data());
+  gemm_vnni<1, true>(Weights::Q4_1, weights[1].data(), rows, k, q4_1, m, vnni[1].data());
+  struct sigaction fault = {}, old_ill = {}, old_segv = {};
+  fault.sa_handler = on_tile_fault;
+  sigemptyset(&fault.sa_mask);
+  checking_thread = pthread_self();
+  sigaction(SIGILL, &fault, &old_ill);
+  sigaction(SIGSEGV, &fault, &old_segv);
+  bool ran = false;
+  if (sigsetjmp(tile_fault, 1) == 0) {
+    gemm_amx<false>(false, Weights::Q4_0, weights[0].data(), rows, k, q4_0, m, tiles[0].data(), true);
+    gemm_amx<true>(false, Weights::Q4_1, weights[1].data(), rows, k, q4_1, m, tiles[1].data(), true);
+    ran = true;
+  }
+  sigaction(SIGILL, &old_ill, nullptr);
+  sigaction(SIGSEGV, &old_segv, nullptr);
+  if (!ran) return false;
+  for (int i = 0; i < 2; ++i)
+    if (std::memcmp(tiles[i].data(), vnni[i].data(), tiles[i].size() * sizeof(float)) != 0) return false;
+  return true;
 }
 
 }  // namespace
 
-void gemm_blocks_x86(BlockFormat format, bool vnni, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m,
-                     float* y) {
+bool amx_int8_available() {
+  static const bool ok = [] {
+    if (!vnni_available() || std::getenv("FOUNDRY_DISABLE_AMX") != nullptr || !amx_int8_cpu()) return false;
+    if (amx_matches_vnni()) return true;
+    std::fprintf(stderr, "foundry: the AMX-INT8 kernels' first product faulted or differed from the VNNI kernels'; "
+                 "using VNNI\n");
+    return false;
+  }();
+  return ok;
+}
+
+void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_t rows, int64_t k, const void* xq,
+                     int64_t m, float* y) {
+  const bool vnni = isa != BlockGemmIsa::AVX2;
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* x = static_cast<const uint8_t*>(xq);
   const auto q8_0 = [&](int32_t offset, bool sums) { return activations_q8_0(x, m, k, offset, sums); };
   const auto q8_K = [&](int halves) { return activations_q8_K(x, m, k, halves); };
   switch (format) {
-    case BlockFormat::Q4_0: return gemm_levels<4, 1, false>(vnni, Weights::Q4_0, wb, rows, k, q8_0(8, false), m, y);
-    case BlockFormat::Q4_1: return gemm_levels<4, 1, true>(vnni, Weights::Q4_1, wb, rows, k, q8_0(0, true), m, y);
-    case BlockFormat::Q5_0: return gemm_levels<5, 1, false>(vnni, Weights::Q5_0, wb, rows, k, q8_0(16, false), m, y);
-    case BlockFormat::Q5_1: return gemm_levels<5, 1, true>(vnni, Weights::Q5_1, wb, rows, k, q8_0(0, true), m, y);
-    case BlockFormat::Q8_0:  // VNNI: levels + 128 and an offset; AVX2: magnitudes times signed activations
-      if (vnni) return gemm_vnni<1, false>(Weights::Q8_0Offset, wb, rows, k, q8_0(128, false), m, y);
+    case BlockFormat::Q4_0: return gemm_levels<4, 1, false>(isa, Weights::Q4_0, wb, rows, k, q8_0(8, false), m, y);
+    case BlockFormat::Q4_1: return gemm_levels<4, 1, true>(isa, Weights::Q4_1, wb, rows, k, q8_0(0, true), m, y);
+    case BlockFormat::Q5_0: return gemm_levels<5, 1, false>(isa, Weights::Q5_0, wb, rows, k, q8_0(16, false), m, y);
+    case BlockFormat::Q5_1: return gemm_levels<5, 1, true>(isa, Weights::Q5_1, wb, rows, k, q8_0(0, true), m, y);
+    case BlockFormat::Q8_0:  // VNNI / AMX: levels + 128 and an offset; AVX2: magnitudes times signed activations
+      if (vnni) return gemm_levels<8, 1, false>(isa, Weights::Q8_0Offset, wb, rows, k, q8_0(128, false), m, y);
       return gemm_avx2<8, 1, false>(Weights::Q8_0Magnitude, wb, rows, k, q8_0(0, false), m, y);
-    case BlockFormat::Q4_K: return gemm_levels<4, 1, true>(vnni, Weights::Q4_K, wb, rows, k, q8_K(1), m, y);
-    case BlockFormat::Q5_K: return gemm_levels<5, 1, true>(vnni, Weights::Q5_K, wb, rows, k, q8_K(1), m, y);
-    case BlockFormat::Q6_K: return gemm_levels<6, 2, true>(vnni, Weights::Q6_K, wb, rows, k, q8_K(2), m, y);
+    case BlockFormat::Q4_K: return gemm_levels<4, 1, true>(isa, Weights::Q4_K, wb, rows, k, q8_K(1), m, y);
+    case BlockFormat::Q5_K: return gemm_levels<5, 1, true>(isa, Weights::Q5_K, wb, rows, k, q8_K(1), m, y);
+    case BlockFormat::Q6_K: return gemm_levels<6, 2, true>(isa, Weights::Q6_K, wb, rows, k, q8_K(2), m, y);
     default: FOUNDRY_CHECK(false, "gemm_blocks_x86: no integer GEMM for this format");
   }
 }
 
 #else
 
-void gemm_blocks_x86(BlockFormat, bool, const void*, int64_t, int64_t, const void*, int64_t, float*) {}
+bool amx_int8_available() { return false; }
+
+void gemm_blocks_x86(BlockFormat, BlockGemmIsa, const void*, int64_t, int64_t, const void*, int64_t, float*) {}
 
 #endif
 

@@ -595,7 +595,8 @@ bool integer_gemm_preferred(const BlockFormatTraits& t) {
 bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y) {
   if (!has_integer_gemm(t)) return false;
   if (m >= kPanelGemmMinRows) {
-    gemm_blocks_x86(t.format, use_vnni(), w, rows, k, xq, m, y);
+    const BlockGemmIsa isa = !use_vnni() ? BlockGemmIsa::AVX2 : amx_int8_available() ? BlockGemmIsa::AMX : BlockGemmIsa::VNNI;
+    gemm_blocks_x86(t.format, isa, w, rows, k, xq, m, y);
   } else {
     const int64_t act_bytes = quantized_bytes(traits(t.dot_format), 1, k);
     for (int64_t i = 0; i < m; ++i) gemv(t, w, rows, k, static_cast<const uint8_t*>(xq) + i * act_bytes, y + i * rows);

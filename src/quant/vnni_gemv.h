@@ -47,11 +47,21 @@ GemvRowRange gemv_avx2_rows(BlockFormat format, const void* xq, int64_t k);
 /// (`avx512`; call only when vnni_available()) or AVX2 (when avx2_available()); the same contract
 /// as gemv_vnni_rows, any first row.
 GemvRowRange gemv_nf4_x86_rows(bool avx512, const void* xq, int64_t k);
+/// The x86 kernels of the prefill's integer GEMM: AVX2 (call only when avx2_available()), AVX-512
+/// VNNI (when vnni_available()), AMX-INT8 tiles (when amx_int8_available()), or the AMX kernel with
+/// its tile instructions run in scalar code as the instruction set reference defines them (when
+/// vnni_available(): the tests run the AMX kernel's layout and epilogue on CPUs without tiles).
+enum class BlockGemmIsa { AVX2, VNNI, AMX, AMXEmulated };
+/// The CPU has AMX-TILE and AMX-INT8, Linux granted this process the tile state, FOUNDRY_MAX_ISA
+/// allows AVX-512, FOUNDRY_DISABLE_AMX is unset, and a first product through the tiles gave the
+/// VNNI kernel's bits (else a line on stderr says so and the VNNI kernels run).
+bool amx_int8_available();
 /// y[i * rows + r] = dot(row r of w, row i of xq) for a [rows, k] q4_0, q4_1, q5_0, q5_1, q8_0,
-/// q4_K, q5_K or q6_K matrix and m rows of its dot format (q8_0, q8_K), the prefill's integer GEMM (block_gemm_x86.cpp): AVX-512
-/// VNNI (`vnni`; call only when vnni_available()) or AVX2 (when avx2_available()).
-void gemm_blocks_x86(BlockFormat format, bool vnni, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m,
-                     float* y);
+/// q4_K, q5_K or q6_K matrix and m rows of its dot format (q8_0, q8_K), the prefill's integer GEMM
+/// (block_gemm_x86.cpp). The AMX kernels give the VNNI kernels' bits; q6_K (two scales a block)
+/// runs on VNNI where AMX is asked for.
+void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_t rows, int64_t k, const void* xq,
+                     int64_t m, float* y);
 /// Rows [r0, r1) of a q4_K matrix times one q8_K row (decode) on the calling thread, r0 a
 /// multiple of 4: VNNI or AVX2 as above.
 void gemv_q4_K_rows(bool vnni, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1, float* y);

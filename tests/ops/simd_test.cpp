@@ -330,7 +330,8 @@ TEST(QuantKernels, X86Q4KGemmMatchesScalarReference) {
     if (vnni ? !foundry::quant::vnni_available() : !foundry::quant::avx2_available()) continue;
     ++kernels;
     std::vector<float> y(static_cast<size_t>(m * rows)), one(static_cast<size_t>(rows));
-    foundry::quant::gemm_blocks_x86(foundry::quant::BlockFormat::Q4_K, vnni, wq.data(), rows, k, xq.data(), m, y.data());
+    const auto isa = vnni ? foundry::quant::BlockGemmIsa::VNNI : foundry::quant::BlockGemmIsa::AVX2;
+    foundry::quant::gemm_blocks_x86(foundry::quant::BlockFormat::Q4_K, isa, wq.data(), rows, k, xq.data(), m, y.data());
     for (int64_t i = 0; i < m; ++i) {
       foundry::quant::gemv_q4_K_rows(vnni, wq.data(), k, xq.data() + i * act_bytes, 0, rows, one.data());
       for (int64_t r = 0; r < rows; ++r) {
@@ -425,7 +426,21 @@ TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
         for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, wq.data() + r * row_bytes, k);
         for (int64_t i = 0; i < m; ++i) act.quantize(x.data() + i * k, xq.data() + i * act_bytes, k);
         std::vector<float> y(static_cast<size_t>(m * rows), -1.f);
-        foundry::quant::gemm_blocks_x86(t.format, vnni, wq.data(), rows, k, xq.data(), m, y.data());
+        using foundry::quant::BlockGemmIsa;
+        foundry::quant::gemm_blocks_x86(t.format, vnni ? BlockGemmIsa::VNNI : BlockGemmIsa::AVX2, wq.data(), rows, k,
+                                        xq.data(), m, y.data());
+        if (vnni) {
+          // The AMX kernel (its tile instructions emulated, and on CPUs with AMX-INT8 the tiles
+          // themselves) gives the VNNI kernel's bits: the same int32 block sums, the same float work.
+          std::vector<BlockGemmIsa> tiles{BlockGemmIsa::AMXEmulated};
+          if (foundry::quant::amx_int8_available()) tiles.push_back(BlockGemmIsa::AMX);
+          for (const BlockGemmIsa isa : tiles) {
+            std::vector<float> z(y.size(), -1.f);
+            foundry::quant::gemm_blocks_x86(t.format, isa, wq.data(), rows, k, xq.data(), m, z.data());
+            ASSERT_EQ(0, std::memcmp(z.data(), y.data(), y.size() * sizeof(float)))
+                << (isa == BlockGemmIsa::AMX ? "amx " : "emulated amx ") << name << " rows " << rows << " k " << k << " m " << m;
+          }
+        }
         for (int64_t i = 0; i < m; ++i)
           for (int64_t r = 0; r < rows; ++r) {
             float scale = 0.f;

@@ -129,3 +129,29 @@ def test_unknown_value_is_reported_and_ignored(folder):
     assert p.returncode == 0, p.stderr
     assert "FOUNDRY_MAX_ISA=avx9 is not one of native, avx512, avx2, sse4; ignored" in p.stderr
     assert p.stdout.strip() == foundry.cpu_capability()
+
+
+def test_amx_tiles_that_fault_leave_the_vnni_kernels(folder):
+    """On a CPU with AMX-INT8 the prefill's integer GEMM runs on tiles after a first product gave
+    the VNNI kernel's bits. FOUNDRY_FORCE_AMX_CHECK=1 runs that check whatever CPUID says: on a CPU
+    without tiles its first tile instruction faults, and the process goes on with the VNNI kernels
+    (the same logits), saying so once. Where the CPU has tiles the check passes and the logits are
+    the VNNI kernel's bits either way."""
+    native = foundry.cpu_capability()
+    if "VNNI" not in native:
+        pytest.skip(f"no AVX-512 VNNI ({native})")
+    env = dict(os.environ, FOUNDRY_FORCE_AMX_CHECK="1")
+    env.pop("FOUNDRY_MAX_ISA", None)
+    p = subprocess.run([sys.executable, "-c", SCRIPT, PYDIR, folder], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    forced = json.loads(p.stdout.strip().splitlines()[-1])
+    plain = run_capped("", folder)
+    if "AMX-INT8" in native:
+        assert "AMX-INT8" in forced["capability"] and "faulted" not in p.stderr
+    else:
+        assert forced["capability"] == native
+        assert p.stderr.count("the AMX-INT8 kernels' first product faulted or differed from the VNNI kernels'; "
+                              "using VNNI") == 1, p.stderr
+    for fmt in ("q4_0", "q4_1", "q8_0", "q4_K"):
+        assert forced[fmt]["prefill"] == plain[fmt]["prefill"], fmt

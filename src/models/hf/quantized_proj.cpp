@@ -7,10 +7,10 @@
 //   for the K-quants) and multiplied by the matrix-vector kernels, as llama.cpp does; they stream
 //   4.5-8.5 bits per weight instead of 32;
 // - more rows (prefill): where the CPU has an integer kernel for the format (every GGUF block
-//   format on x86: AVX-512 VNNI or AVX2 byte dot products), every row is quantized as decode's row
-//   is and the kernel dots each weight row with several activation rows at once (decode's
-//   numbers); on CPUs with AMX tiles, or for a format without a kernel, the weight is dequantized
-//   and the product is a GEMM in bfloat16 (activations rounded to bf16, float32 accumulation:
+//   format on x86: AMX-INT8 tiles, AVX-512 VNNI or AVX2 byte dot products), every row is quantized
+//   as decode's row is and the kernel dots each weight row with several activation rows at once
+//   (decode's numbers); for a format without a kernel the weight is dequantized and the product
+//   is a GEMM in bfloat16 (activations rounded to bf16, float32 accumulation:
 //   oneDNN's AVX512-BF16 / AMX kernels) when the CPU has native bf16 dot products; else a float32
 //   GEMM; see set_quantized_prefill.
 // Once a memory-mapped float weight is quantized its pages are handed back to the kernel (they are
@@ -269,21 +269,14 @@ namespace {
 
 enum class PrefillMath { Integer, BFloat16, Float32 };
 
-// oneDNN's bf16 GEMM runs on AMX tiles (Sapphire Rapids on): several times the AVX-512 kernels.
-bool amx_bf16_gemm() {
-  static const bool ok = (unsigned(dnnl_get_effective_cpu_isa()) & unsigned(dnnl_cpu_isa_avx512_core_amx)) ==
-                         unsigned(dnnl_cpu_isa_avx512_core_amx);
-  return ok;
-}
-
 // "auto": integer dot products where the format's integer GEMM beats an AVX-512 bf16 GEMM
-// (quant::integer_gemm_preferred: every format with a kernel, with AVX-512 VNNI) and there are no
-// AMX tiles, else a bf16 GEMM where the CPU has native bf16 dot products (oneDNN's; on AMX tiles
-// where present), else integer dot products where there is a kernel for the format (AVX2: no
-// float32 scratch matrix), else float32. "integer" without a kernel falls back as "auto" does.
+// (quant::integer_gemm_preferred: every format with a kernel, with AVX-512 VNNI, and on AMX-INT8
+// tiles where the CPU has them), else a bf16 GEMM where the CPU has native bf16 dot products
+// (oneDNN's), else integer dot products where there is a kernel for the format (AVX2: no float32
+// scratch matrix), else float32. "integer" without a kernel falls back as "auto" does.
 PrefillMath prefill_math(const std::string& mode, const quant::BlockFormatTraits& t) {
   if (mode == "integer" && quant::has_integer_gemm(t)) return PrefillMath::Integer;
-  if (mode == "auto" && quant::integer_gemm_preferred(t) && !amx_bf16_gemm()) return PrefillMath::Integer;
+  if (mode == "auto" && quant::integer_gemm_preferred(t)) return PrefillMath::Integer;
   if (mode == "bfloat16" || (mode != "float32" && native_bf16_gemm())) return PrefillMath::BFloat16;
   if (mode != "float32" && quant::has_integer_gemm(t)) return PrefillMath::Integer;
   return PrefillMath::Float32;
