@@ -695,12 +695,15 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Tiles 0, 1: C (16 activation rows x 16 int32); 2, 3: A (16 rows x 32 levels); 4, 5: B (8 steps x 64).
+// Tiles 0, 1: C (16 activation rows x 16 int32); 2, 3: A (16 rows x 32 levels); 4, 5: B (8 steps
+// x 64); 6, 7: A and B of a half block (q6_K's two scales a block: 16 levels, 4 steps).
 TileConfig amx_tile_config() {
   TileConfig c;
   for (int t : {0, 1}) c.rows[t] = 16, c.colsb[t] = 64;
   for (int t : {2, 3}) c.rows[t] = 16, c.colsb[t] = 32;
   for (int t : {4, 5}) c.rows[t] = kStepsPerBlock, c.colsb[t] = 64;
+  c.rows[6] = 16, c.colsb[6] = 16;
+  c.rows[7] = kStepsPerBlock / 2, c.colsb[7] = 64;
   return c;
 }
 
@@ -717,6 +720,17 @@ struct AmxTiles {
   FOUNDRY_AMX_TARGET void multiply1(const int8_t* a, int64_t a_stride, const uint8_t* b) {
     __asm__ __volatile__(
         "tilezero %%tmm1\n\ttileloadd (%0,%1,1), %%tmm3\n\ttileloadd (%2,%3,1), %%tmm5\n\ttdpbsud %%tmm5, %%tmm3, %%tmm1"
+        :: "r"(a), "r"(a_stride), "r"(b), "r"(int64_t(64)));
+  }
+  // Half blocks (16 levels: A 16 bytes a row, B 4 steps) into C tile 0 or 1, through tiles 6 and 7.
+  FOUNDRY_AMX_TARGET void multiply_half0(const int8_t* a, int64_t a_stride, const uint8_t* b) {
+    __asm__ __volatile__(
+        "tilezero %%tmm0\n\ttileloadd (%0,%1,1), %%tmm6\n\ttileloadd (%2,%3,1), %%tmm7\n\ttdpbsud %%tmm7, %%tmm6, %%tmm0"
+        :: "r"(a), "r"(a_stride), "r"(b), "r"(int64_t(64)));
+  }
+  FOUNDRY_AMX_TARGET void multiply_half1(const int8_t* a, int64_t a_stride, const uint8_t* b) {
+    __asm__ __volatile__(
+        "tilezero %%tmm1\n\ttileloadd (%0,%1,1), %%tmm6\n\ttileloadd (%2,%3,1), %%tmm7\n\ttdpbsud %%tmm7, %%tmm6, %%tmm1"
         :: "r"(a), "r"(a_stride), "r"(b), "r"(int64_t(64)));
   }
   FOUNDRY_AMX_TARGET void store0(int32_t (&c)[16][16]) {
@@ -738,45 +752,48 @@ struct AmxScope {
   FOUNDRY_AMX_TARGET ~AmxScope() { _tile_release(); }
 };
 
-// The same operations in scalar code, as the instruction set reference defines TDPBSUD:
-// C[m][n] = sum over j < 32 of sign-extended A[m][j] x zero-extended B[j / 4][4n + j % 4].
+// The same operations in scalar code, as the instruction set reference defines TDPBSUD for an A
+// tile of K bytes a row: C[m][n] = sum over j < K of sign-extended A[m][j] x zero-extended
+// B[j / 4][4n + j % 4].
 struct EmulatedTiles {
   int32_t c[2][16][16];
-  void multiply(int slot, const int8_t* a, int64_t a_stride, const uint8_t* b) {
+  void multiply(int slot, int bytes, const int8_t* a, int64_t a_stride, const uint8_t* b) {
     for (int row = 0; row < 16; ++row)
       for (int n = 0; n < 16; ++n) {
         int32_t sum = 0;
-        for (int j = 0; j < 32; ++j) sum += int32_t(a[row * a_stride + j]) * int32_t(b[(j / 4) * 64 + 4 * n + j % 4]);
+        for (int j = 0; j < bytes; ++j) sum += int32_t(a[row * a_stride + j]) * int32_t(b[(j / 4) * 64 + 4 * n + j % 4]);
         c[slot][row][n] = sum;
       }
   }
-  void multiply0(const int8_t* a, int64_t a_stride, const uint8_t* b) { multiply(0, a, a_stride, b); }
-  void multiply1(const int8_t* a, int64_t a_stride, const uint8_t* b) { multiply(1, a, a_stride, b); }
+  void multiply0(const int8_t* a, int64_t a_stride, const uint8_t* b) { multiply(0, 32, a, a_stride, b); }
+  void multiply1(const int8_t* a, int64_t a_stride, const uint8_t* b) { multiply(1, 32, a, a_stride, b); }
+  void multiply_half0(const int8_t* a, int64_t a_stride, const uint8_t* b) { multiply(0, 16, a, a_stride, b); }
+  void multiply_half1(const int8_t* a, int64_t a_stride, const uint8_t* b) { multiply(1, 16, a, a_stride, b); }
   void store0(int32_t (&out)[16][16]) { std::memcpy(out, c[0], sizeof(c[0])); }
   void store1(int32_t (&out)[16][16]) { std::memcpy(out, c[1], sizeof(c[1])); }
 };
 
-// Block b's int32 sums (16 activation rows x the panel's 16 rows) into the accumulators, as
-// tile_vnni scales its sums.
-template <int N, bool kMins>
+// Block b's (half h's) int32 sums (16 activation rows x the panel's 16 rows) into the
+// accumulators, as tile_vnni scales its sums.
+template <int N, int kHalves, bool kMins>
 FOUNDRY_AMX_TARGET __attribute__((always_inline)) inline void scale_block(__m512 (&acc)[N], const Panel& p, const Tile& x,
-                                                                         int64_t b, const int32_t (&sums)[16][16]) {
-  const __m512 ws = _mm512_loadu_ps(p.scales.data() + b * 16);
-  const __m512 wm = kMins ? _mm512_loadu_ps(p.mins.data() + b * 16) : _mm512_setzero_ps();
+                                                                         int64_t b, int h, const int32_t (&sums)[16][16]) {
+  const __m512 ws = _mm512_loadu_ps(p.scales.data() + (b * kHalves + h) * 16);
+  const __m512 wm = kMins ? _mm512_loadu_ps(p.mins.data() + (b * kHalves + h) * 16) : _mm512_setzero_ps();
   #pragma GCC unroll 16
   for (int c = 0; c < N; ++c) {
     const int64_t at = c * x.blocks + b;
-    const __m512i sum = _mm512_add_epi32(_mm512_set1_epi32(x.start[at]), _mm512_load_si512(sums[c]));
+    const __m512i sum = _mm512_add_epi32(_mm512_set1_epi32(h == 0 ? x.start[at] : 0), _mm512_load_si512(sums[c]));
     acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, _mm512_set1_ps(x.scale[at])), acc[c]);
-    if constexpr (kMins) acc[c] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.level_sum[at]), acc[c]);
+    if constexpr (kMins) acc[c] = _mm512_fmadd_ps(wm, _mm512_set1_ps(x.level_sum[at * kHalves + h]), acc[c]);
   }
 }
 
-// tile_vnni's product (one scale a block) with each block's int32 sums from the tiles. The sums
+// tile_vnni's product with each block's (half block's) int32 sums from the tiles. The sums
 // go through a thread's buffer, not the stack: with the tile stores' asm writing a stack array,
 // GCC 12 kept the accumulators in memory (a load and a store each per block); with this buffer it
 // moves them through the stack once per pair of blocks.
-template <class Tiles, int N, bool kMins>
+template <class Tiles, int N, int kHalves, bool kMins>
 FOUNDRY_AMX_TARGET void tile_amx(Tiles& tiles, const Panel& p, const Tile& x, float* y, int64_t y_stride,
                                  __mmask16 mask) {
   alignas(64) static thread_local int32_t sums[2][16][16];
@@ -784,35 +801,45 @@ FOUNDRY_AMX_TARGET void tile_amx(Tiles& tiles, const Panel& p, const Tile& x, fl
   for (int c = 0; c < N; ++c) acc[c] = _mm512_setzero_ps();
   const auto levels = [&](int64_t b) { return p.levels.data() + b * kStepsPerBlock * 64; };
   int64_t b = 0;
+  if constexpr (kHalves == 2) {  // a block's halves in C tiles 0 and 1
+    for (; b < x.blocks; ++b) {
+      tiles.multiply_half0(x.levels + b * 32, x.k, levels(b));
+      tiles.multiply_half1(x.levels + b * 32 + 16, x.k, levels(b) + kStepsPerBlock / 2 * 64);
+      tiles.store0(sums[0]);
+      scale_block<N, 2, kMins>(acc, p, x, b, 0, sums[0]);
+      tiles.store1(sums[1]);
+      scale_block<N, 2, kMins>(acc, p, x, b, 1, sums[1]);
+    }
+  }
   for (; b + 1 < x.blocks; b += 2) {
     tiles.multiply0(x.levels + b * 32, x.k, levels(b));
     tiles.multiply1(x.levels + (b + 1) * 32, x.k, levels(b + 1));
     tiles.store0(sums[0]);
-    scale_block<N, kMins>(acc, p, x, b, sums[0]);
+    scale_block<N, 1, kMins>(acc, p, x, b, 0, sums[0]);
     tiles.store1(sums[1]);
-    scale_block<N, kMins>(acc, p, x, b + 1, sums[1]);
+    scale_block<N, 1, kMins>(acc, p, x, b + 1, 0, sums[1]);
   }
   if (b < x.blocks) {
     tiles.multiply0(x.levels + b * 32, x.k, levels(b));
     tiles.store0(sums[0]);
-    scale_block<N, kMins>(acc, p, x, b, sums[0]);
+    scale_block<N, 1, kMins>(acc, p, x, b, 0, sums[0]);
   }
   for (int c = 0; c < N; ++c) _mm512_mask_storeu_ps(y + c * y_stride, mask, acc[c]);
 }
 
-template <bool kMins>
+template <int kHalves, bool kMins>
 void gemm_amx(bool emulated, Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m,
               float* y, bool on_this_thread = false) {
   if (emulated) {
     auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
       EmulatedTiles tiles;
-      tile_amx<EmulatedTiles, N, kMins>(tiles, p, t, out, stride, __mmask16((1u << n) - 1));
+      tile_amx<EmulatedTiles, N, kHalves, kMins>(tiles, p, t, out, stride, __mmask16((1u << n) - 1));
     };
     return gemm_panels<16, 16>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel);
   }
   auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
     AmxTiles tiles;
-    tile_amx<AmxTiles, N, kMins>(tiles, p, t, out, stride, __mmask16((1u << n) - 1));
+    tile_amx<AmxTiles, N, kHalves, kMins>(tiles, p, t, out, stride, __mmask16((1u << n) - 1));
   };
   gemm_panels<16, 16, AmxScope>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel, on_this_thread);
 }
@@ -835,7 +862,7 @@ template <int kBits, int kHalves, bool kMins>
 void gemm_levels(BlockGemmIsa isa, Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a,
                  int64_t m, float* y) {
   const bool amx = isa == BlockGemmIsa::AMX || isa == BlockGemmIsa::AMXEmulated;
-  if (amx && kHalves == 1) return gemm_amx<kMins>(isa == BlockGemmIsa::AMXEmulated, kind, w, rows, k, a, m, y);
+  if (amx) return gemm_amx<kHalves, kMins>(isa == BlockGemmIsa::AMXEmulated, kind, w, rows, k, a, m, y);
   if (isa != BlockGemmIsa::AVX2) return gemm_vnni<kHalves, kMins>(kind, w, rows, k, a, m, y);
   gemm_avx2<kBits, kHalves, kMins>(kind, w, rows, k, a, m, y);
 }
@@ -899,8 +926,8 @@ bool amx_matches_vnni() {
   sigaction(SIGSEGV, &fault, &old_segv);
   bool ran = false;
   if (sigsetjmp(tile_fault, 1) == 0) {
-    gemm_amx<false>(false, Weights::Q4_0, weights[0].data(), rows, k, q4_0, m, tiles[0].data(), true);
-    gemm_amx<true>(false, Weights::Q4_1, weights[1].data(), rows, k, q4_1, m, tiles[1].data(), true);
+    gemm_amx<1, false>(false, Weights::Q4_0, weights[0].data(), rows, k, q4_0, m, tiles[0].data(), true);
+    gemm_amx<1, true>(false, Weights::Q4_1, weights[1].data(), rows, k, q4_1, m, tiles[1].data(), true);
     ran = true;
   }
   sigaction(SIGILL, &old_ill, nullptr);

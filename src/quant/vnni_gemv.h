@@ -58,8 +58,7 @@ enum class BlockGemmIsa { AVX2, VNNI, AMX, AMXEmulated };
 bool amx_int8_available();
 /// y[i * rows + r] = dot(row r of w, row i of xq) for a [rows, k] q4_0, q4_1, q5_0, q5_1, q8_0,
 /// q4_K, q5_K or q6_K matrix and m rows of its dot format (q8_0, q8_K), the prefill's integer GEMM
-/// (block_gemm_x86.cpp). The AMX kernels give the VNNI kernels' bits; q6_K (two scales a block)
-/// runs on VNNI where AMX is asked for.
+/// (block_gemm_x86.cpp). The AMX kernels give the VNNI kernels' bits.
 void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_t rows, int64_t k, const void* xq,
                      int64_t m, float* y);
 /// Rows [r0, r1) of a q4_K matrix times one q8_K row (decode) on the calling thread, r0 a
