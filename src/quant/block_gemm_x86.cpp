@@ -891,16 +891,18 @@ void on_tile_fault(int sig) {
   std::raise(sig);
 }
 
-// A q4_0 and a q4_1 product (two panels, one partial; an odd block count: a pair of blocks and
-// one alone; a whole and a partial tile of activation rows) through the tiles on this thread and
-// through the VNNI kernel: the same bits, or the tiles are not used. A fault in a tile
+// A q4_0, a q4_1 and a q6_K product (two panels, one partial; q4_0 / q4_1 an odd block count: a
+// pair of blocks and one alone; q6_K half blocks; a whole and a partial tile of activation rows)
+// through the tiles on this thread and through the VNNI kernel: the same bits, or the tiles are
+// not used. A fault in a tile
 // instruction (SIGILL, SIGSEGV: a tile configuration the CPU refuses) counts as a mismatch.
 bool amx_matches_vnni() {
-  constexpr int64_t rows = 20, k = 96, m = 19;
+  constexpr int64_t rows = 20, m = 19;
   std::mt19937 rng(13);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<std::vector<uint8_t>> weights, activations;
-  for (const BlockFormat format : {BlockFormat::Q4_0, BlockFormat::Q4_1}) {
+  for (const BlockFormat format : {BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q6_K}) {
+    const int64_t k = format == BlockFormat::Q6_K ? 256 : 96;
     const BlockFormatTraits& t = traits(format);
     const BlockFormatTraits& act = traits(t.dot_format);
     std::vector<float> wf(size_t(rows * k)), xf(size_t(m * k));
@@ -912,12 +914,14 @@ bool amx_matches_vnni() {
     for (int64_t r = 0; r < rows; ++r) t.quantize(wf.data() + r * k, weights.back().data() + r * row_bytes, k);
     for (int64_t i = 0; i < m; ++i) act.quantize(xf.data() + i * k, activations.back().data() + i * act_bytes, k);
   }
-  const Activations q4_0 = activations_q8_0(activations[0].data(), m, k, 8, false);
-  const Activations q4_1 = activations_q8_0(activations[1].data(), m, k, 0, true);
-  std::vector<float> tiles[2], vnni[2];
-  for (int i = 0; i < 2; ++i) tiles[i].assign(size_t(m * rows), 0.f), vnni[i].assign(size_t(m * rows), 1.f);
-  gemm_vnni<1, false>(Weights::Q4_0, weights[0].data(), rows, k, q4_0, m, vnni[0].data());
-  gemm_vnni<1, true>(Weights::Q4_1, weights[1].data(), rows, k, q4_1, m, vnni[1].data());
+  const Activations q4_0 = activations_q8_0(activations[0].data(), m, 96, 8, false);
+  const Activations q4_1 = activations_q8_0(activations[1].data(), m, 96, 0, true);
+  const Activations q6_K = activations_q8_K(activations[2].data(), m, 256, 2);
+  std::vector<float> tiles[3], vnni[3];
+  for (int i = 0; i < 3; ++i) tiles[i].assign(size_t(m * rows), 0.f), vnni[i].assign(size_t(m * rows), 1.f);
+  gemm_vnni<1, false>(Weights::Q4_0, weights[0].data(), rows, 96, q4_0, m, vnni[0].data());
+  gemm_vnni<1, true>(Weights::Q4_1, weights[1].data(), rows, 96, q4_1, m, vnni[1].data());
+  gemm_vnni<2, true>(Weights::Q6_K, weights[2].data(), rows, 256, q6_K, m, vnni[2].data());
   struct sigaction fault = {}, old_ill = {}, old_segv = {};
   fault.sa_handler = on_tile_fault;
   sigemptyset(&fault.sa_mask);
@@ -926,14 +930,15 @@ bool amx_matches_vnni() {
   sigaction(SIGSEGV, &fault, &old_segv);
   bool ran = false;
   if (sigsetjmp(tile_fault, 1) == 0) {
-    gemm_amx<1, false>(false, Weights::Q4_0, weights[0].data(), rows, k, q4_0, m, tiles[0].data(), true);
-    gemm_amx<1, true>(false, Weights::Q4_1, weights[1].data(), rows, k, q4_1, m, tiles[1].data(), true);
+    gemm_amx<1, false>(false, Weights::Q4_0, weights[0].data(), rows, 96, q4_0, m, tiles[0].data(), true);
+    gemm_amx<1, true>(false, Weights::Q4_1, weights[1].data(), rows, 96, q4_1, m, tiles[1].data(), true);
+    gemm_amx<2, true>(false, Weights::Q6_K, weights[2].data(), rows, 256, q6_K, m, tiles[2].data(), true);
     ran = true;
   }
   sigaction(SIGILL, &old_ill, nullptr);
   sigaction(SIGSEGV, &old_segv, nullptr);
   if (!ran) return false;
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 3; ++i)
     if (std::memcmp(tiles[i].data(), vnni[i].data(), tiles[i].size() * sizeof(float)) != 0) return false;
   return true;
 }
