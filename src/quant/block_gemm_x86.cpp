@@ -707,39 +707,34 @@ TileConfig amx_tile_config() {
   return c;
 }
 
-// The tile instructions' operands are tile numbers written into the instruction: one function per
-// C tile. The kernel writes none of the memory the tiles load (the panel and the activations are
-// written before it starts). The stores name the 1 KB they write: GCC's _tile_stored clobbers all
-// memory, which kept the 16 accumulators in memory, stored and reloaded at every block.
+// The tile instructions' operands are tile numbers written into the instruction, so each use is
+// spelled out: C tile C = A tile A (16 rows, `a` on, `stride` apart) x B tile B (rows 64 bytes
+// apart from `b`). The kernel writes none of the memory the tiles load (the panel and the
+// activations are written before it starts). The stores name the 1 KB they write (GCC's
+// _tile_stored clobbers all memory: see tile_amx).
+#define FOUNDRY_TILE_PRODUCT(C, A, B, a, stride, b)                                                               \
+  __asm__ __volatile__("tilezero %%tmm" #C "\n\ttileloadd (%0,%1,1), %%tmm" #A "\n\ttileloadd (%2,%3,1), %%tmm" #B \
+                       "\n\ttdpbsud %%tmm" #B ", %%tmm" #A ", %%tmm" #C ::"r"(a),                                  \
+                       "r"(stride), "r"(b), "r"(int64_t(64)))
+#define FOUNDRY_TILE_STORE(C, c) \
+  __asm__ __volatile__("tilestored %%tmm" #C ", (%1,%2,1)" : "=m"(c) : "r"(&c[0][0]), "r"(int64_t(64)))
+
 struct AmxTiles {
-  FOUNDRY_AMX_TARGET void multiply0(const int8_t* a, int64_t a_stride, const uint8_t* b) {
-    __asm__ __volatile__(
-        "tilezero %%tmm0\n\ttileloadd (%0,%1,1), %%tmm2\n\ttileloadd (%2,%3,1), %%tmm4\n\ttdpbsud %%tmm4, %%tmm2, %%tmm0"
-        :: "r"(a), "r"(a_stride), "r"(b), "r"(int64_t(64)));
-  }
-  FOUNDRY_AMX_TARGET void multiply1(const int8_t* a, int64_t a_stride, const uint8_t* b) {
-    __asm__ __volatile__(
-        "tilezero %%tmm1\n\ttileloadd (%0,%1,1), %%tmm3\n\ttileloadd (%2,%3,1), %%tmm5\n\ttdpbsud %%tmm5, %%tmm3, %%tmm1"
-        :: "r"(a), "r"(a_stride), "r"(b), "r"(int64_t(64)));
-  }
+  // Whole blocks (32 levels) into C tile 0 or 1.
+  FOUNDRY_AMX_TARGET void multiply0(const int8_t* a, int64_t stride, const uint8_t* b) { FOUNDRY_TILE_PRODUCT(0, 2, 4, a, stride, b); }
+  FOUNDRY_AMX_TARGET void multiply1(const int8_t* a, int64_t stride, const uint8_t* b) { FOUNDRY_TILE_PRODUCT(1, 3, 5, a, stride, b); }
   // Half blocks (16 levels: A 16 bytes a row, B 4 steps) into C tile 0 or 1, through tiles 6 and 7.
-  FOUNDRY_AMX_TARGET void multiply_half0(const int8_t* a, int64_t a_stride, const uint8_t* b) {
-    __asm__ __volatile__(
-        "tilezero %%tmm0\n\ttileloadd (%0,%1,1), %%tmm6\n\ttileloadd (%2,%3,1), %%tmm7\n\ttdpbsud %%tmm7, %%tmm6, %%tmm0"
-        :: "r"(a), "r"(a_stride), "r"(b), "r"(int64_t(64)));
+  FOUNDRY_AMX_TARGET void multiply_half0(const int8_t* a, int64_t stride, const uint8_t* b) {
+    FOUNDRY_TILE_PRODUCT(0, 6, 7, a, stride, b);
   }
-  FOUNDRY_AMX_TARGET void multiply_half1(const int8_t* a, int64_t a_stride, const uint8_t* b) {
-    __asm__ __volatile__(
-        "tilezero %%tmm1\n\ttileloadd (%0,%1,1), %%tmm6\n\ttileloadd (%2,%3,1), %%tmm7\n\ttdpbsud %%tmm7, %%tmm6, %%tmm1"
-        :: "r"(a), "r"(a_stride), "r"(b), "r"(int64_t(64)));
+  FOUNDRY_AMX_TARGET void multiply_half1(const int8_t* a, int64_t stride, const uint8_t* b) {
+    FOUNDRY_TILE_PRODUCT(1, 6, 7, a, stride, b);
   }
-  FOUNDRY_AMX_TARGET void store0(int32_t (&c)[16][16]) {
-    __asm__ __volatile__("tilestored %%tmm0, (%1,%2,1)" : "=m"(c) : "r"(&c[0][0]), "r"(int64_t(64)));
-  }
-  FOUNDRY_AMX_TARGET void store1(int32_t (&c)[16][16]) {
-    __asm__ __volatile__("tilestored %%tmm1, (%1,%2,1)" : "=m"(c) : "r"(&c[0][0]), "r"(int64_t(64)));
-  }
+  FOUNDRY_AMX_TARGET void store0(int32_t (&c)[16][16]) { FOUNDRY_TILE_STORE(0, c); }
+  FOUNDRY_AMX_TARGET void store1(int32_t (&c)[16][16]) { FOUNDRY_TILE_STORE(1, c); }
 };
+#undef FOUNDRY_TILE_PRODUCT
+#undef FOUNDRY_TILE_STORE
 
 // A thread's tile configuration while it runs its chunk of panels: set at the start (another
 // kernel on the thread, oneDNN's, may have set its own) and released at the end, so that the
