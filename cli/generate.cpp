@@ -93,10 +93,10 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--kv-cache", o->kv_cache, "store the KV cache as f16, bf16 or q8_0 (default: the compute dtype)")
       ->check(CLI::IsMember({"f16", "bf16", "q8_0"}));
   cmd->add_option("--quantized-prefill", o->quantized_prefill,
-                  "prefill math with quantized weights: auto (integer where the CPU has an integer kernel for the "
-                  "format, AVX-512 VNNI or AVX2, but bfloat16 on AMX CPUs and on CPUs with native bf16 and no "
-                  "VNNI; else bfloat16 where native, else float32), integer (decode's integer dot products), "
-                  "float32 or bfloat16 (a GEMM on the dequantized weights)")
+                  "prefill math with quantized weights: auto (integer where the CPU has AVX-512 VNNI, on AMX-INT8 "
+                  "tiles where present; else bfloat16 where the CPU has native bf16; else integer where it has "
+                  "AVX2; else float32), integer (decode's integer dot products), float32 or bfloat16 (a GEMM on "
+                  "the dequantized weights)")
       ->check(CLI::IsMember({"auto", "integer", "float32", "bfloat16"}));
   auto* prompt = cmd->add_option("--prompt", o->prompt, "prompt text (needs the folder's tokenizer)");
   auto* ids = cmd->add_option("--input-ids", o->input_ids, "prompt token ids, e.g. 1,2,3");

@@ -225,8 +225,9 @@ class CausalLM : public nn::Module {
   /// Prefill products with quantized weights: "integer" (the rows quantized as decode's, integer
   /// dot products: decode's numbers; where the CPU has a kernel for the format, else as "auto"),
   /// "bfloat16" (a bf16 GEMM on the dequantized weights), "float32", or "auto" (the default:
-  /// bfloat16 where the CPU has native bf16 dot products, else integer where there is a kernel,
-  /// else float32).
+  /// integer where the CPU has AVX-512 VNNI (on AMX-INT8 tiles where it has them), else bfloat16
+  /// where it has native bf16 dot products, else integer where there is a kernel (AVX2), else
+  /// float32).
   void set_quantized_prefill(const std::string& mode);
   /// Format of the KV caches make_cache() creates ("" = the compute dtype; "f16", "bf16", "q8_0").
   void set_kv_cache_format(const std::string& format);
