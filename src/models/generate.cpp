@@ -484,14 +484,35 @@ GenerationResult sample_rows(CausalLM& model, const std::vector<std::vector<int6
   return res;
 }
 
+// The settings HF's logits processors refuse (temperature must be > 0 there; 0 is greedy here),
+// and NaN anywhere: a sampler given them returned tokens from meaningless scores.
+void check_settings(const GenerationConfig& cfg) {
+  const auto in = [](double v, double lo, double hi) { return v >= lo && v <= hi; };  // false for NaN
+  FOUNDRY_CHECK_AS(ValueError, cfg.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
+  FOUNDRY_CHECK_AS(ValueError, cfg.num_beams >= 1, "generate: num_beams must be >= 1");
+  FOUNDRY_CHECK_AS(ValueError, in(cfg.temperature, 0, HUGE_VAL),
+                   "generate: temperature must be 0 (greedy) or more, got {}", cfg.temperature);
+  FOUNDRY_CHECK_AS(ValueError, cfg.top_k >= 0, "generate: top_k must be 0 (off) or more, got {}", cfg.top_k);
+  FOUNDRY_CHECK_AS(ValueError, in(cfg.top_p, 0, 1), "generate: top_p must be in [0, 1], got {}", cfg.top_p);
+  FOUNDRY_CHECK_AS(ValueError, in(cfg.min_p, 0, 1), "generate: min_p must be in [0, 1], got {}", cfg.min_p);
+  FOUNDRY_CHECK_AS(ValueError, cfg.typical_p > 0 && cfg.typical_p <= 1,
+                   "generate: typical_p must be in (0, 1], got {}", cfg.typical_p);
+  FOUNDRY_CHECK_AS(ValueError, cfg.repetition_penalty > 0 && std::isfinite(cfg.repetition_penalty),
+                   "generate: repetition_penalty must be a positive number, got {}", cfg.repetition_penalty);
+  FOUNDRY_CHECK_AS(ValueError, std::isfinite(cfg.presence_penalty) && std::isfinite(cfg.frequency_penalty),
+                   "generate: presence_penalty and frequency_penalty must be finite");
+  FOUNDRY_CHECK_AS(ValueError, cfg.no_repeat_ngram_size >= 0,
+                   "generate: no_repeat_ngram_size must be 0 (off) or more, got {}", cfg.no_repeat_ngram_size);
+  FOUNDRY_CHECK_AS(ValueError, std::isfinite(cfg.length_penalty), "generate: length_penalty must be finite");
+}
+
 }  // namespace
 
 GenerationResult generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                           const GenerationConfig& cfg) {
   autograd::NoGradGuard no_grad;
   FOUNDRY_CHECK_AS(ValueError, !prompts.empty(), "generate: no prompts");
-  FOUNDRY_CHECK_AS(ValueError, cfg.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
-  FOUNDRY_CHECK_AS(ValueError, cfg.num_beams >= 1, "generate: num_beams must be >= 1");
+  check_settings(cfg);
   if (cfg.num_beams > 1) {
     const std::vector<int64_t> eos = resolve_eos(model, cfg);
     FOUNDRY_CHECK_AS(ValueError, !eos.empty() || cfg.ignore_eos, "generate: beam search needs an EOS id");
@@ -504,13 +525,14 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, c
                           PromptCache& reuse) {
   autograd::NoGradGuard no_grad;
   FOUNDRY_CHECK_AS(ValueError, cfg.num_beams == 1, "generate: a PromptCache is for greedy or sampled decoding");
-  FOUNDRY_CHECK_AS(ValueError, cfg.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
+  check_settings(cfg);
   return sample_rows(model, {prompt}, cfg, &reuse);
 }
 
 GenerationResult generate_speculative(CausalLM& model, CausalLM& draft, const std::vector<int64_t>& prompt,
                                       const GenerationConfig& cfg, int64_t lookahead) {
   autograd::NoGradGuard no_grad;
+  check_settings(cfg);
   const ModelConfig& mc = model.config();
   FOUNDRY_CHECK_AS(ValueError, draft.config().vocab_size == mc.vocab_size,
                    "speculative decoding: the draft model's vocabulary ({}) differs from the model's ({})",

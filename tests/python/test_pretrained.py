@@ -970,6 +970,20 @@ def test_python_from_pretrained(tmp_path):
     assert model.generate(prompt, max_new_tokens=8, ignore_eos=True, draft_model=model) == [seq[len(prompt):]]
     with pytest.raises(Exception, match="config.json"):
         foundry.models.from_pretrained(str(tmp_path))
+    # Settings HF's logits processors refuse (a temperature below 0 here: 0 is greedy) are errors
+    # naming the setting, not samples from meaningless scores; the edges HF accepts still sample.
+    for bad, name in [(dict(temperature=-1.0), "temperature"), (dict(temperature=float("nan")), "temperature"),
+                      (dict(top_k=-2), "top_k"), (dict(top_p=7.0), "top_p"), (dict(top_p=-0.1), "top_p"),
+                      (dict(min_p=1.5), "min_p"), (dict(typical_p=0.0), "typical_p"),
+                      (dict(repetition_penalty=0.0), "repetition_penalty"),
+                      (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size")]:
+        with pytest.raises(ValueError, match=f"generate: {name} must be"):
+            model.generate(prompt, max_new_tokens=2, do_sample=True, **bad)
+        with pytest.raises(ValueError, match=f"generate: {name} must be"):
+            model.generate(prompt, max_new_tokens=2, draft_model=model, **bad)
+    edges = model.generate(prompt, max_new_tokens=2, do_sample=True, top_p=1.0, min_p=0.0, typical_p=1.0, top_k=0,
+                           temperature=0.0, ignore_eos=True)
+    assert edges == [seq[len(prompt):len(prompt) + 2]]  # temperature 0: greedy
 
 
 @pytest.mark.parametrize("dtype", ["F32", "F16", "BF16"])
