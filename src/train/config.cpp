@@ -353,6 +353,9 @@ void check_train_config(const TrainConfig& c, const std::string& where) {
   FOUNDRY_CHECK_AS(ValueError, c.val_fraction > 0 && c.val_fraction < 1, "{}: val_fraction must be in (0, 1), got {}",
                    where, c.val_fraction);
   FOUNDRY_CHECK_AS(ValueError, c.lr >= 0 && c.min_lr >= 0, "{}: lr and min_lr must not be negative", where);
+  // A negative clip norm was taken as "off" without a word (torch's clip_grad_norm_ would scale
+  // the gradients by a negative factor); 0 turns clipping off.
+  FOUNDRY_CHECK_AS(ValueError, c.grad_clip >= 0, "{}: grad_clip must be 0 (off) or positive, got {}", where, c.grad_clip);
   FOUNDRY_CHECK_AS(ValueError, c.temperature >= 0 && c.top_k >= 0 && c.sample_tokens >= 0,
                    "{}: sample temperature, top_k and tokens must not be negative", where);
 }

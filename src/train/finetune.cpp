@@ -37,6 +37,7 @@ void check_config(const FinetuneConfig& c) {
   FOUNDRY_CHECK_AS(ValueError, c.batch_size > 0 && c.grad_accum > 0, "finetune: --batch-size and --grad-accum must be positive");
   FOUNDRY_CHECK_AS(ValueError, c.seq_len > 1, "finetune: --seq-len must be at least 2");
   FOUNDRY_CHECK_AS(ValueError, c.lr > 0, "finetune: --lr must be positive");
+  FOUNDRY_CHECK_AS(ValueError, c.grad_clip >= 0, "finetune: --grad-clip must be 0 (off) or positive");
   FOUNDRY_CHECK_AS(ValueError, c.steps > 0 || c.epochs > 0, "finetune: give --steps or --epochs");
   FOUNDRY_CHECK_AS(ValueError, c.schedule == "cosine" || c.schedule == "linear" || c.schedule == "constant",
                    "finetune: --schedule must be cosine, linear or constant, got '{}'", c.schedule);

@@ -114,6 +114,13 @@ TEST(Trainer, BadConfigsAreClear) {
   EXPECT_THROW(train::load_train_config(p), IOError);
   std::ofstream(p) << "[train]\nprecision = \"fp8\"\n";
   EXPECT_THROW(train::load_train_config(p), ValueError);
+  std::ofstream(p) << "[train]\ngrad_clip = -1.0\n";  // was taken as off, silently
+  try {
+    train::load_train_config(p);
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("grad_clip must be 0 (off) or positive, got -1"), std::string::npos) << e.what();
+  }
 }
 
 // toml++ 3.3 aborts on some non-ASCII characters outside strings (U+00E9 and U+FEF6 among them):
