@@ -105,7 +105,7 @@ void add_runs_commands(CLI::App& app) {
   auto d = std::make_shared<track::DashboardOptions>();
   dash->add_option("--dir", d->dir, "tracking directory (default: runs)");
   dash->add_option("--host", d->host, "address to bind (default 127.0.0.1; others need --allow-remote and --token)");
-  dash->add_option("--port", d->port, "port (default 6006; 0 picks a free one)");
+  dash->add_option("--port", d->port, "port (default 6006; 0 picks a free one)")->check(CLI::Range(0, 65535));
   dash->add_flag("--allow-remote", d->allow_remote, "allow binding to a non-loopback address");
   dash->add_option("--token", d->token, "require this token (Bearer header, ?token= or cookie); enables sync ingest");
   auto max_body_mb = std::make_shared<double>(256);

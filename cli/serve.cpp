@@ -33,7 +33,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "Hugging Face model folder or GGUF file")->required();
   cmd->add_option("--adapter", o->adapter, "a LoRA adapter folder (PEFT)");
   cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1: this machine only)");
-  cmd->add_option("--port", o->port, "port (default 8080; 0: any free port)");
+  cmd->add_option("--port", o->port, "port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on every request");
   cmd->add_option("--parallel", o->parallel, "sequences decoded together (default 4)");
   cmd->add_option("--ctx-size", o->ctx_size, "each sequence's context in tokens (default: the model's maximum positions)");

@@ -242,6 +242,10 @@ def test_errors_have_openai_shape(folder, server, tmp_path):
     code, body = curl("-d", json.dumps({"tokens": encode("Hi")}), server.url + "/detokenize")
     assert json.loads(body) == {"content": "Hi"}
     assert curl(server.url + "/health") == (200, '{"status":"ok"}')
+    # A port past 65535 is refused (99999 was taken modulo 2^16 and reported as listening on :99999).
+    for cmd in (["serve", "--model", str(folder)], ["dashboard"]):
+        p = subprocess.run([tp.FOUNDRY, *cmd, "--port", "99999"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1 and "--port: Value 99999 not in range 0 to 65535" in p.stderr, (cmd, p.stderr)
 
 
 def test_disconnected_stream_frees_its_blocks(folder, server):
