@@ -356,6 +356,9 @@ void check_train_config(const TrainConfig& c, const std::string& where) {
   // A negative clip norm was taken as "off" without a word (torch's clip_grad_norm_ would scale
   // the gradients by a negative factor); 0 turns clipping off.
   FOUNDRY_CHECK_AS(ValueError, c.grad_clip >= 0, "{}: grad_clip must be 0 (off) or positive, got {}", where, c.grad_clip);
+  FOUNDRY_CHECK_AS(ValueError, c.eval_every >= 0 && c.checkpoint_every >= 0 && c.log_every >= 0,
+                   "{}: eval.every, eval.checkpoint_every and train.log_every must be 0 (off) or more", where);
+  FOUNDRY_CHECK_AS(ValueError, c.eval_batches > 0, "{}: eval.batches must be positive, got {}", where, c.eval_batches);
   FOUNDRY_CHECK_AS(ValueError, c.temperature >= 0 && c.top_k >= 0 && c.sample_tokens >= 0,
                    "{}: sample temperature, top_k and tokens must not be negative", where);
 }

@@ -39,6 +39,8 @@ void check_config(const FinetuneConfig& c) {
   FOUNDRY_CHECK_AS(ValueError, c.lr > 0, "finetune: --lr must be positive");
   FOUNDRY_CHECK_AS(ValueError, c.grad_clip >= 0, "finetune: --grad-clip must be 0 (off) or positive");
   FOUNDRY_CHECK_AS(ValueError, c.steps > 0 || c.epochs > 0, "finetune: give --steps or --epochs");
+  FOUNDRY_CHECK_AS(ValueError, c.warmup >= 0 && c.eval_every >= 0 && c.checkpoint_every >= 0,
+                   "finetune: --warmup, --eval-every and --checkpoint-every must be 0 or more");
   FOUNDRY_CHECK_AS(ValueError, c.schedule == "cosine" || c.schedule == "linear" || c.schedule == "constant",
                    "finetune: --schedule must be cosine, linear or constant, got '{}'", c.schedule);
   FOUNDRY_CHECK_AS(ValueError, c.precision == "float32" || c.precision == "bfloat16",

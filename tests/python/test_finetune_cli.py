@@ -208,6 +208,11 @@ def test_refusals(base, tmp_path):
     assert r.returncode != 0 and "q9_9" in r.stderr
     r = run("generate", "--model", folder, "--adapter", tmp_path / "nowhere", "--input-ids", "1,2", check=False)
     assert r.returncode != 0 and "adapter_config.json" in r.stderr
+    # Negative intervals and clip norms were taken as "off" (or as no warmup) without a word.
+    for flag, value in [("--warmup", -3), ("--eval-every", -2), ("--checkpoint-every", -1), ("--grad-clip", -1)]:
+        r = run("finetune", "--model", folder, "--data", data, "--out", tmp_path / "o", "--steps", 1, flag, value,
+                check=False)
+        assert r.returncode == 1 and "must be 0" in r.stderr and flag in r.stderr, (flag, r.stderr)
 
 
 def test_epochs_accumulation_bf16_and_the_other_flags(base, tmp_path):

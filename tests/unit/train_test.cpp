@@ -121,6 +121,18 @@ TEST(Trainer, BadConfigsAreClear) {
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("grad_clip must be 0 (off) or positive, got -1"), std::string::npos) << e.what();
   }
+  for (const char* line : {"[eval]\nevery = -1\n", "[eval]\ncheckpoint_every = -5\n", "[train]\nlog_every = -1\n",
+                           "[eval]\nbatches = 0\n"}) {
+    std::ofstream(p) << line;  // a negative interval was taken as off without a word
+    try {
+      train::load_train_config(p);
+      ADD_FAILURE() << line;
+    } catch (const ValueError& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("must be 0 (off) or more") != std::string::npos ||
+                  what.find("eval.batches must be positive") != std::string::npos) << what;
+    }
+  }
 }
 
 // toml++ 3.3 aborts on some non-ASCII characters outside strings (U+00E9 and U+FEF6 among them):
