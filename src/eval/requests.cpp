@@ -28,6 +28,8 @@ struct Scored {
 
 RequestEngine::RequestEngine(models::CausalLM& model, const text::Tokenizer* tokenizer, int64_t max_length)
     : model_(model), tokenizer_(tokenizer) {
+  FOUNDRY_CHECK_AS(ValueError, max_length >= 0, "eval: max_length must be 0 (the model's positions) or more, got {}",
+                   max_length);
   const models::ModelConfig& c = model.config();
   max_length_ = max_length > 0 ? max_length : c.max_positions > 0 ? c.max_positions : kDefaultMaxLength;
   if (!c.eos_token_ids.empty()) eot_token_ = c.eos_token_ids.front();

@@ -515,6 +515,13 @@ struct TaskRunner {
 TaskOutput evaluate_tasks(RequestEngine& engine, const std::vector<std::unique_ptr<Task>>& tasks,
                           const TaskRunOptions& options, const std::string& model_args) {
   const auto start = std::chrono::steady_clock::now();
+  // Each of these was taken as "the default" or as an empty run without a word.
+  FOUNDRY_CHECK_AS(ValueError, options.num_fewshot >= -1, "eval: num_fewshot must be 0 or more, got {}",
+                   options.num_fewshot);
+  FOUNDRY_CHECK_AS(ValueError, options.limit == -1 || options.limit > 0,
+                   "eval: limit must be a positive number of documents or fraction, got {}", options.limit);
+  FOUNDRY_CHECK_AS(ValueError, options.bootstrap_iters >= 0, "eval: bootstrap_iters must be 0 (none) or more, got {}",
+                   options.bootstrap_iters);
   std::set<std::string> names;
   for (const auto& t : tasks)
     if (!names.insert(t->name()).second) raise<ValueError>("eval: two tasks are named '{}'", t->name());

@@ -219,3 +219,12 @@ def test_bad_data_and_a_model_without_a_tokenizer(model, tmp_path):
     os.remove(bare / "tokenizer.json")
     p = subprocess.run([tp.FOUNDRY, "eval", "--model", str(bare), "--tasks", str(task)], capture_output=True, text=True)
     assert p.returncode == 1 and "no tokenizer" in p.stderr, p.stderr
+    # Options out of range were taken as the default (or as an empty run) without a word.
+    for flag, value, message in [("--num-fewshot", "-3", "num_fewshot must be 0 or more"),
+                                 ("--limit", "-2", "limit must be a positive number"),
+                                 ("--limit", "nan", "limit must be a positive number"),
+                                 ("--bootstrap-iters", "-5", "bootstrap_iters must be 0 (none) or more"),
+                                 ("--max-length", "-4", "max_length must be 0 (the model's positions) or more")]:
+        p = subprocess.run([tp.FOUNDRY, "eval", "--model", str(folder), "--tasks", str(task), flag, value],
+                           capture_output=True, text=True)
+        assert p.returncode == 1 and message in p.stderr, (flag, value, p.stderr)
