@@ -38,6 +38,9 @@ void add_threads_option(CLI::App* cmd);
 
 /// The check of a --threads value: an integer, 0 or more.
 CLI::Validator thread_count();
+/// The check of a count (`what`, e.g. "token count") where 0 has a meaning (`zero_means`, e.g.
+/// "all"): an integer, 0 or more.
+CLI::Validator count_or_zero(const std::string& what, const std::string& zero_means);
 
 /// The non-empty items of a comma-separated list ("a,b,,c" -> a, b, c).
 std::vector<std::string> split_list(const std::string& s);

@@ -57,17 +57,19 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-CLI::Validator thread_count() {
+CLI::Validator count_or_zero(const std::string& what, const std::string& zero_means) {
   return CLI::Validator(
-      [](std::string& v) -> std::string {
-        int n = -1;
+      [what, zero_means](std::string& v) -> std::string {
+        int64_t n = -1;
         const auto [end, err] = std::from_chars(v.data(), v.data() + v.size(), n);
         if (err != std::errc() || end != v.data() + v.size() || n < 0)
-          return "takes a thread count, 0 or more (0: all cores), not '" + v + "'";
+          return "takes a " + what + ", 0 or more (0: " + zero_means + "), not '" + v + "'";
         return "";
       },
       "N");
 }
+
+CLI::Validator thread_count() { return count_or_zero("thread count", "all cores"); }
 
 void add_threads_option(CLI::App* cmd) {
   cmd->add_option_function<int>(

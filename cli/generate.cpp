@@ -346,7 +346,8 @@ void add_perplexity(CLI::App& app) {
   cmd->add_option("--quantized-prefill", o->quantized_prefill, "auto, integer, float32 or bfloat16 (as generate)")
       ->check(CLI::IsMember({"auto", "integer", "float32", "bfloat16"}));
   cmd->add_option("--context", o->context, "tokens per window (default 128)");
-  cmd->add_option("--max-tokens", o->max_tokens, "score only the first N tokens of the file");
+  cmd->add_option("--max-tokens", o->max_tokens, "score only the first N tokens of the file (0: all)")
+      ->check(count_or_zero("token count", "all"));
   add_threads_option(cmd);
   cmd->callback([o] {
     auto model = load_model(o->model, load_options("float32", o->quantize, "", o->quantized_prefill), o->adapter, o->merge);

@@ -78,14 +78,17 @@ struct Engine::Impl {
   Impl(models::CausalLM& m, EngineOptions o) : model(m), opt(std::move(o)) {
     const models::ModelConfig& c = model.config();
     vocab = c.vocab_size;
+    FOUNDRY_CHECK_AS(ValueError, opt.ctx_size >= 0, "serve: --ctx-size must be 0 (the model's positions) or more, got {}",
+                     opt.ctx_size);
     FOUNDRY_CHECK_AS(ValueError, !model.recurrent(),
                      "serve: {} keeps a recurrent state per sequence, which the paged KV engine doesn't hold yet; use "
                      "foundry generate", c.architecture);
     ctx = opt.ctx_size > 0 ? opt.ctx_size : (c.max_positions > 0 ? c.max_positions : 2048);
     if (c.max_positions > 0 && ctx > c.max_positions)
       raise<ValueError>("serve: --ctx-size {} is more than the model's {} positions", ctx, c.max_positions);
-    FOUNDRY_CHECK_AS(ValueError, opt.parallel >= 1 && opt.block_size >= 1 && opt.prefill_chunk >= 1 && opt.max_queue >= 0,
+    FOUNDRY_CHECK_AS(ValueError, opt.parallel >= 1 && opt.block_size >= 1 && opt.prefill_chunk >= 1,
                      "serve: parallel, block size and prefill chunk must be positive");
+    FOUNDRY_CHECK_AS(ValueError, opt.max_queue >= 0, "serve: --max-queue must be 0 or more, got {}", opt.max_queue);
     const int64_t per_seq = (ctx + opt.block_size - 1) / opt.block_size;
     const int64_t blocks = opt.num_blocks > 0 ? opt.num_blocks : 2 * opt.parallel * per_seq;
     FOUNDRY_CHECK_AS(ValueError, blocks >= per_seq, "serve: {} KV blocks can't hold one context of {} tokens", blocks, ctx);

@@ -764,6 +764,8 @@ struct Server::Impl {
 
 Server::Server(Engine& engine, const text::Tokenizer& tokenizer, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, tokenizer, std::move(options))) {
+  FOUNDRY_CHECK_AS(ValueError, impl_->opt.request_timeout_s > 0, "serve: --timeout must be a positive number of seconds, got {}",
+                   impl_->opt.request_timeout_s);  // NaN too: a deadline of NaN seconds
   const size_t threads = size_t(std::max<int64_t>(8, engine.options().parallel * 2 + 4));
   impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   impl_->routes();

@@ -246,6 +246,13 @@ def test_errors_have_openai_shape(folder, server, tmp_path):
     for cmd in (["serve", "--model", str(folder)], ["dashboard"]):
         p = subprocess.run([tp.FOUNDRY, *cmd, "--port", "99999"], capture_output=True, text=True, timeout=60)
         assert p.returncode == 1 and "--port: Value 99999 not in range 0 to 65535" in p.stderr, (cmd, p.stderr)
+    # So are a negative context, queue or timeout (the server started, or named the wrong settings).
+    for flag, value, message in [("--ctx-size", "-5", "--ctx-size must be 0"), ("--max-queue", "-1", "--max-queue must be 0"),
+                                 ("--timeout", "-3", "--timeout must be a positive"),
+                                 ("--timeout", "nan", "--timeout must be a positive")]:
+        p = subprocess.run([tp.FOUNDRY, "serve", "--model", str(folder), "--port", "0", flag, value], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 1 and message in p.stderr, (flag, value, p.stderr)
 
 
 def test_disconnected_stream_frees_its_blocks(folder, server):
