@@ -62,6 +62,8 @@ def test_forward_takes_threads_and_gives_the_same_logits(tmp_path):
     (["forward", "--model", "m", "--inputs", "in.json"], "--out is required (see `foundry forward --help`)"),
     (["demo", "--bogus"], "--bogus (see `foundry demo --help`)"),
     (["runs", "show"], "RUN is required (see `foundry runs show --help`)"),
+    (["perplexity", "--model", "m", "--data", __file__, "--max-tokens", "-1"],
+     "--max-tokens: takes a token count, 0 or more (0: all), not '-1' (see `foundry perplexity --help`)"),
 ])
 def test_command_line_mistakes_are_errors(args, words):
     p = tp.run(*args, check=False)
