@@ -1,6 +1,7 @@
 // foundry._C: the Tensor type, dtypes, grad modes, autograd functions, and a generic entry point
 // that calls any registry op by name with Python arguments (foundry/__init__.py turns every
 // registry op into foundry.<name> and a Tensor method).
+#include <limits>
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
@@ -287,9 +288,20 @@ PYBIND11_MODULE(_C, m) {
     return x;
   }, py::arg("data"), py::arg("dtype") = py::none(), py::arg("requires_grad") = false);
   m.def("from_numpy", [](py::array a) { return from_numpy(a); });
-  m.def("manual_seed", [](uint64_t seed) { manual_seed(seed); });
+  // As torch.manual_seed: any integer in [-2^63, 2^64), a negative one taken modulo 2^64.
+  m.def("manual_seed", [](const py::int_& seed) {
+    const py::int_ wrapped = py::reinterpret_steal<py::int_>(
+        PyNumber_And(seed.ptr(), py::int_(std::numeric_limits<uint64_t>::max()).ptr()));
+    if (!wrapped) throw py::error_already_set();
+    if (seed < py::int_(std::numeric_limits<int64_t>::min()) || seed > py::int_(std::numeric_limits<uint64_t>::max()))
+      throw std::runtime_error("Overflow when unpacking long");
+    manual_seed(wrapped.cast<uint64_t>());
+  }, py::arg("seed"));
   m.def("get_num_threads", &get_num_threads);
-  m.def("set_num_threads", &set_num_threads);
+  m.def("set_num_threads", [](int n) {
+    if (n <= 0) throw std::runtime_error("set_num_threads expects a positive integer");  // torch's words
+    set_num_threads(n);
+  }, py::arg("n"));
   m.def("threads_in_use", &threads_in_use);
   m.def("set_pool_adapts_to_load", &set_pool_adapts_to_load, py::arg("on"));
   m.def("is_grad_enabled", &autograd::is_grad_enabled);

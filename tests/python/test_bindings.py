@@ -161,3 +161,28 @@ def test_live_tensor_report_lists_shapes_and_creation_sites():
         assert foundry.live_tensor_count() == before
     finally:
         foundry.set_tensor_tracking(False)
+
+
+def test_seed_and_thread_arguments_as_torch_takes_them():
+    """torch.manual_seed takes any integer in [-2^63, 2^64) (a negative one modulo 2^64) and
+    torch.set_num_threads refuses 0 or less: the same here (set_num_threads(-4) ran on 1 thread)."""
+    import torch
+    for seed in (-1, -2**63, 2**64 - 1, 0, 12345):
+        torch.manual_seed(seed)
+        foundry.manual_seed(seed)
+        a = foundry.rand(4).tolist()
+        foundry.manual_seed(seed % 2**64)
+        assert foundry.rand(4).tolist() == a
+        assert torch.initial_seed() == seed % 2**64
+    for bad in (2**64, -2**63 - 1):
+        with pytest.raises(RuntimeError):
+            torch.manual_seed(bad)
+        with pytest.raises(RuntimeError, match="Overflow when unpacking long"):
+            foundry.manual_seed(bad)
+    before = foundry.get_num_threads()
+    for bad in (0, -4):
+        with pytest.raises(RuntimeError):
+            torch.set_num_threads(bad)
+        with pytest.raises(RuntimeError, match="set_num_threads expects a positive integer"):
+            foundry.set_num_threads(bad)
+    assert foundry.get_num_threads() == before
