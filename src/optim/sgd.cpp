@@ -13,13 +13,15 @@ namespace foundry::optim {
 namespace {
 
 std::map<std::string, double> sgd_defaults(const SGDOptions& o) {
-  if (o.lr == SGDOptions{}.lr) raise<ValueError>("SGD: lr is required (torch.optim.SGD has no default)");
-  if (!(o.lr >= 0)) raise<ValueError>("SGD: invalid learning rate: {}", o.lr);
+  // An unset lr, not a sentinel value: lr=-1 was reported as missing instead of invalid.
+  if (!o.lr) raise<ValueError>("SGD: lr is required (torch.optim.SGD has no default)");
+  const double lr = *o.lr;
+  if (!(lr >= 0)) raise<ValueError>("SGD: invalid learning rate: {}", lr);
   if (!(o.momentum >= 0)) raise<ValueError>("SGD: invalid momentum value: {}", o.momentum);
   if (!(o.weight_decay >= 0)) raise<ValueError>("SGD: invalid weight_decay value: {}", o.weight_decay);
   if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
     raise<ValueError>("SGD: nesterov momentum requires a momentum and zero dampening");
-  return {{"lr", o.lr},
+  return {{"lr", lr},
           {"momentum", o.momentum},
           {"dampening", o.dampening},
           {"weight_decay", o.weight_decay},

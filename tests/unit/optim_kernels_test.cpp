@@ -396,6 +396,12 @@ TEST(Optimizer, ParamGroupsAndOptions) {
 TEST(Optimizer, BadArgumentsRaise) {
   Tensor a = ones({2}).requires_grad_(true);
   EXPECT_THROW(SGD({a}, {}), ValueError);  // torch 1.13: lr is required
+  try {  // a negative lr is invalid, not missing (-1 was the unset marker and read "lr is required")
+    SGD({a}, {.lr = -1});
+    ADD_FAILURE();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("SGD: invalid learning rate: -1"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(SGD({a}, {.lr = 0.1, .dampening = 0.1, .nesterov = true}), ValueError);
   EXPECT_THROW(Adam({a}, {.lr = -1}), ValueError);
   EXPECT_THROW(Adam({a}, {.betas = {1.0, 0.9}}), ValueError);

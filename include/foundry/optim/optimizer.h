@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -133,7 +134,7 @@ class Optimizer {
 
 /// torch.optim.SGD. lr has no default in torch 1.13; leaving it out raises ValueError.
 struct SGDOptions {
-  double lr = -1;
+  std::optional<double> lr;
   double momentum = 0;
   double dampening = 0;
   double weight_decay = 0;
