@@ -290,12 +290,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("from_numpy", [](py::array a) { return from_numpy(a); });
   // As torch.manual_seed: any integer in [-2^63, 2^64), a negative one taken modulo 2^64.
   m.def("manual_seed", [](const py::int_& seed) {
-    const py::int_ wrapped = py::reinterpret_steal<py::int_>(
-        PyNumber_And(seed.ptr(), py::int_(std::numeric_limits<uint64_t>::max()).ptr()));
-    if (!wrapped) throw py::error_already_set();
-    if (seed < py::int_(std::numeric_limits<int64_t>::min()) || seed > py::int_(std::numeric_limits<uint64_t>::max()))
-      throw std::runtime_error("Overflow when unpacking long");
-    manual_seed(wrapped.cast<uint64_t>());
+    const py::int_ all_ones(std::numeric_limits<uint64_t>::max());
+    if (seed < py::int_(std::numeric_limits<int64_t>::min()) || seed > all_ones)
+      throw std::runtime_error("Overflow when unpacking long");  // torch's words
+    manual_seed(py::int_(seed & all_ones).cast<uint64_t>());
   }, py::arg("seed"));
   m.def("get_num_threads", &get_num_threads);
   m.def("set_num_threads", [](int n) {

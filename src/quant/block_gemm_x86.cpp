@@ -52,7 +52,6 @@
 
 #include <csignal>
 
-#include "core/isa.h"
 #include "quant/avx2_inline.h"
 #define FOUNDRY_BLOCK_GEMM_X86 1
 #define FOUNDRY_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
@@ -795,9 +794,8 @@ FOUNDRY_AMX_TARGET void tile_amx(Tiles& tiles, const Panel& p, const Tile& x, fl
   __m512 acc[N];
   for (int c = 0; c < N; ++c) acc[c] = _mm512_setzero_ps();
   const auto levels = [&](int64_t b) { return p.levels.data() + b * kStepsPerBlock * 64; };
-  int64_t b = 0;
   if constexpr (kHalves == 2) {  // a block's halves in C tiles 0 and 1
-    for (; b < x.blocks; ++b) {
+    for (int64_t b = 0; b < x.blocks; ++b) {
       tiles.multiply_half0(x.levels + b * 32, x.k, levels(b));
       tiles.multiply_half1(x.levels + b * 32 + 16, x.k, levels(b) + kStepsPerBlock / 2 * 64);
       tiles.store0(sums[0]);
@@ -805,38 +803,42 @@ FOUNDRY_AMX_TARGET void tile_amx(Tiles& tiles, const Panel& p, const Tile& x, fl
       tiles.store1(sums[1]);
       scale_block<N, 2, kMins>(acc, p, x, b, 1, sums[1]);
     }
-  }
-  for (; b + 1 < x.blocks; b += 2) {
-    tiles.multiply0(x.levels + b * 32, x.k, levels(b));
-    tiles.multiply1(x.levels + (b + 1) * 32, x.k, levels(b + 1));
-    tiles.store0(sums[0]);
-    scale_block<N, 1, kMins>(acc, p, x, b, 0, sums[0]);
-    tiles.store1(sums[1]);
-    scale_block<N, 1, kMins>(acc, p, x, b + 1, 0, sums[1]);
-  }
-  if (b < x.blocks) {
-    tiles.multiply0(x.levels + b * 32, x.k, levels(b));
-    tiles.store0(sums[0]);
-    scale_block<N, 1, kMins>(acc, p, x, b, 0, sums[0]);
+  } else {  // pairs of blocks in C tiles 0 and 1, an odd last block in 0
+    int64_t b = 0;
+    for (; b + 1 < x.blocks; b += 2) {
+      tiles.multiply0(x.levels + b * 32, x.k, levels(b));
+      tiles.multiply1(x.levels + (b + 1) * 32, x.k, levels(b + 1));
+      tiles.store0(sums[0]);
+      scale_block<N, 1, kMins>(acc, p, x, b, 0, sums[0]);
+      tiles.store1(sums[1]);
+      scale_block<N, 1, kMins>(acc, p, x, b + 1, 0, sums[1]);
+    }
+    if (b < x.blocks) {
+      tiles.multiply0(x.levels + b * 32, x.k, levels(b));
+      tiles.store0(sums[0]);
+      scale_block<N, 1, kMins>(acc, p, x, b, 0, sums[0]);
+    }
   }
   for (int c = 0; c < N; ++c) _mm512_mask_storeu_ps(y + c * y_stride, mask, acc[c]);
+}
+
+// The tile kernel over the VNNI panels, its tile operations from Tiles (AmxTiles inside an
+// AmxScope, or EmulatedTiles with nothing to set up).
+template <class Tiles, class Scope, int kHalves, bool kMins>
+void gemm_tiles(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y,
+                bool on_this_thread) {
+  auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
+    Tiles tiles;
+    tile_amx<Tiles, N, kHalves, kMins>(tiles, p, t, out, stride, __mmask16((1u << n) - 1));
+  };
+  gemm_panels<16, 16, Scope>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel, on_this_thread);
 }
 
 template <int kHalves, bool kMins>
 void gemm_amx(bool emulated, Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m,
               float* y, bool on_this_thread = false) {
-  if (emulated) {
-    auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
-      EmulatedTiles tiles;
-      tile_amx<EmulatedTiles, N, kHalves, kMins>(tiles, p, t, out, stride, __mmask16((1u << n) - 1));
-    };
-    return gemm_panels<16, 16>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel);
-  }
-  auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
-    AmxTiles tiles;
-    tile_amx<AmxTiles, N, kHalves, kMins>(tiles, p, t, out, stride, __mmask16((1u << n) - 1));
-  };
-  gemm_panels<16, 16, AmxScope>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel, on_this_thread);
+  if (emulated) return gemm_tiles<EmulatedTiles, NoScope, kHalves, kMins>(kind, w, rows, k, a, m, y, on_this_thread);
+  gemm_tiles<AmxTiles, AmxScope, kHalves, kMins>(kind, w, rows, k, a, m, y, on_this_thread);
 }
 
 // Activation rows a tile: q8_0's block (8 weight vectors, 8 of signs) meets 8 rows, the others' 4.
@@ -889,8 +891,8 @@ void on_tile_fault(int sig) {
 // A q4_0, a q4_1 and a q6_K product (two panels, one partial; q4_0 / q4_1 an odd block count: a
 // pair of blocks and one alone; q6_K half blocks; a whole and a partial tile of activation rows)
 // through the tiles on this thread and through the VNNI kernel: the same bits, or the tiles are
-// not used. A fault in a tile
-// instruction (SIGILL, SIGSEGV: a tile configuration the CPU refuses) counts as a mismatch.
+// not used. A fault in a tile instruction (SIGILL, SIGSEGV: a tile configuration the CPU refuses)
+// counts as a mismatch.
 bool amx_matches_vnni() {
   constexpr int64_t rows = 20, m = 19;
   std::mt19937 rng(13);
