@@ -7,7 +7,9 @@
 // medians. On a shared host a whole-model decode moves by up to 2x from one process to the next
 // (q4_0 at 1 thread: 180-360 tokens/s), and so does this bench's absolute figure (the memory a process is given streams at different speeds);
 // the ratio to the plain sum over the same memory, and A/B runs within one process, are what make a
-// kernel change of a few percent measurable.
+// kernel change of a few percent measurable. Where quant::preferred_layout keeps a format's matrices
+// in another layout than their rows (q4_0 in groups of 8 rows), the products run in it, and a copy in
+// the row layout runs too, alternating in the same rounds ("rows_layout_gb_s").
 #include "products.h"
 
 #include <sys/mman.h>
@@ -144,6 +146,21 @@ int products_bench(const std::string& format, int rounds) {
       largest = std::max(largest, quant::quantized_bytes(t, m.rows, m.k));
     }
   std::vector<uint64_t> partial(static_cast<size_t>((largest / 8 + kChunkWords - 1) / kChunkWords));
+  // Every matrix has a multiple of 8 rows: one layout for all.
+  const quant::WeightLayout layout = quant::preferred_layout(t, kHidden);
+  std::vector<std::vector<Matrix>> row_jobs;  // the row layout's copy, where the layout differs
+  if (layout != quant::WeightLayout::Rows) {
+    for (auto& job : jobs) {
+      row_jobs.emplace_back();
+      for (Matrix& m : job) {
+        const int64_t bytes = quant::quantized_bytes(t, m.rows, m.k);
+        Matrix copy = make_matrix(t, m.rows, m.k, rng);
+        std::memcpy(copy.bytes.get(), m.bytes.get(), size_t(bytes));
+        row_jobs.back().push_back(std::move(copy));
+        quant::to_layout(t, layout, m.bytes.get(), m.rows, m.k);
+      }
+    }
+  }
   // One activation row per width, quantized to the format's dot format.
   std::vector<uint8_t> x_hidden(size_t(quant::quantized_bytes(act, 1, kHidden)));
   std::vector<uint8_t> x_inter(size_t(quant::quantized_bytes(act, 1, kIntermediate)));
@@ -155,36 +172,48 @@ int products_bench(const std::string& format, int rounds) {
   }
   // Each job's targets, each matrix its own outputs.
   std::vector<float> y(static_cast<size_t>(kVocab));
-  std::vector<std::vector<quant::GemvTarget>> targets(jobs.size());
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    int64_t at = 0;
-    for (const Matrix& m : jobs[j]) {
-      targets[j].push_back({m.bytes.get(), m.rows, y.data() + at});
-      at += m.rows;
+  const auto targets_of = [&](const std::vector<std::vector<Matrix>>& of) {
+    std::vector<std::vector<quant::GemvTarget>> targets(of.size());
+    for (size_t j = 0; j < of.size(); ++j) {
+      int64_t at = 0;
+      for (const Matrix& m : of[j]) {
+        targets[j].push_back({m.bytes.get(), m.rows, y.data() + at});
+        at += m.rows;
+      }
     }
-  }
-  uint64_t checksum = 0;
-  using clock = std::chrono::steady_clock;
-  std::vector<double> products_gb_s, read_gb_s;
-  for (int round = 0; round < rounds + 1; ++round) {
-    auto start = clock::now();
+    return targets;
+  };
+  const auto targets = targets_of(jobs), row_targets = targets_of(row_jobs);
+  // One token's products over `of` in `in`, in seconds.
+  const auto token = [&](const std::vector<std::vector<quant::GemvTarget>>& of, quant::WeightLayout in) {
+    const auto start = std::chrono::steady_clock::now();
     for (size_t j = 0; j < jobs.size(); ++j) {
       const int64_t k = jobs[j].front().k;
-      quant::gemv_many(t, k, k == kHidden ? x_hidden.data() : x_inter.data(), targets[j]);
+      quant::gemv_many(t, k, k == kHidden ? x_hidden.data() : x_inter.data(), of[j], in);
     }
-    const double products_s = std::chrono::duration<double>(clock::now() - start).count();
-    start = clock::now();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  uint64_t checksum = 0;
+  using clock = std::chrono::steady_clock;
+  std::vector<double> products_gb_s, read_gb_s, row_layout_gb_s;
+  for (int round = 0; round < rounds + 1; ++round) {
+    const double products_s = token(targets, layout);
+    const double rows_s = row_jobs.empty() ? 0. : token(row_targets, quant::WeightLayout::Rows);
+    const auto start = clock::now();
     checksum += plain_sum(jobs, t, partial);
     const double sum_s = std::chrono::duration<double>(clock::now() - start).count();
     if (round == 0) continue;  // the first round faults the pages in
     products_gb_s.push_back(double(weight_bytes) / products_s / 1e9);
     read_gb_s.push_back(double(weight_bytes) / sum_s / 1e9);
+    if (!row_jobs.empty()) row_layout_gb_s.push_back(double(weight_bytes) / rows_s / 1e9);
   }
   const double products = median(products_gb_s), read = median(read_gb_s);
   if (checksum == 42) std::printf("%g\n", double(y[0]));  // keeps the sums and products alive
   std::printf("{\"format\": \"%s\", \"weight_mb\": %.1f, \"products_gb_s\": %.2f, \"read_gb_s\": %.2f, "
-              "\"of_read\": %.3f}\n",
+              "\"of_read\": %.3f",
               t.name, double(weight_bytes) / (1 << 20), products, read, products / read);
+  if (!row_layout_gb_s.empty()) std::printf(", \"rows_layout_gb_s\": %.2f", median(row_layout_gb_s));
+  std::printf("}\n");
   return 0;
 }
 

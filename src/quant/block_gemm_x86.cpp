@@ -79,7 +79,8 @@ constexpr int kSubBlocks = int(detail::kQK_K / 32);
 using avx2::dword_at;
 using avx2::f16_at;
 
-enum class Weights { Q4_0, Q8_0Offset, Q8_0Magnitude, Q4_K, Q4_1, Q5_0, Q5_1, Q5_K, Q6_K };
+// Q4_0x8: q4_0 in WeightLayout::Q4_0x8.
+enum class Weights { Q4_0, Q4_0x8, Q8_0Offset, Q8_0Magnitude, Q4_K, Q4_1, Q5_0, Q5_1, Q5_K, Q6_K };
 
 // The formats packed through block_levels.
 bool unpacked_by_blocks(Weights kind) {
@@ -275,7 +276,8 @@ int64_t weight_row_bytes(Weights kind, int64_t k) {
     case Weights::Q4_K: return k / detail::kQK_K * detail::kQ4_KBytes;
     case Weights::Q5_K: return k / detail::kQK_K * detail::kQ5_KBytes;
     case Weights::Q6_K: return k / detail::kQK_K * detail::kQ6_KBytes;
-    case Weights::Q4_0: return k / 32 * kQ4Bytes;
+    case Weights::Q4_0:
+    case Weights::Q4_0x8: return k / 32 * kQ4Bytes;
     case Weights::Q4_1: return k / 32 * 20;
     case Weights::Q5_0: return k / 32 * 22;
     case Weights::Q5_1: return k / 32 * 24;
@@ -415,6 +417,25 @@ FOUNDRY_VNNI_TARGET void pack_panel_vnni(Weights kind, const uint8_t* w, int64_t
   panel_rows<16>(w, row_bytes, n, rows);
   const __m512i low_mask = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(int8_t(0x80));
   const auto out = [&](int64_t b) { return reinterpret_cast<__m512i*>(p.levels.data() + b * kStepsPerBlock * 64); };
+  if (kind == Weights::Q4_0x8) {  // two groups' blocks side by side (n = 8: the first group, rows 8-15 missing)
+    const uint8_t* second = n > 8 ? w + 8 * row_bytes : w;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t *first_block = w + b * 8 * kQ4Bytes, *second_block = second + b * 8 * kQ4Bytes;
+      const __m256 low_scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(first_block)));
+      const __m256 high_scales = n > 8 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(second_block)))
+                                       : _mm256_setzero_ps();
+      _mm256_storeu_ps(p.scales.data() + b * 16, low_scales);
+      _mm256_storeu_ps(p.scales.data() + b * 16 + 8, high_scales);
+      for (int s = 0; s < 4; ++s) {
+        const __m512i o = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(first_block + 16 + 32 * s))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(second_block + 16 + 32 * s)), 1);
+        _mm512_storeu_si512(out(b) + s, _mm512_and_si512(o, low_mask));
+        _mm512_storeu_si512(out(b) + s + 4, _mm512_and_si512(_mm512_srli_epi16(o, 4), low_mask));
+      }
+    }
+    return;
+  }
   const uint8_t* q[16];
   if (kind == Weights::Q4_K) {
     p.mins.resize(p.scales.size());
@@ -471,6 +492,18 @@ FOUNDRY_AVX2_TARGET void pack_panel_avx2(Weights kind, const uint8_t* w, int64_t
   panel_rows<8>(w, row_bytes, n, rows);
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const auto out = [&](int64_t b) { return reinterpret_cast<__m256i*>(p.levels.data() + b * kStepsPerBlock * 32); };
+  if (kind == Weights::Q4_0x8) {  // the group's blocks are the step vectors already (a whole group: n = 8)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = w + b * 8 * kQ4Bytes;
+      _mm256_storeu_ps(p.scales.data() + b * 8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block))));
+      for (int s = 0; s < 4; ++s) {
+        const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + 32 * s));
+        _mm256_storeu_si256(out(b) + s, _mm256_and_si256(o, low_mask));
+        _mm256_storeu_si256(out(b) + s + 4, _mm256_and_si256(_mm256_srli_epi16(o, 4), low_mask));
+      }
+    }
+    return;
+  }
   const uint8_t* q[8];
   if (kind == Weights::Q4_K) {
     p.mins.resize(p.scales.size());
@@ -954,14 +987,17 @@ bool amx_int8_available() {
 }
 
 void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_t rows, int64_t k, const void* xq,
-                     int64_t m, float* y) {
+                     int64_t m, float* y, bool interleaved) {
   const bool vnni = isa != BlockGemmIsa::AVX2;
+  FOUNDRY_CHECK(!interleaved || (format == BlockFormat::Q4_0 && rows % 8 == 0),
+                "gemm_blocks_x86: interleaved weights are q4_0 in groups of 8 rows");
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* x = static_cast<const uint8_t*>(xq);
   const auto q8_0 = [&](int32_t offset, bool sums) { return activations_q8_0(x, m, k, offset, sums); };
   const auto q8_K = [&](int halves) { return activations_q8_K(x, m, k, halves); };
   switch (format) {
-    case BlockFormat::Q4_0: return gemm_levels<4, 1, false>(isa, Weights::Q4_0, wb, rows, k, q8_0(8, false), m, y);
+    case BlockFormat::Q4_0:
+      return gemm_levels<4, 1, false>(isa, interleaved ? Weights::Q4_0x8 : Weights::Q4_0, wb, rows, k, q8_0(8, false), m, y);
     case BlockFormat::Q4_1: return gemm_levels<4, 1, true>(isa, Weights::Q4_1, wb, rows, k, q8_0(0, true), m, y);
     case BlockFormat::Q5_0: return gemm_levels<5, 1, false>(isa, Weights::Q5_0, wb, rows, k, q8_0(16, false), m, y);
     case BlockFormat::Q5_1: return gemm_levels<5, 1, true>(isa, Weights::Q5_1, wb, rows, k, q8_0(0, true), m, y);
@@ -979,7 +1015,7 @@ void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_
 
 bool amx_int8_available() { return false; }
 
-void gemm_blocks_x86(BlockFormat, BlockGemmIsa, const void*, int64_t, int64_t, const void*, int64_t, float*) {}
+void gemm_blocks_x86(BlockFormat, BlockGemmIsa, const void*, int64_t, int64_t, const void*, int64_t, float*, bool) {}
 
 #endif
 

@@ -44,6 +44,23 @@ void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y)
 /// (vnni_gemv.h) or the Highway kernels above where there is one (FOUNDRY_DISABLE_VNNI=1 in the
 /// environment skips VNNI), the table's scalar dot otherwise.
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y);
+/// How a matrix's blocks lie in memory. Rows: the format's own rows one after the other (GGUF's).
+/// Q4_0x8 (q4_0, rows a multiple of 8): each group of 8 rows in the bytes of those rows, block by
+/// block: block b's 8 fp16 scales (row order), then 4 runs of 32 bytes, run c holding each row's
+/// nibble bytes 4c..4c+3 (row i at 4i). An AVX2 kernel reads the 8 rows' block as one stream and
+/// sums each row's 32 products in one int32 lane with one scale conversion for all 8 (the row
+/// layout's kernel steps two rows by pairs of blocks and converts each block's scale alone).
+enum class WeightLayout { Rows, Q4_0x8 };
+/// The layout decode and prefill read fastest for a [rows, k] matrix of t on this CPU: Q4_0x8 for
+/// q4_0 where the AVX2 kernels run (AVX-512 CPUs too: the group kernel out-reads the VNNI row
+/// kernel), rows a multiple of 8, unless FOUNDRY_ROW_LAYOUT is set; else Rows.
+WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows);
+/// Rearranges a [rows, k] matrix of t in place from Rows to `layout` (Rows: nothing to do).
+void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int64_t rows, int64_t k);
+/// Row r of a [rows, k] matrix of t stored in `layout`, in t's row layout: a pointer into w (Rows),
+/// or the row gathered into `buffer` (quantized_bytes(t, 1, k) bytes) and a pointer to it.
+const uint8_t* row_of(const BlockFormatTraits& t, WeightLayout layout, const uint8_t* w, int64_t k, int64_t r,
+                      uint8_t* buffer);
 /// One matrix of gemv_many: y = W xq for W [rows, k].
 struct GemvTarget {
   const void* w;
@@ -53,14 +70,16 @@ struct GemvTarget {
 /// gemv for several matrices of format t and k columns that share the activation row xq (a layer's
 /// q, k and v projections): the row is prepared once and all the matrices' rows are split over the
 /// threads as one job (one wake-up and one wait instead of one per matrix). Each y equals gemv's.
-void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets);
+void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets,
+               WeightLayout layout = WeightLayout::Rows);
 /// y[i * rows + r] = dot(row r of w, row i of xq) for m activation rows quantized to t.dot_format,
 /// by integer byte dot products (x86 q4_K, q4_0, q8_0: AVX-512 VNNI, else AVX2;
 /// FOUNDRY_DISABLE_VNNI=1 / FOUNDRY_DISABLE_AVX2_KERNELS=1 in the environment skip them). Below 8
 /// rows, row i is gemv's on row i; from 8 rows on, the same exact per-block integer products summed
 /// in another float order (block_gemm_x86.cpp). False, writing nothing, where this CPU has no such
 /// kernel for t (has_integer_gemm).
-bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y);
+bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y,
+                  WeightLayout layout = WeightLayout::Rows);
 bool has_integer_gemm(const BlockFormatTraits& t);
 /// The integer GEMM beats an AVX-512 BF16 GEMM over dequantized tiles for t on this CPU: every
 /// format with a kernel, with AVX-512 VNNI (on a Zen 5, Llama-110M prefill of 128 tokens: q4_0,

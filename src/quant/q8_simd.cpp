@@ -592,14 +592,24 @@ bool integer_gemm_preferred(const BlockFormatTraits& t) {
   return has_integer_gemm(t) && use_vnni();
 }
 
-bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y) {
+WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows) {
+  // FOUNDRY_ROW_LAYOUT=1 keeps every matrix in its rows (to compare the two).
+  static const bool groups = use_avx2() && std::getenv("FOUNDRY_ROW_LAYOUT") == nullptr;
+  return groups && t.format == BlockFormat::Q4_0 && rows % 8 == 0 ? WeightLayout::Q4_0x8 : WeightLayout::Rows;
+}
+
+bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y,
+                  WeightLayout layout) {
   if (!has_integer_gemm(t)) return false;
   if (m >= kPanelGemmMinRows) {
     const BlockGemmIsa isa = !use_vnni() ? BlockGemmIsa::AVX2 : amx_int8_available() ? BlockGemmIsa::AMX : BlockGemmIsa::VNNI;
-    gemm_blocks_x86(t.format, isa, w, rows, k, xq, m, y);
+    gemm_blocks_x86(t.format, isa, w, rows, k, xq, m, y, layout == WeightLayout::Q4_0x8);
   } else {
     const int64_t act_bytes = quantized_bytes(traits(t.dot_format), 1, k);
-    for (int64_t i = 0; i < m; ++i) gemv(t, w, rows, k, static_cast<const uint8_t*>(xq) + i * act_bytes, y + i * rows);
+    for (int64_t i = 0; i < m; ++i) {
+      const GemvTarget one{w, rows, y + i * rows};
+      gemv_many(t, k, static_cast<const uint8_t*>(xq) + i * act_bytes, std::span<const GemvTarget>(&one, 1), layout);
+    }
   }
   return true;
 }
@@ -660,8 +670,12 @@ RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* 
   }};
 }
 
-// The fastest kernel this CPU has for t.
-RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq) {
+// The fastest kernel this CPU has for t (in `layout`: Q4_0x8 where preferred_layout chose it).
+RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq, WeightLayout layout = WeightLayout::Rows) {
+  if (layout == WeightLayout::Q4_0x8) {
+    FOUNDRY_CHECK(t.format == BlockFormat::Q4_0 && use_avx2(), "gemv: q4_0 in groups of 8 rows needs the AVX2 kernels");
+    return {gemv_avx2_q4_0_x8_rows(xq, k), 8};
+  }
   // q8_0 and the 32-value nibble formats: VNNI steps, else AVX2 ones.
   const bool byte_blocks = t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0 ||
                            t.format == BlockFormat::Q4_1 || t.format == BlockFormat::Q5_0 ||
@@ -777,8 +791,9 @@ void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, co
   run_one(row_kernel(t, k, xq), t, w, rows, k, y);
 }
 
-void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets) {
-  run_rows(row_kernel(t, k, xq), quantized_bytes(t, 1, k), targets);
+void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets,
+               WeightLayout layout) {
+  run_rows(row_kernel(t, k, xq, layout), quantized_bytes(t, 1, k), targets);
 }
 
 }  // namespace foundry::quant

@@ -150,7 +150,9 @@ class WeightProducts {
   const std::string& format() const { return format_; }
   void set_prefill(const std::string& mode);
   /// Products with w read `bytes`: W's rows ([out, in]; for a transposed [in, out] weight, of W^T)
-  /// quantized in `format`.
+  /// quantized in `format`. Where quant::preferred_layout picks another layout, writable bytes the
+  /// process owns are rearranged in place (the caller hands them over), others (a file's mapping)
+  /// in a copy.
   void adopt(const Tensor& w, const std::string& format, const Tensor& bytes, bool transposed = false);
   /// Whether products with w read adopted quantized bytes (w itself is then a placeholder).
   bool adopted(const Tensor& w) const;

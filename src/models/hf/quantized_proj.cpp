@@ -50,6 +50,7 @@ struct WeightProducts::Quantized {
   Tensor keepalive;  // the storage `data` points into: adopted bytes, or a chunk of carve()
   bool owned = false;  // made by quantizing a weight (carved), not adopted
   bool transposed = false;  // the rows are W^T's (a [in, out] weight)
+  quant::WeightLayout layout = quant::WeightLayout::Rows;  // quant::preferred_layout's, chosen when made or adopted
 };
 
 std::pair<uint8_t*, Tensor> HugePageChunks::carve(int64_t bytes) {
@@ -126,6 +127,18 @@ void WeightProducts::adopt(const Tensor& weight, const std::string& format, cons
   q->keepalive = bytes;
   q->data = static_cast<const uint8_t*>(bytes.data_ptr());
   q->transposed = transposed;
+  q->layout = quant::preferred_layout(t, rows);
+  if (q->layout != quant::WeightLayout::Rows) {
+    uint8_t* dst = static_cast<uint8_t*>(bytes.data_ptr());
+    if (bytes.storage()->kind() != StorageImpl::Kind::Owned || bytes.storage()->read_only()) {
+      // A file's pages (or memory this process does not own): rearranged in a copy, the pages handed back.
+      std::tie(dst, q->keepalive) = chunks_.carve(bytes.nbytes());
+      std::memcpy(dst, bytes.data_ptr(), size_t(bytes.nbytes()));
+      q->data = dst;
+      release_mapped_pages(bytes);
+    }
+    quant::to_layout(t, q->layout, dst, rows, k);
+  }
   quantized_[weight.impl()] = std::move(q);
   ++generation_;  // a memo may point at the rows this replaced
 }
@@ -148,13 +161,14 @@ bool WeightProducts::adopted(const Tensor& w) const {
 namespace {
 
 // Rows [r0, r1) of a quantized [rows, k] matrix as float32 [r1 - r0, k].
-Tensor dequantized_rows(const quant::BlockFormatTraits& t, const uint8_t* w, int64_t k, int64_t r0, int64_t r1) {
-  const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
+Tensor dequantized_rows(const quant::BlockFormatTraits& t, quant::WeightLayout layout, const uint8_t* w, int64_t k,
+                        int64_t r0, int64_t r1) {
   Tensor out = empty({r1 - r0, k}, DType::Float32);
   float* d = out.data<float>();
   const quant::RowDequantizer dequantize = quant::fast_dequantizer(t);
   parallel_for(r0, r1, 16, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) dequantize(w + r * row_bytes, d + (r - r0) * k, k);
+    std::vector<uint8_t> row(size_t(layout == quant::WeightLayout::Rows ? 0 : quant::quantized_bytes(t, 1, k)));
+    for (int64_t r = lo; r < hi; ++r) dequantize(quant::row_of(t, layout, w, k, r, row.data()), d + (r - r0) * k, k);
   });
   return out;
 }
@@ -165,7 +179,7 @@ Tensor WeightProducts::adopted_dense(const Tensor& w) const {
   auto it = quantized_.find(w.impl());
   if (it == quantized_.end() || it->second->owned) return Tensor();
   const Quantized& q = *it->second;
-  Tensor rows = dequantized_rows(*q.format, q.data, q.k, 0, q.rows).to(w.dtype());  // [rows, k]
+  Tensor rows = dequantized_rows(*q.format, q.layout, q.data, q.k, 0, q.rows).to(w.dtype());  // [rows, k]
   return q.transposed ? rows.t().contiguous() : rows;
 }
 
@@ -177,7 +191,7 @@ Tensor WeightProducts::adopted_rows(const Tensor& w, const Tensor& ids) const {
                    "embedding: indices must be an integer tensor, got {}", dtype_name(ids.dtype()));
   const Tensor idx = ids.to(DType::Int64).contiguous();
   const int64_t* id = idx.data<int64_t>();
-  const int64_t n = idx.numel(), row_bytes = quant::quantized_bytes(*q.format, 1, q.k);
+  const int64_t n = idx.numel();
   for (int64_t i = 0; i < n; ++i)
     if (id[i] < 0 || id[i] >= q.rows)
       raise<IndexError>("embedding: index {} is out of range for a weight with {} rows", id[i], q.rows);
@@ -189,7 +203,8 @@ Tensor WeightProducts::adopted_rows(const Tensor& w, const Tensor& ids) const {
   // values a dense copy of the table held (GGUFFile::tensor).
   const quant::RowDequantizer dequantize = quant::fast_dequantizer(*q.format);
   parallel_for(0, n, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(q.k, 1)), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) dequantize(q.data + id[i] * row_bytes, dst + i * q.k, q.k);
+    std::vector<uint8_t> row(size_t(q.layout == quant::WeightLayout::Rows ? 0 : quant::quantized_bytes(*q.format, 1, q.k)));
+    for (int64_t i = b; i < e; ++i) dequantize(quant::row_of(*q.format, q.layout, q.data, q.k, id[i], row.data()), dst + i * q.k, q.k);
   });
   return w.dtype() == DType::Float32 ? out : out.to(w.dtype());
 }
@@ -245,6 +260,8 @@ const std::shared_ptr<WeightProducts::Quantized>& WeightProducts::quantized(cons
     if (!transposed) release_mapped_pages(part);
   }
   release_mapped_pages(w);
+  q->layout = quant::preferred_layout(t, q->rows);
+  quant::to_layout(t, q->layout, dst, q->rows, k);
   return quantized_.emplace(w.impl(), std::move(q)).first->second;
 }
 
@@ -307,8 +324,8 @@ kernels::ScratchArray<uint8_t> quantized_activations(const Tensor& xc, const qua
 // of `out`. A whole dequantized float32 copy of W, then a bf16 copy of that, then the GEMM streamed
 // W through memory three more times (the LM head alone: 98 + 98 + 49 MB per prefill). False where
 // oneDNN has no native kernel for a tile (the caller falls back to the whole-matrix path).
-bool bf16_product_by_tiles(const Tensor& xc, const quant::BlockFormatTraits& t, const uint8_t* w, int64_t rows_out,
-                           int64_t k, int64_t m, const Shape& out_shape, Tensor& out) {
+bool bf16_product_by_tiles(const Tensor& xc, const quant::BlockFormatTraits& t, quant::WeightLayout layout,
+                           const uint8_t* w, int64_t rows_out, int64_t k, int64_t m, const Shape& out_shape, Tensor& out) {
   const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
   const quant::RowDequantizer dequantize = quant::fast_dequantizer(t);
   const quant::BF16RowDequantizer to_bf16 = quant::bf16_dequantizer(t);
@@ -325,15 +342,18 @@ bool bf16_product_by_tiles(const Tensor& xc, const quant::BlockFormatTraits& t, 
   parallel_for(0, (rows_out + tile - 1) / tile, 1, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<uint16_t> wtile;
     thread_local std::vector<float> row;  // formats without a bf16 dequantizer go through float32
+    thread_local std::vector<uint8_t> gathered;  // a row of a layout other than Rows
     wtile.resize(size_t(tile * k));
     if (!to_bf16) row.resize(size_t(k));
+    gathered.resize(size_t(row_bytes));
     for (int64_t i = lo; i < hi && ok.load(std::memory_order_relaxed); ++i) {
       const int64_t r0 = i * tile, n = std::min(tile, rows_out - r0);
       for (int64_t r = 0; r < n; ++r) {
+        const uint8_t* wr = quant::row_of(t, layout, w, k, r0 + r, gathered.data());
         if (to_bf16) {  // the same bits as dequantizing to float32, then rounding
-          to_bf16(w + (r0 + r) * row_bytes, wtile.data() + r * k, k);
+          to_bf16(wr, wtile.data() + r * k, k);
         } else {
-          dequantize(w + (r0 + r) * row_bytes, row.data(), k);
+          dequantize(wr, row.data(), k);
           kernels::convert_f32_to_bf16(row.data(), wtile.data() + r * k, k);
         }
       }
@@ -354,8 +374,8 @@ struct QuantizedRows {
 // Few rows (decode): each row of xc [m, k] (float32, contiguous) quantized to t's dot format once,
 // then the matrix-vector products of every matrix with it as one parallel job. Float32 outputs of
 // shape x_sizes with the last dimension each matrix's rows.
-std::vector<Tensor> decode_products(const Tensor& xc, IntList x_sizes, const quant::BlockFormatTraits& t, int64_t k,
-                                    std::span<const QuantizedRows> mats) {
+std::vector<Tensor> decode_products(const Tensor& xc, IntList x_sizes, const quant::BlockFormatTraits& t,
+                                    quant::WeightLayout layout, int64_t k, std::span<const QuantizedRows> mats) {
   std::vector<Tensor> out;
   out.reserve(mats.size());
   for (const QuantizedRows& q : mats) {
@@ -373,7 +393,7 @@ std::vector<Tensor> decode_products(const Tensor& xc, IntList x_sizes, const qua
   for (int64_t r = 0, m = xc.numel() / k; r < m; ++r) {
     quantize(xc.data<float>() + r * k, xq.data(), k);
     for (size_t i = 0; i < mats.size(); ++i) targets[i] = {mats[i].data, mats[i].rows, out[i].data<float>() + r * mats[i].rows};
-    quant::gemv_many(t, k, xq.data(), targets);
+    quant::gemv_many(t, k, xq.data(), targets, layout);
   }
   return out;
 }
@@ -384,8 +404,8 @@ Tensor finish_product(Tensor out, const Tensor& b, DType dtype) {
   return kernels::cast_rows(out, dtype);
 }
 
-Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFormatTraits& t, int64_t rows_out,
-                         int64_t k, const uint8_t* w, const std::string& prefill) {
+Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFormatTraits& t, quant::WeightLayout layout,
+                         int64_t rows_out, int64_t k, const uint8_t* w, const std::string& prefill) {
   autograd::NoGradGuard no_grad;
   Tensor xc = kernels::cast_rows(x, DType::Float32).contiguous();
   const int64_t m = xc.numel() / k;
@@ -399,10 +419,10 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
     // (one row is decode's own call below, without a quantized row allocated per product).
     out = empty(out_shape, DType::Float32);
     const kernels::ScratchArray<uint8_t> xq = quantized_activations(xc, t, m, k);
-    quant::gemm_integer(t, w, rows_out, k, xq.data(), m, out.data<float>());
+    quant::gemm_integer(t, w, rows_out, k, xq.data(), m, out.data<float>(), layout);
   } else if (math == PrefillMath::Integer) {
     const QuantizedRows one{w, rows_out};
-    out = decode_products(xc, x.sizes(), t, k, std::span<const QuantizedRows>(&one, 1))[0];
+    out = decode_products(xc, x.sizes(), t, layout, k, std::span<const QuantizedRows>(&one, 1))[0];
   } else {
     const bool bf16_gemm = math == PrefillMath::BFloat16;
     Tensor dense;
@@ -414,14 +434,15 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
                                t.format == quant::BlockFormat::F16 ? DType::Float16 : DType::BFloat16);
       dense = raw.dtype() == DType::Float16 ? raw.to(DType::Float32) : raw;  // f16 -> bf16 has no direct SIMD cast
       if (bf16_gemm) dense = dense.to(DType::BFloat16);
-    } else if (bf16_gemm && bf16_product_by_tiles(xc, t, w, rows_out, k, m, out_shape, out)) {
+    } else if (bf16_gemm && bf16_product_by_tiles(xc, t, layout, w, rows_out, k, m, out_shape, out)) {
       return finish_product(out, b, x.dtype());
     } else {
       dense = empty({rows_out, k}, DType::Float32);
       float* d = dense.data<float>();
       const quant::RowDequantizer dequantize = quant::fast_dequantizer(t);
       parallel_for(0, rows_out, 16, [&](int64_t lo, int64_t hi) {
-        for (int64_t r = lo; r < hi; ++r) dequantize(w + r * row_bytes, d + r * k, k);
+        std::vector<uint8_t> gathered(size_t(layout == quant::WeightLayout::Rows ? 0 : row_bytes));
+        for (int64_t r = lo; r < hi; ++r) dequantize(quant::row_of(t, layout, w, k, r, gathered.data()), d + r * k, k);
       });
     }
     out = empty({m, rows_out}, DType::Float32);
@@ -483,7 +504,7 @@ const WeightProducts::Quantized* WeightProducts::sixteen_bit_view(const Tensor& 
 
 Tensor WeightProducts::product(const Tensor& x, const Tensor& w, const Tensor& b, bool transposed, Memo* memo) const {
   const Quantized* q = lookup(x, w, transposed, memo);
-  if (q) return quantized_product(x, b, *q->format, q->rows, q->k, q->data, prefill_);
+  if (q) return quantized_product(x, b, *q->format, q->layout, q->rows, q->k, q->data, prefill_);
   return dense(x, w, b, transposed);
 }
 
@@ -491,7 +512,8 @@ std::vector<Tensor> WeightProducts::products(const Tensor& x, std::span<const Op
   SmallVec<const Quantized*, 4> qs;
   for (const Operand& o : weights) {
     const Quantized* q = lookup(x, *o.w, transposed, o.memo);
-    if (!q || (!qs.empty() && (q->format != qs.front()->format || q->k != qs.front()->k))) break;
+    if (!q || (!qs.empty() && (q->format != qs.front()->format || q->k != qs.front()->k || q->layout != qs.front()->layout)))
+      break;
     qs.push_back(q);
   }
   const int64_t k = x.size(-1), m = x.numel() / std::max<int64_t>(k, 1);
@@ -504,8 +526,8 @@ std::vector<Tensor> WeightProducts::products(const Tensor& x, std::span<const Op
   autograd::NoGradGuard no_grad;
   SmallVec<QuantizedRows, 4> mats;
   for (const Quantized* q : qs) mats.push_back({q->data, q->rows});
-  out = decode_products(kernels::cast_rows(x, DType::Float32).contiguous(), x.sizes(), *qs.front()->format, k,
-                        std::span<const QuantizedRows>(mats.data(), mats.size()));
+  out = decode_products(kernels::cast_rows(x, DType::Float32).contiguous(), x.sizes(), *qs.front()->format,
+                        qs.front()->layout, k, std::span<const QuantizedRows>(mats.data(), mats.size()));
   for (size_t i = 0; i < out.size(); ++i) out[i] = finish_product(out[i], *weights[i].b, x.dtype());
   return out;
 }
@@ -522,11 +544,12 @@ bool WeightProducts::format_applies(const Tensor& w, bool transposed) const {
 namespace {
 
 // y = x W^T over a quantized W, one tile of W's rows at a time; x [m, k] float32 contiguous.
-Tensor tiled_product(const Tensor& x, const quant::BlockFormatTraits& t, const uint8_t* w, int64_t rows, int64_t k) {
+Tensor tiled_product(const Tensor& x, const quant::BlockFormatTraits& t, quant::WeightLayout layout, const uint8_t* w,
+                     int64_t rows, int64_t k) {
   Tensor y = empty({x.size(0), rows}, DType::Float32);
   for (int64_t r0 = 0; r0 < rows; r0 += tile_rows(k)) {
     const int64_t r1 = std::min(rows, r0 + tile_rows(k));
-    Tensor part = matmul(x, dequantized_rows(t, w, k, r0, r1).t());
+    Tensor part = matmul(x, dequantized_rows(t, layout, w, k, r0, r1).t());
     if (r1 - r0 == rows) return part;
     y.narrow(1, r0, r1 - r0).copy_(part);
   }
@@ -534,11 +557,12 @@ Tensor tiled_product(const Tensor& x, const quant::BlockFormatTraits& t, const u
 }
 
 // dx = dy W over a quantized W, tile by tile; dy [m, rows] float32.
-Tensor tiled_input_grad(const Tensor& dy, const quant::BlockFormatTraits& t, const uint8_t* w, int64_t rows, int64_t k) {
+Tensor tiled_input_grad(const Tensor& dy, const quant::BlockFormatTraits& t, quant::WeightLayout layout,
+                        const uint8_t* w, int64_t rows, int64_t k) {
   Tensor dx;
   for (int64_t r0 = 0; r0 < rows; r0 += tile_rows(k)) {
     const int64_t r1 = std::min(rows, r0 + tile_rows(k));
-    Tensor part = matmul(dy.narrow(1, r0, r1 - r0), dequantized_rows(t, w, k, r0, r1));
+    Tensor part = matmul(dy.narrow(1, r0, r1 - r0), dequantized_rows(t, layout, w, k, r0, r1));
     dx = dx.defined() ? dx.add_(part) : part;
   }
   return dx;
@@ -559,7 +583,7 @@ class QuantizedProductBackward : public autograd::Node {
     if (!g.defined()) return out;
     Tensor dy = g.to(DType::Float32).contiguous().reshape({-1, q->rows});
     if (next_edges[0].valid())
-      out[0] = tiled_input_grad(dy, *q->format, q->data, q->rows, q->k).reshape(IntList(x_sizes)).to(x_dtype);
+      out[0] = tiled_input_grad(dy, *q->format, q->layout, q->data, q->rows, q->k).reshape(IntList(x_sizes)).to(x_dtype);
     if (next_edges[1].valid()) out[1] = sum(dy, {0}).to(b_dtype);
     return out;
   }
@@ -573,7 +597,8 @@ Tensor WeightProducts::differentiable_product(const Tensor& x, const Tensor& w, 
   Tensor y;
   {
     autograd::NoGradGuard no_grad;
-    y = tiled_product(x.to(DType::Float32).contiguous().reshape({-1, q->k}), *q->format, q->data, q->rows, q->k);
+    y = tiled_product(x.to(DType::Float32).contiguous().reshape({-1, q->k}), *q->format, q->layout, q->data, q->rows,
+                      q->k);
     if (b.defined()) y = y + b.to(DType::Float32);
     Shape out_shape(x.sizes());
     out_shape.back() = q->rows;
