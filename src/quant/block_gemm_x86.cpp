@@ -79,8 +79,15 @@ constexpr int kSubBlocks = int(detail::kQK_K / 32);
 using avx2::dword_at;
 using avx2::f16_at;
 
-// Q4_0x8: q4_0 in WeightLayout::Q4_0x8.
-enum class Weights { Q4_0, Q4_0x8, Q8_0Offset, Q8_0Magnitude, Q4_K, Q4_1, Q5_0, Q5_1, Q5_K, Q6_K };
+// The *Groups kinds: the same weights in WeightLayout::Groups8 (their panels come from the groups).
+enum class Weights {
+  Q4_0, Q8_0Offset, Q8_0Magnitude, Q4_K, Q4_1, Q5_0, Q5_1, Q5_K, Q6_K,
+  Q4_0Groups, Q8_0OffsetGroups, Q8_0MagnitudeGroups
+};
+
+bool grouped(Weights kind) {
+  return kind == Weights::Q4_0Groups || kind == Weights::Q8_0OffsetGroups || kind == Weights::Q8_0MagnitudeGroups;
+}
 
 // The formats packed through block_levels.
 bool unpacked_by_blocks(Weights kind) {
@@ -277,12 +284,14 @@ int64_t weight_row_bytes(Weights kind, int64_t k) {
     case Weights::Q5_K: return k / detail::kQK_K * detail::kQ5_KBytes;
     case Weights::Q6_K: return k / detail::kQK_K * detail::kQ6_KBytes;
     case Weights::Q4_0:
-    case Weights::Q4_0x8: return k / 32 * kQ4Bytes;
+    case Weights::Q4_0Groups: return k / 32 * kQ4Bytes;
     case Weights::Q4_1: return k / 32 * 20;
     case Weights::Q5_0: return k / 32 * 22;
     case Weights::Q5_1: return k / 32 * 24;
     case Weights::Q8_0Offset:
-    case Weights::Q8_0Magnitude: return k / 32 * kQ8Bytes;
+    case Weights::Q8_0Magnitude:
+    case Weights::Q8_0OffsetGroups:
+    case Weights::Q8_0MagnitudeGroups: return k / 32 * kQ8Bytes;
   }
   return 0;
 }
@@ -403,11 +412,83 @@ FOUNDRY_AVX2_TARGET void transpose_rows8(const uint8_t* const (&q)[8], uint8_t* 
   for (int s = 0; s < 8; ++s) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * s), o[s]);
 }
 
+// Panels from WeightLayout::Groups8: a group's runs of a block are the step vectors (lane i = row
+// i, 4 bytes a lane) as they lie; q4_0's split into low and high nibbles, q8_0's as the row layout's
+// panels hold them (VNNI: levels + 128; AVX2: magnitudes and the signed levels).
+FOUNDRY_AVX2_TARGET inline __m256 group_scales(const uint8_t* block) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block)));
+}
+
+FOUNDRY_AVX2_TARGET inline __m256i group_run(const uint8_t* block, int s) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + 32 * s));
+}
+
+// Run s of two groups' blocks: the first's in the low half.
+FOUNDRY_VNNI_TARGET inline __m512i group_runs(const uint8_t* first, const uint8_t* second, int s) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(group_run(first, s)), group_run(second, s), 1);
+}
+
+FOUNDRY_VNNI_TARGET void pack_groups_vnni(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
+                                          Panel& p) {
+  const bool nibbles = kind == Weights::Q4_0Groups;
+  const int64_t blocks = k / 32, group_block = 8 * (nibbles ? kQ4Bytes : kQ8Bytes);
+  p.levels.resize(size_t(blocks * kStepsPerBlock * 64));
+  p.scales.resize(size_t(blocks * 16));
+  const __m512i low_mask = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(int8_t(0x80));
+  // Rows 0-7 from the first group, 8-15 from the second (n = 8: rows 8-15 missing, read from the first).
+  const uint8_t* second = n > 8 ? w + 8 * row_bytes : w;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t *first_block = w + b * group_block, *second_block = second + b * group_block;
+    _mm256_storeu_ps(p.scales.data() + b * 16, group_scales(first_block));
+    _mm256_storeu_ps(p.scales.data() + b * 16 + 8, n > 8 ? group_scales(second_block) : _mm256_setzero_ps());
+    auto* out = reinterpret_cast<__m512i*>(p.levels.data() + b * kStepsPerBlock * 64);
+    if (nibbles) {
+      for (int s = 0; s < 4; ++s) {
+        const __m512i o = group_runs(first_block, second_block, s);
+        _mm512_storeu_si512(out + s, _mm512_and_si512(o, low_mask));
+        _mm512_storeu_si512(out + s + 4, _mm512_and_si512(_mm512_srli_epi16(o, 4), low_mask));
+      }
+    } else {
+      for (int s = 0; s < 8; ++s) _mm512_storeu_si512(out + s, _mm512_xor_si512(group_runs(first_block, second_block, s), flip));
+    }
+  }
+}
+
+FOUNDRY_AVX2_TARGET void pack_groups_avx2(Weights kind, const uint8_t* w, int64_t, int64_t, int64_t k, Panel& p) {
+  const bool nibbles = kind == Weights::Q4_0Groups;
+  const int64_t blocks = k / 32, group_block = 8 * (nibbles ? kQ4Bytes : kQ8Bytes);
+  p.levels.resize(size_t(blocks * kStepsPerBlock * 32));
+  if (!nibbles) p.signs.resize(p.levels.size());
+  p.scales.resize(size_t(blocks * 8));
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < blocks; ++b) {  // a whole group: panels of 8 rows, rows a multiple of 8
+    const uint8_t* block = w + b * group_block;
+    _mm256_storeu_ps(p.scales.data() + b * 8, group_scales(block));
+    auto* out = reinterpret_cast<__m256i*>(p.levels.data() + b * kStepsPerBlock * 32);
+    if (nibbles) {
+      for (int s = 0; s < 4; ++s) {
+        const __m256i o = group_run(block, s);
+        _mm256_storeu_si256(out + s, _mm256_and_si256(o, low_mask));
+        _mm256_storeu_si256(out + s + 4, _mm256_and_si256(_mm256_srli_epi16(o, 4), low_mask));
+      }
+    } else {
+      auto* signs = reinterpret_cast<__m256i*>(p.signs.data() + b * kStepsPerBlock * 32);
+      for (int s = 0; s < 8; ++s) {
+        const __m256i o = group_run(block, s);
+        _mm256_storeu_si256(out + s, _mm256_abs_epi8(o));
+        _mm256_storeu_si256(signs + s, o);
+      }
+    }
+  }
+}
+
+
 // Rows [r0, r0 + n) of w (n <= 16) into a VNNI panel: each block's rows of levels are loaded a row
 // at a time and transposed into the step vectors in registers (gathering each step's dwords
 // measured 40% of the kernel's time at 128 activation rows).
 FOUNDRY_VNNI_TARGET void pack_panel_vnni(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
                                          Panel& p) {
+  if (grouped(kind)) return pack_groups_vnni(kind, w, row_bytes, n, k, p);
   if (unpacked_by_blocks(kind))
     return pack_panel_by_blocks<16>(kind, w, row_bytes, n, k, p, transpose_rows16);
   const int64_t blocks = k / 32;
@@ -417,25 +498,6 @@ FOUNDRY_VNNI_TARGET void pack_panel_vnni(Weights kind, const uint8_t* w, int64_t
   panel_rows<16>(w, row_bytes, n, rows);
   const __m512i low_mask = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(int8_t(0x80));
   const auto out = [&](int64_t b) { return reinterpret_cast<__m512i*>(p.levels.data() + b * kStepsPerBlock * 64); };
-  if (kind == Weights::Q4_0x8) {  // two groups' blocks side by side (n = 8: the first group, rows 8-15 missing)
-    const uint8_t* second = n > 8 ? w + 8 * row_bytes : w;
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t *first_block = w + b * 8 * kQ4Bytes, *second_block = second + b * 8 * kQ4Bytes;
-      const __m256 low_scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(first_block)));
-      const __m256 high_scales = n > 8 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(second_block)))
-                                       : _mm256_setzero_ps();
-      _mm256_storeu_ps(p.scales.data() + b * 16, low_scales);
-      _mm256_storeu_ps(p.scales.data() + b * 16 + 8, high_scales);
-      for (int s = 0; s < 4; ++s) {
-        const __m512i o = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(first_block + 16 + 32 * s))),
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(second_block + 16 + 32 * s)), 1);
-        _mm512_storeu_si512(out(b) + s, _mm512_and_si512(o, low_mask));
-        _mm512_storeu_si512(out(b) + s + 4, _mm512_and_si512(_mm512_srli_epi16(o, 4), low_mask));
-      }
-    }
-    return;
-  }
   const uint8_t* q[16];
   if (kind == Weights::Q4_K) {
     p.mins.resize(p.scales.size());
@@ -482,6 +544,7 @@ FOUNDRY_VNNI_TARGET void pack_panel_vnni(Weights kind, const uint8_t* w, int64_t
 // The same for an AVX2 panel of 8 rows; q8_0 as magnitudes plus the signed levels.
 FOUNDRY_AVX2_TARGET void pack_panel_avx2(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
                                          Panel& p) {
+  if (grouped(kind)) return pack_groups_avx2(kind, w, row_bytes, n, k, p);
   if (unpacked_by_blocks(kind))
     return pack_panel_by_blocks<8>(kind, w, row_bytes, n, k, p, transpose_rows8);
   const int64_t blocks = k / 32;
@@ -492,18 +555,6 @@ FOUNDRY_AVX2_TARGET void pack_panel_avx2(Weights kind, const uint8_t* w, int64_t
   panel_rows<8>(w, row_bytes, n, rows);
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const auto out = [&](int64_t b) { return reinterpret_cast<__m256i*>(p.levels.data() + b * kStepsPerBlock * 32); };
-  if (kind == Weights::Q4_0x8) {  // the group's blocks are the step vectors already (a whole group: n = 8)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* block = w + b * 8 * kQ4Bytes;
-      _mm256_storeu_ps(p.scales.data() + b * 8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block))));
-      for (int s = 0; s < 4; ++s) {
-        const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + 32 * s));
-        _mm256_storeu_si256(out(b) + s, _mm256_and_si256(o, low_mask));
-        _mm256_storeu_si256(out(b) + s + 4, _mm256_and_si256(_mm256_srli_epi16(o, 4), low_mask));
-      }
-    }
-    return;
-  }
   const uint8_t* q[8];
   if (kind == Weights::Q4_K) {
     p.mins.resize(p.scales.size());
@@ -987,23 +1038,26 @@ bool amx_int8_available() {
 }
 
 void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_t rows, int64_t k, const void* xq,
-                     int64_t m, float* y, bool interleaved) {
+                     int64_t m, float* y, bool grouped) {
   const bool vnni = isa != BlockGemmIsa::AVX2;
-  FOUNDRY_CHECK(!interleaved || (format == BlockFormat::Q4_0 && rows % 8 == 0),
-                "gemm_blocks_x86: interleaved weights are q4_0 in groups of 8 rows");
+  FOUNDRY_CHECK(!grouped || ((format == BlockFormat::Q4_0 || format == BlockFormat::Q8_0) && rows % 8 == 0),
+                "gemm_blocks_x86: groups of 8 rows are q4_0 or q8_0 matrices of whole groups");
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* x = static_cast<const uint8_t*>(xq);
   const auto q8_0 = [&](int32_t offset, bool sums) { return activations_q8_0(x, m, k, offset, sums); };
   const auto q8_K = [&](int halves) { return activations_q8_K(x, m, k, halves); };
   switch (format) {
     case BlockFormat::Q4_0:
-      return gemm_levels<4, 1, false>(isa, interleaved ? Weights::Q4_0x8 : Weights::Q4_0, wb, rows, k, q8_0(8, false), m, y);
+      return gemm_levels<4, 1, false>(isa, grouped ? Weights::Q4_0Groups : Weights::Q4_0, wb, rows, k, q8_0(8, false), m, y);
     case BlockFormat::Q4_1: return gemm_levels<4, 1, true>(isa, Weights::Q4_1, wb, rows, k, q8_0(0, true), m, y);
     case BlockFormat::Q5_0: return gemm_levels<5, 1, false>(isa, Weights::Q5_0, wb, rows, k, q8_0(16, false), m, y);
     case BlockFormat::Q5_1: return gemm_levels<5, 1, true>(isa, Weights::Q5_1, wb, rows, k, q8_0(0, true), m, y);
     case BlockFormat::Q8_0:  // VNNI / AMX: levels + 128 and an offset; AVX2: magnitudes times signed activations
-      if (vnni) return gemm_levels<8, 1, false>(isa, Weights::Q8_0Offset, wb, rows, k, q8_0(128, false), m, y);
-      return gemm_avx2<8, 1, false>(Weights::Q8_0Magnitude, wb, rows, k, q8_0(0, false), m, y);
+      if (vnni)
+        return gemm_levels<8, 1, false>(isa, grouped ? Weights::Q8_0OffsetGroups : Weights::Q8_0Offset, wb, rows, k,
+                                        q8_0(128, false), m, y);
+      return gemm_avx2<8, 1, false>(grouped ? Weights::Q8_0MagnitudeGroups : Weights::Q8_0Magnitude, wb, rows, k,
+                                    q8_0(0, false), m, y);
     case BlockFormat::Q4_K: return gemm_levels<4, 1, true>(isa, Weights::Q4_K, wb, rows, k, q8_K(1), m, y);
     case BlockFormat::Q5_K: return gemm_levels<5, 1, true>(isa, Weights::Q5_K, wb, rows, k, q8_K(1), m, y);
     case BlockFormat::Q6_K: return gemm_levels<6, 2, true>(isa, Weights::Q6_K, wb, rows, k, q8_K(2), m, y);

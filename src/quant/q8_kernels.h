@@ -45,15 +45,15 @@ void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y)
 /// environment skips VNNI), the table's scalar dot otherwise.
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y);
 /// How a matrix's blocks lie in memory. Rows: the format's own rows one after the other (GGUF's).
-/// Q4_0x8 (q4_0, rows a multiple of 8): each group of 8 rows in the bytes of those rows, block by
-/// block: block b's 8 fp16 scales (row order), then 4 runs of 32 bytes, run c holding each row's
-/// nibble bytes 4c..4c+3 (row i at 4i). An AVX2 kernel reads the 8 rows' block as one stream and
-/// sums each row's 32 products in one int32 lane with one scale conversion for all 8 (the row
-/// layout's kernel steps two rows by pairs of blocks and converts each block's scale alone).
-enum class WeightLayout { Rows, Q4_0x8 };
-/// The layout decode and prefill read fastest for a [rows, k] matrix of t on this CPU: Q4_0x8 for
-/// q4_0 where the AVX2 kernels run (AVX-512 CPUs too: the group kernel out-reads the VNNI row
-/// kernel), rows a multiple of 8, unless FOUNDRY_ROW_LAYOUT is set; else Rows.
+/// Groups8 (q4_0 or q8_0, rows a multiple of 8): each group of 8 rows in the bytes of those rows,
+/// block by block: block b's 8 fp16 scales (row order), then its payload (q4_0's 16 nibble bytes,
+/// q8_0's 32 levels) in runs of 32 bytes, run c holding each row's payload bytes 4c..4c+3 (row i at
+/// 4i). Decode's kernel reads the 8 rows' block as one stream and sums each row's products in one
+/// int32 lane with one scale conversion for all 8 (row_groups.cpp says what it measured).
+enum class WeightLayout { Rows, Groups8 };
+/// The layout decode and prefill read fastest for a [rows, k] matrix of t on this CPU: Groups8 for
+/// q4_0 and q8_0 where the AVX2 kernels run (AVX-512 CPUs too: the group kernel out-reads the VNNI
+/// row kernels), rows a multiple of 8, unless FOUNDRY_ROW_LAYOUT is set; else Rows.
 WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows);
 /// Rearranges a [rows, k] matrix of t in place from Rows to `layout` (Rows: nothing to do).
 void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int64_t rows, int64_t k);

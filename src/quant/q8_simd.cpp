@@ -595,7 +595,8 @@ bool integer_gemm_preferred(const BlockFormatTraits& t) {
 WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows) {
   // FOUNDRY_ROW_LAYOUT=1 keeps every matrix in its rows (to compare the two).
   static const bool groups = use_avx2() && std::getenv("FOUNDRY_ROW_LAYOUT") == nullptr;
-  return groups && t.format == BlockFormat::Q4_0 && rows % 8 == 0 ? WeightLayout::Q4_0x8 : WeightLayout::Rows;
+  const bool format = t.format == BlockFormat::Q4_0 || t.format == BlockFormat::Q8_0;
+  return groups && format && rows % 8 == 0 ? WeightLayout::Groups8 : WeightLayout::Rows;
 }
 
 bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y,
@@ -603,7 +604,7 @@ bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64
   if (!has_integer_gemm(t)) return false;
   if (m >= kPanelGemmMinRows) {
     const BlockGemmIsa isa = !use_vnni() ? BlockGemmIsa::AVX2 : amx_int8_available() ? BlockGemmIsa::AMX : BlockGemmIsa::VNNI;
-    gemm_blocks_x86(t.format, isa, w, rows, k, xq, m, y, layout == WeightLayout::Q4_0x8);
+    gemm_blocks_x86(t.format, isa, w, rows, k, xq, m, y, layout == WeightLayout::Groups8);
   } else {
     const int64_t act_bytes = quantized_bytes(traits(t.dot_format), 1, k);
     for (int64_t i = 0; i < m; ++i) {
@@ -670,11 +671,12 @@ RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* 
   }};
 }
 
-// The fastest kernel this CPU has for t (in `layout`: Q4_0x8 where preferred_layout chose it).
+// The fastest kernel this CPU has for t (in `layout`: Groups8 where preferred_layout chose it).
 RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq, WeightLayout layout = WeightLayout::Rows) {
-  if (layout == WeightLayout::Q4_0x8) {
-    FOUNDRY_CHECK(t.format == BlockFormat::Q4_0 && use_avx2(), "gemv: q4_0 in groups of 8 rows needs the AVX2 kernels");
-    return {gemv_avx2_q4_0_x8_rows(xq, k), 8};
+  if (layout == WeightLayout::Groups8) {
+    FOUNDRY_CHECK((t.format == BlockFormat::Q4_0 || t.format == BlockFormat::Q8_0) && use_avx2(),
+                  "gemv: groups of 8 rows are q4_0 or q8_0 on the AVX2 kernels");
+    return {gemv_avx2_group_rows(t.format, xq, k), 8};
   }
   // q8_0 and the 32-value nibble formats: VNNI steps, else AVX2 ones.
   const bool byte_blocks = t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0 ||

@@ -43,9 +43,9 @@ bool avx2_available();
 /// The q8_0, q4_0, q4_1, q5_0 or q5_1 AVX2 kernel (avx2_gemv.cpp), the same contract as
 /// gemv_vnni_rows; call only when avx2_available().
 GemvRowRange gemv_avx2_rows(BlockFormat format, const void* xq, int64_t k);
-/// The AVX2 kernel of a q4_0 matrix in WeightLayout::Q4_0x8 (q4_0_x8.cpp), the same contract as
-/// gemv_avx2_rows with rows in groups of 8 (r0 and r1 multiples of 8).
-GemvRowRange gemv_avx2_q4_0_x8_rows(const void* xq, int64_t k);
+/// The AVX2 kernel of a q4_0 or q8_0 matrix in WeightLayout::Groups8 (row_groups.cpp), the same
+/// contract as gemv_avx2_rows with rows in groups of 8 (r0 and r1 multiples of 8).
+GemvRowRange gemv_avx2_group_rows(BlockFormat format, const void* xq, int64_t k);
 /// The nf4 kernel (nf4_gemv_x86.cpp) for a q8_0 row of k values (k a multiple of 64): AVX-512
 /// (`avx512`; call only when vnni_available()) or AVX2 (when avx2_available()); the same contract
 /// as gemv_vnni_rows, any first row.
@@ -62,9 +62,9 @@ bool amx_int8_available();
 /// y[i * rows + r] = dot(row r of w, row i of xq) for a [rows, k] q4_0, q4_1, q5_0, q5_1, q8_0,
 /// q4_K, q5_K or q6_K matrix and m rows of its dot format (q8_0, q8_K), the prefill's integer GEMM
 /// (block_gemm_x86.cpp). The AMX kernels give the VNNI kernels' bits.
-/// `interleaved`: a q4_0 w in WeightLayout::Q4_0x8.
+/// `grouped`: a q4_0 or q8_0 w in WeightLayout::Groups8.
 void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_t rows, int64_t k, const void* xq,
-                     int64_t m, float* y, bool interleaved = false);
+                     int64_t m, float* y, bool grouped = false);
 /// Rows [r0, r1) of a q4_K matrix times one q8_K row (decode) on the calling thread, r0 a
 /// multiple of 4: VNNI or AVX2 as above.
 void gemv_q4_K_rows(bool vnni, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1, float* y);

@@ -454,24 +454,26 @@ TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
   if (kernels == 0) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this CPU";
 }
 
-// q4_0 in groups of 8 rows (WeightLayout::Q4_0x8): every row reads back as the row layout wrote
-// it; decode's kernel over the groups gives the scalar reference's dots (within float order),
-// threads splitting the groups, and through gemv_many beside a matrix of other rows; the prefill's
-// GEMMs (AVX2, VNNI, AMX) give the bits they give over the same rows in the row layout (the same
-// panels; 40 rows end in a VNNI panel of one group). Blocks
-// of top levels against activations of one sign reach the largest int16 sums the kernel holds.
-TEST(QuantKernels, Q4_0InGroupsOfEightRowsMatchesTheRowLayout) {
+// q4_0 and q8_0 in groups of 8 rows (WeightLayout::Groups8): every row reads back as the row
+// layout wrote it; decode's kernel over the groups gives the scalar reference's dots (within float
+// order), threads splitting the groups, and through gemv_many beside a matrix of other rows; the
+// prefill's GEMMs (AVX2, VNNI, AMX) give the bits they give over the same rows in the row layout
+// (the same panels; 40 rows end in a VNNI panel of one group). A block of top levels against
+// activations of one sign reaches the largest int16 sums the kernels hold.
+TEST(QuantKernels, GroupsOfEightRowsMatchTheRowLayout) {
   namespace q = foundry::quant;
   if (!q::avx2_available()) GTEST_SKIP() << "no AVX2 on this CPU";
-  const auto& t = q::traits("q4_0");
-  const auto& act = q::traits(t.dot_format);
   std::mt19937 rng(8);
   std::normal_distribution<float> nd(0.f, 1.f);
+  for (const char* name : {"q4_0", "q8_0"})
   for (auto [rows, k, m] : {std::tuple<int64_t, int64_t, int64_t>{8, 32, 1}, {16, 768, 9}, {40, 96, 11}, {64, 2048, 8}, {24, 64, 3}}) {
+    const auto& t = q::traits(name);
+    const auto& act = q::traits(t.dot_format);
     std::vector<float> w(size_t(rows * k)), x(size_t(m * k));
     for (int64_t i = 0; i < rows * k; ++i) w[size_t(i)] = nd(rng) * std::ldexp(1.f, int((i / 32) % 7) - 3);
     for (float& v : x) v = nd(rng);
-    // Row 5's first block at level 15 but its first value (d < 0), against activation levels of -127.
+    // Row 5's first block at its top level but its first value (q4_0: 15, d < 0; q8_0: -127 and
+    // 120), against activation levels of -127.
     for (int64_t i = 0; i < 32; ++i) w[size_t(5 * k + i)] = i == 0 ? 9.f : -8.4375f;
     for (int64_t i = 0; i < 32; ++i) x[size_t((m - 1) * k + i)] = -9.f;
     const int64_t row_bytes = q::quantized_bytes(t, 1, k), act_bytes = q::quantized_bytes(act, 1, k);
@@ -480,10 +482,10 @@ TEST(QuantKernels, Q4_0InGroupsOfEightRowsMatchesTheRowLayout) {
     for (int64_t i = 0; i < m; ++i) act.quantize(x.data() + i * k, xq.data() + i * act_bytes, k);
     std::vector<uint8_t> groups = rows_layout;
     std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
-    q::to_layout(t, q::WeightLayout::Q4_0x8, groups.data(), rows, k);
+    q::to_layout(t, q::WeightLayout::Groups8, groups.data(), rows, k);
     ASSERT_NE(0, std::memcmp(groups.data(), rows_layout.data(), groups.size()));
     for (int64_t r = 0; r < rows; ++r)
-      ASSERT_EQ(0, std::memcmp(q::row_of(t, q::WeightLayout::Q4_0x8, groups.data(), k, r, row.data()),
+      ASSERT_EQ(0, std::memcmp(q::row_of(t, q::WeightLayout::Groups8, groups.data(), k, r, row.data()),
                                rows_layout.data() + r * row_bytes, size_t(row_bytes))) << "row " << r;
     const int threads_before = foundry::get_num_threads();
     for (int threads : {1, 2}) {
@@ -492,12 +494,13 @@ TEST(QuantKernels, Q4_0InGroupsOfEightRowsMatchesTheRowLayout) {
         const uint8_t* xi = xq.data() + i * act_bytes;
         std::vector<float> y(size_t(rows), -1.f), other(8, -1.f);
         const q::GemvTarget targets[] = {{groups.data(), rows, y.data()}, {groups.data(), 8, other.data()}};
-        q::gemv_many(t, k, xi, targets, q::WeightLayout::Q4_0x8);
+        q::gemv_many(t, k, xi, targets, q::WeightLayout::Groups8);
         for (int64_t r = 0; r < rows; ++r) {
           float scale = 0.f;
           for (int64_t j = 0; j < k; ++j) scale += std::fabs(w[size_t(r * k + j)] * x[size_t(i * k + j)]);
           ASSERT_NEAR(y[size_t(r)], t.dot(rows_layout.data() + r * row_bytes, xi, k), 1e-5f * scale)
-              << "rows " << rows << " k " << k << " activation row " << i << " weight row " << r << " threads " << threads;
+              << name << " rows " << rows << " k " << k << " activation row " << i << " weight row " << r
+              << " threads " << threads;
           if (r < 8) {
             ASSERT_EQ(y[size_t(r)], other[size_t(r)]);
           }
@@ -514,7 +517,7 @@ TEST(QuantKernels, Q4_0InGroupsOfEightRowsMatchesTheRowLayout) {
       q::gemm_blocks_x86(t.format, isa, rows_layout.data(), rows, k, xq.data(), m, y.data());
       q::gemm_blocks_x86(t.format, isa, groups.data(), rows, k, xq.data(), m, z.data(), true);
       ASSERT_EQ(0, std::memcmp(y.data(), z.data(), y.size() * sizeof(float)))
-          << "isa " << int(isa) << " rows " << rows << " k " << k;
+          << name << " isa " << int(isa) << " rows " << rows << " k " << k;
     }
   }
 }
