@@ -1107,7 +1107,7 @@ def test_q8_0_decoding_is_close_to_float32(tmp_path, name):
     assert json.loads(p.stdout.strip().splitlines()[-1]) == g_q8
 
 
-@pytest.mark.parametrize("fmt", ["q8_0", "q4_K"])
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_K"])
 def test_quantized_prefill_is_float_math_on_the_dequantized_weights(tmp_path, fmt):
     """More than 16 rows: products are a GEMM with the dequantized weight; in float32 the quantized
     model's prefill equals the dense model run on a folder whose projection weights were replaced by
