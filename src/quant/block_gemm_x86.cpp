@@ -39,6 +39,7 @@
 #include "foundry/core/parallel.h"
 #include "kernels/cpu/scratch.h"
 #include "quant/formats_internal.h"
+#include "quant/q8_kernels.h"
 #include "quant/vnni_gemv.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -82,11 +83,25 @@ using avx2::f16_at;
 // The *Groups kinds: the same weights in WeightLayout::Groups8 (their panels come from the groups).
 enum class Weights {
   Q4_0, Q8_0Offset, Q8_0Magnitude, Q4_K, Q4_1, Q5_0, Q5_1, Q5_K, Q6_K,
-  Q4_0Groups, Q8_0OffsetGroups, Q8_0MagnitudeGroups
+  Q4_0Groups, Q8_0OffsetGroups, Q8_0MagnitudeGroups, Q4_1Groups, Q5_0Groups, Q5_1Groups
 };
 
 bool grouped(Weights kind) {
-  return kind == Weights::Q4_0Groups || kind == Weights::Q8_0OffsetGroups || kind == Weights::Q8_0MagnitudeGroups;
+  return kind == Weights::Q4_0Groups || kind == Weights::Q8_0OffsetGroups || kind == Weights::Q8_0MagnitudeGroups ||
+         kind == Weights::Q4_1Groups || kind == Weights::Q5_0Groups || kind == Weights::Q5_1Groups;
+}
+
+// The kind of the same weights in rows.
+Weights in_rows(Weights kind) {
+  switch (kind) {
+    case Weights::Q4_0Groups: return Weights::Q4_0;
+    case Weights::Q8_0OffsetGroups: return Weights::Q8_0Offset;
+    case Weights::Q8_0MagnitudeGroups: return Weights::Q8_0Magnitude;
+    case Weights::Q4_1Groups: return Weights::Q4_1;
+    case Weights::Q5_0Groups: return Weights::Q5_0;
+    case Weights::Q5_1Groups: return Weights::Q5_1;
+    default: return kind;
+  }
 }
 
 // The formats packed through block_levels.
@@ -279,19 +294,17 @@ FOUNDRY_AVX2_TARGET inline void rows8_bytes32(const uint8_t* const (&q)[8], __m2
 }
 
 int64_t weight_row_bytes(Weights kind, int64_t k) {
-  switch (kind) {
+  switch (in_rows(kind)) {
     case Weights::Q4_K: return k / detail::kQK_K * detail::kQ4_KBytes;
     case Weights::Q5_K: return k / detail::kQK_K * detail::kQ5_KBytes;
     case Weights::Q6_K: return k / detail::kQK_K * detail::kQ6_KBytes;
-    case Weights::Q4_0:
-    case Weights::Q4_0Groups: return k / 32 * kQ4Bytes;
+    case Weights::Q4_0: return k / 32 * kQ4Bytes;
     case Weights::Q4_1: return k / 32 * 20;
     case Weights::Q5_0: return k / 32 * 22;
     case Weights::Q5_1: return k / 32 * 24;
     case Weights::Q8_0Offset:
-    case Weights::Q8_0Magnitude:
-    case Weights::Q8_0OffsetGroups:
-    case Weights::Q8_0MagnitudeGroups: return k / 32 * kQ8Bytes;
+    case Weights::Q8_0Magnitude: return k / 32 * kQ8Bytes;
+    default: break;
   }
   return 0;
 }
@@ -413,75 +426,92 @@ FOUNDRY_AVX2_TARGET void transpose_rows8(const uint8_t* const (&q)[8], uint8_t* 
 }
 
 // Panels from WeightLayout::Groups8: a group's runs of a block are the step vectors (lane i = row
-// i, 4 bytes a lane) as they lie; q4_0's split into low and high nibbles, q8_0's as the row layout's
-// panels hold them (VNNI: levels + 128; AVX2: magnitudes and the signed levels).
-FOUNDRY_AVX2_TARGET inline __m256 group_scales(const uint8_t* block) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block)));
+// i, 4 bytes a lane) as they lie. The nibble formats' run s gives steps s (low nibbles: levels
+// 4s..) and s + 4 (high: 16 + 4s..), the q5 kinds' fifth bits added from the rows' masks; q8_0's
+// as the row layout's panels hold them (VNNI: levels + 128; AVX2: magnitudes and the signed
+// levels). Scales (and q4_1 / q5_1's minimums) are the header's 8 halves, converted at once.
+struct GroupHeader {
+  bool nibbles, min, fifth;
+  int64_t header;  // bytes a row before the payload: the runs start at 8 x header
+};
+
+GroupHeader group_header(Weights kind) {
+  switch (in_rows(kind)) {
+    case Weights::Q4_1: return {true, true, false, 4};
+    case Weights::Q5_0: return {true, false, true, 6};
+    case Weights::Q5_1: return {true, true, true, 8};
+    case Weights::Q4_0: return {true, false, false, 2};
+    default: return {false, false, false, 2};  // q8_0
+  }
 }
 
-FOUNDRY_AVX2_TARGET inline __m256i group_run(const uint8_t* block, int s) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 16 + 32 * s));
+FOUNDRY_AVX2_TARGET inline __m256 group_halves(const uint8_t* at) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
 }
 
-// Run s of two groups' blocks: the first's in the low half.
-FOUNDRY_VNNI_TARGET inline __m512i group_runs(const uint8_t* first, const uint8_t* second, int s) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(group_run(first, s)), group_run(second, s), 1);
+// Step s of a group's block: the levels 4s..4s + 3 of each row (the nibble formats), or q8_0's run s.
+FOUNDRY_AVX2_TARGET inline __m256i group_step(const uint8_t* block, const GroupHeader& h, int s) {
+  const auto* runs = reinterpret_cast<const __m256i*>(block + 8 * h.header);
+  if (!h.nibbles) return _mm256_loadu_si256(runs + s);
+  const __m256i v = _mm256_loadu_si256(runs + s % 4), low_mask = _mm256_set1_epi8(0x0F);
+  __m256i levels = _mm256_and_si256(s < 4 ? v : _mm256_srli_epi16(v, 4), low_mask);
+  if (h.fifth) {
+    const __m256i masks = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 8 * (h.header - 4)));
+    levels = _mm256_or_si256(levels, avx2::fifth_bits(masks, s < 4 ? 4 * s : 16 + 4 * (s - 4)));
+  }
+  return levels;
 }
 
 FOUNDRY_VNNI_TARGET void pack_groups_vnni(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
                                           Panel& p) {
-  const bool nibbles = kind == Weights::Q4_0Groups;
-  const int64_t blocks = k / 32, group_block = 8 * (nibbles ? kQ4Bytes : kQ8Bytes);
+  const GroupHeader h = group_header(kind);
+  const int64_t blocks = k / 32, group_block = 8 * row_bytes / blocks;
   p.levels.resize(size_t(blocks * kStepsPerBlock * 64));
   p.scales.resize(size_t(blocks * 16));
-  const __m512i low_mask = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(int8_t(0x80));
+  if (h.min) p.mins.resize(p.scales.size());
+  const __m512i flip = _mm512_set1_epi8(int8_t(0x80));
   // Rows 0-7 from the first group, 8-15 from the second (n = 8: rows 8-15 missing, read from the first).
   const uint8_t* second = n > 8 ? w + 8 * row_bytes : w;
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t *first_block = w + b * group_block, *second_block = second + b * group_block;
-    _mm256_storeu_ps(p.scales.data() + b * 16, group_scales(first_block));
-    _mm256_storeu_ps(p.scales.data() + b * 16 + 8, n > 8 ? group_scales(second_block) : _mm256_setzero_ps());
+    for (int f = 0; f < (h.min ? 2 : 1); ++f) {  // the scales, then the minimums
+      float* out = (f ? p.mins : p.scales).data() + b * 16;
+      _mm256_storeu_ps(out, group_halves(first_block + 16 * f));
+      _mm256_storeu_ps(out + 8, n > 8 ? group_halves(second_block + 16 * f) : _mm256_setzero_ps());
+    }
     auto* out = reinterpret_cast<__m512i*>(p.levels.data() + b * kStepsPerBlock * 64);
-    if (nibbles) {
-      for (int s = 0; s < 4; ++s) {
-        const __m512i o = group_runs(first_block, second_block, s);
-        _mm512_storeu_si512(out + s, _mm512_and_si512(o, low_mask));
-        _mm512_storeu_si512(out + s + 4, _mm512_and_si512(_mm512_srli_epi16(o, 4), low_mask));
-      }
-    } else {
-      for (int s = 0; s < 8; ++s) _mm512_storeu_si512(out + s, _mm512_xor_si512(group_runs(first_block, second_block, s), flip));
+    for (int s = 0; s < 8; ++s) {
+      const __m512i o = _mm512_inserti64x4(_mm512_castsi256_si512(group_step(first_block, h, s)),
+                                           group_step(second_block, h, s), 1);
+      _mm512_storeu_si512(out + s, h.nibbles ? o : _mm512_xor_si512(o, flip));
     }
   }
 }
 
-FOUNDRY_AVX2_TARGET void pack_groups_avx2(Weights kind, const uint8_t* w, int64_t, int64_t, int64_t k, Panel& p) {
-  const bool nibbles = kind == Weights::Q4_0Groups;
-  const int64_t blocks = k / 32, group_block = 8 * (nibbles ? kQ4Bytes : kQ8Bytes);
+FOUNDRY_AVX2_TARGET void pack_groups_avx2(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t, int64_t k,
+                                          Panel& p) {
+  const GroupHeader h = group_header(kind);
+  const int64_t blocks = k / 32, group_block = 8 * row_bytes / blocks;
   p.levels.resize(size_t(blocks * kStepsPerBlock * 32));
-  if (!nibbles) p.signs.resize(p.levels.size());
+  if (!h.nibbles) p.signs.resize(p.levels.size());
   p.scales.resize(size_t(blocks * 8));
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  if (h.min) p.mins.resize(p.scales.size());
   for (int64_t b = 0; b < blocks; ++b) {  // a whole group: panels of 8 rows, rows a multiple of 8
     const uint8_t* block = w + b * group_block;
-    _mm256_storeu_ps(p.scales.data() + b * 8, group_scales(block));
+    _mm256_storeu_ps(p.scales.data() + b * 8, group_halves(block));
+    if (h.min) _mm256_storeu_ps(p.mins.data() + b * 8, group_halves(block + 16));
     auto* out = reinterpret_cast<__m256i*>(p.levels.data() + b * kStepsPerBlock * 32);
-    if (nibbles) {
-      for (int s = 0; s < 4; ++s) {
-        const __m256i o = group_run(block, s);
-        _mm256_storeu_si256(out + s, _mm256_and_si256(o, low_mask));
-        _mm256_storeu_si256(out + s + 4, _mm256_and_si256(_mm256_srli_epi16(o, 4), low_mask));
-      }
-    } else {
-      auto* signs = reinterpret_cast<__m256i*>(p.signs.data() + b * kStepsPerBlock * 32);
-      for (int s = 0; s < 8; ++s) {
-        const __m256i o = group_run(block, s);
+    for (int s = 0; s < 8; ++s) {
+      const __m256i o = group_step(block, h, s);
+      if (h.nibbles) {
+        _mm256_storeu_si256(out + s, o);
+      } else {
         _mm256_storeu_si256(out + s, _mm256_abs_epi8(o));
-        _mm256_storeu_si256(signs + s, o);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.signs.data() + b * kStepsPerBlock * 32) + s, o);
       }
     }
   }
 }
-
 
 // Rows [r0, r0 + n) of w (n <= 16) into a VNNI panel: each block's rows of levels are loaded a row
 // at a time and transposed into the step vectors in registers (gathering each step's dwords
@@ -1040,8 +1070,8 @@ bool amx_int8_available() {
 void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_t rows, int64_t k, const void* xq,
                      int64_t m, float* y, bool grouped) {
   const bool vnni = isa != BlockGemmIsa::AVX2;
-  FOUNDRY_CHECK(!grouped || ((format == BlockFormat::Q4_0 || format == BlockFormat::Q8_0) && rows % 8 == 0),
-                "gemm_blocks_x86: groups of 8 rows are q4_0 or q8_0 matrices of whole groups");
+  FOUNDRY_CHECK(!grouped || (has_row_groups(format) && rows % 8 == 0),
+                "gemm_blocks_x86: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1 or q8_0 matrix of whole groups");
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* x = static_cast<const uint8_t*>(xq);
   const auto q8_0 = [&](int32_t offset, bool sums) { return activations_q8_0(x, m, k, offset, sums); };
@@ -1049,9 +1079,12 @@ void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_
   switch (format) {
     case BlockFormat::Q4_0:
       return gemm_levels<4, 1, false>(isa, grouped ? Weights::Q4_0Groups : Weights::Q4_0, wb, rows, k, q8_0(8, false), m, y);
-    case BlockFormat::Q4_1: return gemm_levels<4, 1, true>(isa, Weights::Q4_1, wb, rows, k, q8_0(0, true), m, y);
-    case BlockFormat::Q5_0: return gemm_levels<5, 1, false>(isa, Weights::Q5_0, wb, rows, k, q8_0(16, false), m, y);
-    case BlockFormat::Q5_1: return gemm_levels<5, 1, true>(isa, Weights::Q5_1, wb, rows, k, q8_0(0, true), m, y);
+    case BlockFormat::Q4_1:
+      return gemm_levels<4, 1, true>(isa, grouped ? Weights::Q4_1Groups : Weights::Q4_1, wb, rows, k, q8_0(0, true), m, y);
+    case BlockFormat::Q5_0:
+      return gemm_levels<5, 1, false>(isa, grouped ? Weights::Q5_0Groups : Weights::Q5_0, wb, rows, k, q8_0(16, false), m, y);
+    case BlockFormat::Q5_1:
+      return gemm_levels<5, 1, true>(isa, grouped ? Weights::Q5_1Groups : Weights::Q5_1, wb, rows, k, q8_0(0, true), m, y);
     case BlockFormat::Q8_0:  // VNNI / AMX: levels + 128 and an offset; AVX2: magnitudes times signed activations
       if (vnni)
         return gemm_levels<8, 1, false>(isa, grouped ? Weights::Q8_0OffsetGroups : Weights::Q8_0Offset, wb, rows, k,

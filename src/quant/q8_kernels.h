@@ -45,15 +45,19 @@ void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y)
 /// environment skips VNNI), the table's scalar dot otherwise.
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y);
 /// How a matrix's blocks lie in memory. Rows: the format's own rows one after the other (GGUF's).
-/// Groups8 (q4_0 or q8_0, rows a multiple of 8): each group of 8 rows in the bytes of those rows,
-/// block by block: block b's 8 fp16 scales (row order), then its payload (q4_0's 16 nibble bytes,
-/// q8_0's 32 levels) in runs of 32 bytes, run c holding each row's payload bytes 4c..4c+3 (row i at
+/// Groups8 (rows a multiple of 8): each group of 8 rows in the bytes of those rows, block by block:
+/// block b's 8 fp16 scales (row order), then its payload (16 nibble bytes, or q8_0's 32 levels) in
+/// runs of 32 bytes, run c holding each row's payload bytes 4c..4c+3 (row i at
 /// 4i). Decode's kernel reads the 8 rows' block as one stream and sums each row's products in one
 /// int32 lane with one scale conversion for all 8 (row_groups.cpp says what it measured).
 enum class WeightLayout { Rows, Groups8 };
+/// The formats Groups8 takes: q4_0, q4_1, q5_0, q5_1 (a block's header fields, d [m] [fifth bits],
+/// each for the 8 rows in turn, before the runs) and q8_0.
+bool has_row_groups(BlockFormat format);
 /// The layout decode and prefill read fastest for a [rows, k] matrix of t on this CPU: Groups8 for
-/// q4_0 and q8_0 where the AVX2 kernels run (AVX-512 CPUs too: the group kernel out-reads the VNNI
-/// row kernels), rows a multiple of 8, unless FOUNDRY_ROW_LAYOUT is set; else Rows.
+/// has_row_groups formats where the AVX2 kernels run (q4_0 and q4_1 on AVX-512 VNNI CPUs too, where
+/// the group kernel out-reads the VNNI row kernel; q5_0, q5_1, q8_0 only without VNNI), rows a
+/// multiple of 8, unless FOUNDRY_ROW_LAYOUT is set; else Rows.
 WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows);
 /// Rearranges a [rows, k] matrix of t in place from Rows to `layout` (Rows: nothing to do).
 void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int64_t rows, int64_t k);

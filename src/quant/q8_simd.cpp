@@ -595,8 +595,14 @@ bool integer_gemm_preferred(const BlockFormatTraits& t) {
 WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows) {
   // FOUNDRY_ROW_LAYOUT=1 keeps every matrix in its rows (to compare the two).
   static const bool groups = use_avx2() && std::getenv("FOUNDRY_ROW_LAYOUT") == nullptr;
-  const bool format = t.format == BlockFormat::Q4_0 || t.format == BlockFormat::Q8_0;
-  return groups && format && rows % 8 == 0 ? WeightLayout::Groups8 : WeightLayout::Rows;
+  // With AVX-512 VNNI the row kernels of q8_0 (one row a step) and of the q5 kinds (fifth bits
+  // through byte masks) read as fast as the AVX2 group kernel or faster (bench_infer --products, both
+  // layouts in one process, 1 thread: q8_0 32.0-33.4 against 32.2-36.6 GB/s, q5_0 17.7 / 18.9);
+  // q4_0's and q4_1's (four rows, four streams) read slower (29.4-33.6 / 27.7-29.8, q4_1 32.8-36.9 /
+  // 27.1-29.6). Without VNNI the groups win for every format (docs/quantization.md).
+  const bool vnni_reads_rows = use_vnni() && t.format != BlockFormat::Q4_0 && t.format != BlockFormat::Q4_1;
+  const bool chosen = groups && has_row_groups(t.format) && !vnni_reads_rows;
+  return chosen && rows % 8 == 0 ? WeightLayout::Groups8 : WeightLayout::Rows;
 }
 
 bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y,
@@ -674,8 +680,7 @@ RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* 
 // The fastest kernel this CPU has for t (in `layout`: Groups8 where preferred_layout chose it).
 RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq, WeightLayout layout = WeightLayout::Rows) {
   if (layout == WeightLayout::Groups8) {
-    FOUNDRY_CHECK((t.format == BlockFormat::Q4_0 || t.format == BlockFormat::Q8_0) && use_avx2(),
-                  "gemv: groups of 8 rows are q4_0 or q8_0 on the AVX2 kernels");
+    FOUNDRY_CHECK(has_row_groups(t.format) && use_avx2(), "gemv: {} in groups of 8 rows needs the AVX2 kernels", t.name);
     return {gemv_avx2_group_rows(t.format, xq, k), 8};
   }
   // q8_0 and the 32-value nibble formats: VNNI steps, else AVX2 ones.

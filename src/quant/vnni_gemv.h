@@ -43,7 +43,7 @@ bool avx2_available();
 /// The q8_0, q4_0, q4_1, q5_0 or q5_1 AVX2 kernel (avx2_gemv.cpp), the same contract as
 /// gemv_vnni_rows; call only when avx2_available().
 GemvRowRange gemv_avx2_rows(BlockFormat format, const void* xq, int64_t k);
-/// The AVX2 kernel of a q4_0 or q8_0 matrix in WeightLayout::Groups8 (row_groups.cpp), the same
+/// The AVX2 kernel of a matrix in WeightLayout::Groups8 (row_groups.cpp), the same
 /// contract as gemv_avx2_rows with rows in groups of 8 (r0 and r1 multiples of 8).
 GemvRowRange gemv_avx2_group_rows(BlockFormat format, const void* xq, int64_t k);
 /// The nf4 kernel (nf4_gemv_x86.cpp) for a q8_0 row of k values (k a multiple of 64): AVX-512
@@ -62,7 +62,7 @@ bool amx_int8_available();
 /// y[i * rows + r] = dot(row r of w, row i of xq) for a [rows, k] q4_0, q4_1, q5_0, q5_1, q8_0,
 /// q4_K, q5_K or q6_K matrix and m rows of its dot format (q8_0, q8_K), the prefill's integer GEMM
 /// (block_gemm_x86.cpp). The AMX kernels give the VNNI kernels' bits.
-/// `grouped`: a q4_0 or q8_0 w in WeightLayout::Groups8.
+/// `grouped`: w in WeightLayout::Groups8.
 void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_t rows, int64_t k, const void* xq,
                      int64_t m, float* y, bool grouped = false);
 /// Rows [r0, r1) of a q4_K matrix times one q8_K row (decode) on the calling thread, r0 a

@@ -454,7 +454,7 @@ TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
   if (kernels == 0) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this CPU";
 }
 
-// q4_0 and q8_0 in groups of 8 rows (WeightLayout::Groups8): every row reads back as the row
+// q4_0, q4_1, q5_0, q5_1 and q8_0 in groups of 8 rows (WeightLayout::Groups8): every row reads back as the row
 // layout wrote it; decode's kernel over the groups gives the scalar reference's dots (within float
 // order), threads splitting the groups, and through gemv_many beside a matrix of other rows; the
 // prefill's GEMMs (AVX2, VNNI, AMX) give the bits they give over the same rows in the row layout
@@ -465,15 +465,15 @@ TEST(QuantKernels, GroupsOfEightRowsMatchTheRowLayout) {
   if (!q::avx2_available()) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(8);
   std::normal_distribution<float> nd(0.f, 1.f);
-  for (const char* name : {"q4_0", "q8_0"})
+  for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
   for (auto [rows, k, m] : {std::tuple<int64_t, int64_t, int64_t>{8, 32, 1}, {16, 768, 9}, {40, 96, 11}, {64, 2048, 8}, {24, 64, 3}}) {
     const auto& t = q::traits(name);
     const auto& act = q::traits(t.dot_format);
     std::vector<float> w(size_t(rows * k)), x(size_t(m * k));
     for (int64_t i = 0; i < rows * k; ++i) w[size_t(i)] = nd(rng) * std::ldexp(1.f, int((i / 32) % 7) - 3);
     for (float& v : x) v = nd(rng);
-    // Row 5's first block at its top level but its first value (q4_0: 15, d < 0; q8_0: -127 and
-    // 120), against activation levels of -127.
+    // Row 5's first block at its top level but its first value (q4_0: 15, q5_0: 31, d < 0; q8_0:
+    // -127 and 120), against activation levels of -127: the largest int16 sums the kernels hold.
     for (int64_t i = 0; i < 32; ++i) w[size_t(5 * k + i)] = i == 0 ? 9.f : -8.4375f;
     for (int64_t i = 0; i < 32; ++i) x[size_t((m - 1) * k + i)] = -9.f;
     const int64_t row_bytes = q::quantized_bytes(t, 1, k), act_bytes = q::quantized_bytes(act, 1, k);

@@ -102,8 +102,14 @@ def test_quantized_logits_agree_under_every_cap(folder):
                 got = np.array(runs[cap][fmt][path])
                 assert got.shape == want.shape
                 # The same integer block products, summed in another float order per kernel (nf4's
-                # x86 kernels take the codebook as int16, the others as float32).
-                assert np.abs(got - want).max() <= 1e-4 * scale, (fmt, path, cap, np.abs(got - want).max(), scale)
+                # x86 kernels take the codebook as int16, the others as float32; a matrix in groups
+                # of 8 rows sums a block in one int32 where the row kernels keep four lanes). The
+                # next product quantizes its activation to q8_0, so a sum that lands on the other
+                # side of a rounding step moves a level at one position: allowed at one of the 12
+                # positions (q5_1's groups under the AVX2 cap: 1.3e-3 of the scale at position 5).
+                err = np.abs(got - want).reshape(-1, got.shape[-1]).max(axis=1)
+                assert (err > 1e-4 * scale).sum() <= (1 if path == "prefill" else 0), (fmt, path, cap, err, scale)
+                assert err.max() <= 3e-3 * scale, (fmt, path, cap, err.max(), scale)
 
 
 def test_bfloat16_model_agrees_under_every_cap(folder):
