@@ -55,29 +55,29 @@ HeaderFields header_fields(BlockFormat f) {
   return h;
 }
 
-// Row i's block (block_bytes, the format's own layout) to or from its place in a group block.
-template <bool kToGroup>
-void move_block(const HeaderFields& h, int64_t block_bytes, int i, const uint8_t* from, uint8_t* to) {
-  uint8_t* group = kToGroup ? to : const_cast<uint8_t*>(from);
-  uint8_t* block = kToGroup ? const_cast<uint8_t*>(from) : to;
-  const auto copy = [&](int64_t at_group, int64_t at_block, int width) {
-    if (kToGroup) std::memcpy(group + at_group, block + at_block, size_t(width));
-    else std::memcpy(block + at_block, group + at_group, size_t(width));
-  };
+// Calls piece(at_group, at_block, width) for each piece of row i's block (block_bytes, the format's
+// own layout): where it sits in the group's block and in the row's.
+template <class Piece>
+void for_each_piece(const HeaderFields& h, int64_t block_bytes, int i, Piece piece) {
   int64_t at = 0;
   for (int f = 0; f < h.count; ++f) {
-    copy(8 * at + i * h.widths[f], at, h.widths[f]);
+    piece(8 * at + i * h.widths[f], at, h.widths[f]);
     at += h.widths[f];
   }
-  for (int64_t c = 0; c < (block_bytes - h.bytes) / 4; ++c) copy(8 * h.bytes + 32 * c + 4 * i, h.bytes + 4 * c, 4);
+  for (int64_t c = 0; c < (block_bytes - h.bytes) / 4; ++c) piece(8 * h.bytes + 32 * c + 4 * i, h.bytes + 4 * c, 4);
 }
 
 void group_from_rows(const BlockFormatTraits& t, const uint8_t* rows, int64_t blocks, uint8_t* out) {
   const HeaderFields h = header_fields(t.format);
   const int64_t row_bytes = blocks * t.block_bytes;
   for (int64_t b = 0; b < blocks; ++b)
-    for (int i = 0; i < 8; ++i)
-      move_block<true>(h, t.block_bytes, i, rows + i * row_bytes + b * t.block_bytes, out + b * 8 * t.block_bytes);
+    for (int i = 0; i < 8; ++i) {
+      const uint8_t* block = rows + i * row_bytes + b * t.block_bytes;
+      uint8_t* group_block = out + b * 8 * t.block_bytes;
+      for_each_piece(h, t.block_bytes, i, [&](int64_t at_group, int64_t at_block, int width) {
+        std::memcpy(group_block + at_group, block + at_block, size_t(width));
+      });
+    }
 }
 
 }  // namespace
@@ -108,8 +108,13 @@ const uint8_t* row_of(const BlockFormatTraits& t, WeightLayout layout, const uin
   if (layout == WeightLayout::Rows) return w + r * row_bytes;
   const HeaderFields h = header_fields(t.format);
   const uint8_t* group = w + (r / 8) * 8 * row_bytes;
-  for (int64_t b = 0; b < k / 32; ++b)
-    move_block<false>(h, t.block_bytes, int(r % 8), group + b * 8 * t.block_bytes, buffer + b * t.block_bytes);
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const uint8_t* group_block = group + b * 8 * t.block_bytes;
+    uint8_t* block = buffer + b * t.block_bytes;
+    for_each_piece(h, t.block_bytes, int(r % 8), [&](int64_t at_group, int64_t at_block, int width) {
+      std::memcpy(block + at_block, group_block + at_group, size_t(width));
+    });
+  }
   return buffer;
 }
 
