@@ -46,9 +46,18 @@ struct Matrix {
   int64_t rows = 0, k = 0;
 };
 
+// `bytes` in 2 MiB-aligned memory advised into huge pages.
+std::unique_ptr<uint8_t, FreeDeleter> huge_page_bytes(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
+  std::unique_ptr<uint8_t, FreeDeleter> p(static_cast<uint8_t*>(std::aligned_alloc(kHuge, size)));
+  if (!p) raise<Error>("out of memory: {} MB of weights", size >> 20);
+  madvise(p.get(), size, MADV_HUGEPAGE);
+  return p;
+}
+
 Matrix make_matrix(const quant::BlockFormatTraits& t, int64_t rows, int64_t k, std::mt19937& rng) {
   constexpr int64_t kDistinctRows = 64;
-  constexpr size_t kHuge = size_t(2) << 20;
   const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
   std::vector<float> x(static_cast<size_t>(k));
   std::normal_distribution<float> normal(0.f, 0.02f);
@@ -57,13 +66,18 @@ Matrix make_matrix(const quant::BlockFormatTraits& t, int64_t rows, int64_t k, s
     for (float& v : x) v = normal(rng);
     t.quantize(x.data(), distinct.data() + r * row_bytes, k);
   }
-  const size_t size = (size_t(rows * row_bytes) + kHuge - 1) / kHuge * kHuge;
-  Matrix m{std::unique_ptr<uint8_t, FreeDeleter>(static_cast<uint8_t*>(std::aligned_alloc(kHuge, size))), rows, k};
-  if (!m.bytes) raise<Error>("out of memory: {} MB of weights", size >> 20);
-  madvise(m.bytes.get(), size, MADV_HUGEPAGE);
+  Matrix m{huge_page_bytes(size_t(rows * row_bytes)), rows, k};
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(m.bytes.get() + r * row_bytes, distinct.data() + (r % kDistinctRows) * row_bytes, size_t(row_bytes));
   return m;
+}
+
+// The same bytes in memory of their own, placed as make_matrix places them.
+Matrix copy_of(const quant::BlockFormatTraits& t, const Matrix& m) {
+  const size_t bytes = size_t(quant::quantized_bytes(t, m.rows, m.k));
+  Matrix copy{huge_page_bytes(bytes), m.rows, m.k};
+  std::memcpy(copy.bytes.get(), m.bytes.get(), bytes);
+  return copy;
 }
 
 // Words [b, e) summed: 256 bits a load, four accumulators (AVX2 where the CPU has it: the plain
@@ -153,10 +167,7 @@ int products_bench(const std::string& format, int rounds) {
     for (auto& job : jobs) {
       row_jobs.emplace_back();
       for (Matrix& m : job) {
-        const int64_t bytes = quant::quantized_bytes(t, m.rows, m.k);
-        Matrix copy = make_matrix(t, m.rows, m.k, rng);
-        std::memcpy(copy.bytes.get(), m.bytes.get(), size_t(bytes));
-        row_jobs.back().push_back(std::move(copy));
+        row_jobs.back().push_back(copy_of(t, m));
         quant::to_layout(t, layout, m.bytes.get(), m.rows, m.k);
       }
     }

@@ -224,13 +224,7 @@ GemvRowRange prepared_rows(const void* xq, int64_t k) {
 }  // namespace
 
 GemvRowRange gemv_avx2_rows(BlockFormat format, const void* xq, int64_t k) {
-  switch (format) {
-    case BlockFormat::Q4_0: return prepared_rows<BlockFormat::Q4_0>(xq, k);
-    case BlockFormat::Q4_1: return prepared_rows<BlockFormat::Q4_1>(xq, k);
-    case BlockFormat::Q5_0: return prepared_rows<BlockFormat::Q5_0>(xq, k);
-    case BlockFormat::Q5_1: return prepared_rows<BlockFormat::Q5_1>(xq, k);
-    default: return prepared_rows<BlockFormat::Q8_0>(xq, k);
-  }
+  return with_byte_block_format(format, [&]<BlockFormat F>() { return prepared_rows<F>(xq, k); });
 }
 
 #else

@@ -80,29 +80,14 @@ constexpr int kSubBlocks = int(detail::kQK_K / 32);
 using avx2::dword_at;
 using avx2::f16_at;
 
-// The *Groups kinds: the same weights in WeightLayout::Groups8 (their panels come from the groups).
-enum class Weights {
-  Q4_0, Q8_0Offset, Q8_0Magnitude, Q4_K, Q4_1, Q5_0, Q5_1, Q5_K, Q6_K,
-  Q4_0Groups, Q8_0OffsetGroups, Q8_0MagnitudeGroups, Q4_1Groups, Q5_0Groups, Q5_1Groups
-};
+enum class Weights { Q4_0, Q8_0Offset, Q8_0Magnitude, Q4_K, Q4_1, Q5_0, Q5_1, Q5_K, Q6_K };
 
-bool grouped(Weights kind) {
-  return kind == Weights::Q4_0Groups || kind == Weights::Q8_0OffsetGroups || kind == Weights::Q8_0MagnitudeGroups ||
-         kind == Weights::Q4_1Groups || kind == Weights::Q5_0Groups || kind == Weights::Q5_1Groups;
-}
-
-// The kind of the same weights in rows.
-Weights in_rows(Weights kind) {
-  switch (kind) {
-    case Weights::Q4_0Groups: return Weights::Q4_0;
-    case Weights::Q8_0OffsetGroups: return Weights::Q8_0Offset;
-    case Weights::Q8_0MagnitudeGroups: return Weights::Q8_0Magnitude;
-    case Weights::Q4_1Groups: return Weights::Q4_1;
-    case Weights::Q5_0Groups: return Weights::Q5_0;
-    case Weights::Q5_1Groups: return Weights::Q5_1;
-    default: return kind;
-  }
-}
+// A kind with this bit set: the same weights in WeightLayout::Groups8 (their panels come from the
+// groups; block_gemm's other code reads the kind without it).
+constexpr int kGroupsBit = 0x100;
+Weights in_groups(Weights kind, bool grouped) { return grouped ? Weights(int(kind) | kGroupsBit) : kind; }
+bool grouped(Weights kind) { return (int(kind) & kGroupsBit) != 0; }
+Weights in_rows(Weights kind) { return Weights(int(kind) & ~kGroupsBit); }
 
 // The formats packed through block_levels.
 bool unpacked_by_blocks(Weights kind) {
@@ -304,7 +289,6 @@ int64_t weight_row_bytes(Weights kind, int64_t k) {
     case Weights::Q5_1: return k / 32 * 24;
     case Weights::Q8_0Offset:
     case Weights::Q8_0Magnitude: return k / 32 * kQ8Bytes;
-    default: break;
   }
   return 0;
 }
@@ -430,18 +414,13 @@ FOUNDRY_AVX2_TARGET void transpose_rows8(const uint8_t* const (&q)[8], uint8_t* 
 // 4s..) and s + 4 (high: 16 + 4s..), the q5 kinds' fifth bits added from the rows' masks; q8_0's
 // as the row layout's panels hold them (VNNI: levels + 128; AVX2: magnitudes and the signed
 // levels). Scales (and q4_1 / q5_1's minimums) are the header's 8 halves, converted at once.
-struct GroupHeader {
-  bool nibbles, min, fifth;
-  int64_t header;  // bytes a row before the payload: the runs start at 8 x header
-};
-
-GroupHeader group_header(Weights kind) {
+BlockHeader group_header(Weights kind) {
   switch (in_rows(kind)) {
-    case Weights::Q4_1: return {true, true, false, 4};
-    case Weights::Q5_0: return {true, false, true, 6};
-    case Weights::Q5_1: return {true, true, true, 8};
-    case Weights::Q4_0: return {true, false, false, 2};
-    default: return {false, false, false, 2};  // q8_0
+    case Weights::Q4_0: return block_header(BlockFormat::Q4_0);
+    case Weights::Q4_1: return block_header(BlockFormat::Q4_1);
+    case Weights::Q5_0: return block_header(BlockFormat::Q5_0);
+    case Weights::Q5_1: return block_header(BlockFormat::Q5_1);
+    default: return block_header(BlockFormat::Q8_0);
   }
 }
 
@@ -450,13 +429,13 @@ FOUNDRY_AVX2_TARGET inline __m256 group_halves(const uint8_t* at) {
 }
 
 // Step s of a group's block: the levels 4s..4s + 3 of each row (the nibble formats), or q8_0's run s.
-FOUNDRY_AVX2_TARGET inline __m256i group_step(const uint8_t* block, const GroupHeader& h, int s) {
-  const auto* runs = reinterpret_cast<const __m256i*>(block + 8 * h.header);
+FOUNDRY_AVX2_TARGET inline __m256i group_step(const uint8_t* block, const BlockHeader& h, int s) {
+  const auto* runs = reinterpret_cast<const __m256i*>(block + 8 * h.bytes);
   if (!h.nibbles) return _mm256_loadu_si256(runs + s);
   const __m256i v = _mm256_loadu_si256(runs + s % 4), low_mask = _mm256_set1_epi8(0x0F);
   __m256i levels = _mm256_and_si256(s < 4 ? v : _mm256_srli_epi16(v, 4), low_mask);
   if (h.fifth) {
-    const __m256i masks = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 8 * (h.header - 4)));
+    const __m256i masks = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 8 * (h.bytes - 4)));
     levels = _mm256_or_si256(levels, avx2::fifth_bits(masks, s < 4 ? 4 * s : 16 + 4 * (s - 4)));
   }
   return levels;
@@ -464,7 +443,7 @@ FOUNDRY_AVX2_TARGET inline __m256i group_step(const uint8_t* block, const GroupH
 
 FOUNDRY_VNNI_TARGET void pack_groups_vnni(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
                                           Panel& p) {
-  const GroupHeader h = group_header(kind);
+  const BlockHeader h = group_header(kind);
   const int64_t blocks = k / 32, group_block = 8 * row_bytes / blocks;
   p.levels.resize(size_t(blocks * kStepsPerBlock * 64));
   p.scales.resize(size_t(blocks * 16));
@@ -490,7 +469,7 @@ FOUNDRY_VNNI_TARGET void pack_groups_vnni(Weights kind, const uint8_t* w, int64_
 
 FOUNDRY_AVX2_TARGET void pack_groups_avx2(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t, int64_t k,
                                           Panel& p) {
-  const GroupHeader h = group_header(kind);
+  const BlockHeader h = group_header(kind);
   const int64_t blocks = k / 32, group_block = 8 * row_bytes / blocks;
   p.levels.resize(size_t(blocks * kStepsPerBlock * 32));
   if (!h.nibbles) p.signs.resize(p.levels.size());
@@ -1078,19 +1057,17 @@ void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_
   const auto q8_K = [&](int halves) { return activations_q8_K(x, m, k, halves); };
   switch (format) {
     case BlockFormat::Q4_0:
-      return gemm_levels<4, 1, false>(isa, grouped ? Weights::Q4_0Groups : Weights::Q4_0, wb, rows, k, q8_0(8, false), m, y);
+      return gemm_levels<4, 1, false>(isa, in_groups(Weights::Q4_0, grouped), wb, rows, k, q8_0(8, false), m, y);
     case BlockFormat::Q4_1:
-      return gemm_levels<4, 1, true>(isa, grouped ? Weights::Q4_1Groups : Weights::Q4_1, wb, rows, k, q8_0(0, true), m, y);
+      return gemm_levels<4, 1, true>(isa, in_groups(Weights::Q4_1, grouped), wb, rows, k, q8_0(0, true), m, y);
     case BlockFormat::Q5_0:
-      return gemm_levels<5, 1, false>(isa, grouped ? Weights::Q5_0Groups : Weights::Q5_0, wb, rows, k, q8_0(16, false), m, y);
+      return gemm_levels<5, 1, false>(isa, in_groups(Weights::Q5_0, grouped), wb, rows, k, q8_0(16, false), m, y);
     case BlockFormat::Q5_1:
-      return gemm_levels<5, 1, true>(isa, grouped ? Weights::Q5_1Groups : Weights::Q5_1, wb, rows, k, q8_0(0, true), m, y);
+      return gemm_levels<5, 1, true>(isa, in_groups(Weights::Q5_1, grouped), wb, rows, k, q8_0(0, true), m, y);
     case BlockFormat::Q8_0:  // VNNI / AMX: levels + 128 and an offset; AVX2: magnitudes times signed activations
       if (vnni)
-        return gemm_levels<8, 1, false>(isa, grouped ? Weights::Q8_0OffsetGroups : Weights::Q8_0Offset, wb, rows, k,
-                                        q8_0(128, false), m, y);
-      return gemm_avx2<8, 1, false>(grouped ? Weights::Q8_0MagnitudeGroups : Weights::Q8_0Magnitude, wb, rows, k,
-                                    q8_0(0, false), m, y);
+        return gemm_levels<8, 1, false>(isa, in_groups(Weights::Q8_0Offset, grouped), wb, rows, k, q8_0(128, false), m, y);
+      return gemm_avx2<8, 1, false>(in_groups(Weights::Q8_0Magnitude, grouped), wb, rows, k, q8_0(0, false), m, y);
     case BlockFormat::Q4_K: return gemm_levels<4, 1, true>(isa, Weights::Q4_K, wb, rows, k, q8_K(1), m, y);
     case BlockFormat::Q5_K: return gemm_levels<5, 1, true>(isa, Weights::Q5_K, wb, rows, k, q8_K(1), m, y);
     case BlockFormat::Q6_K: return gemm_levels<6, 2, true>(isa, Weights::Q6_K, wb, rows, k, q8_K(2), m, y);

@@ -36,6 +36,13 @@ float dot_q4_0_q8_0(const void* x, const void* y, int64_t k);
 /// q4_K row x q8_K row; nf4 row x q8_0 row.
 float dot_q4_K_q8_K(const void* x, const void* y, int64_t k);
 float dot_nf4_q8_0(const void* x, const void* y, int64_t k);
+/// How a matrix's blocks lie in memory. Rows: the format's own rows one after the other (GGUF's).
+/// Groups8 (rows a multiple of 8): each group of 8 rows in the bytes of those rows, block by block:
+/// block b's header fields for the 8 rows (the fp16 scales first, in row order), then its payload (16 nibble bytes, or q8_0's 32 levels) in
+/// runs of 32 bytes, run c holding each row's payload bytes 4c..4c+3 (row i at 4i). Decode's kernel
+/// reads the 8 rows' block as one stream and sums each row's products in one int32 lane with one
+/// scale conversion for all 8 (row_groups.cpp says what it measured).
+enum class WeightLayout { Rows, Groups8 };
 /// y[r] = dot(row r of w, xq) for a [rows, k] q8_0 (or q4_0) matrix and a q8_0 vector; rows split
 /// over threads.
 void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y);
@@ -43,14 +50,9 @@ void gemv_q4_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y)
 /// The same for any format of the table, xq quantized to t.dot_format: the AVX-512 VNNI kernels
 /// (vnni_gemv.h) or the Highway kernels above where there is one (FOUNDRY_DISABLE_VNNI=1 in the
 /// environment skips VNNI), the table's scalar dot otherwise.
-void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y);
-/// How a matrix's blocks lie in memory. Rows: the format's own rows one after the other (GGUF's).
-/// Groups8 (rows a multiple of 8): each group of 8 rows in the bytes of those rows, block by block:
-/// block b's 8 fp16 scales (row order), then its payload (16 nibble bytes, or q8_0's 32 levels) in
-/// runs of 32 bytes, run c holding each row's payload bytes 4c..4c+3 (row i at
-/// 4i). Decode's kernel reads the 8 rows' block as one stream and sums each row's products in one
-/// int32 lane with one scale conversion for all 8 (row_groups.cpp says what it measured).
-enum class WeightLayout { Rows, Groups8 };
+/// `layout`: how w's blocks lie (the Groups8 kernels where it is Groups8).
+void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y,
+          WeightLayout layout = WeightLayout::Rows);
 /// The formats Groups8 takes: q4_0, q4_1, q5_0, q5_1 (a block's header fields, d [m] [fifth bits],
 /// each for the 8 rows in turn, before the runs) and q8_0.
 bool has_row_groups(BlockFormat format);

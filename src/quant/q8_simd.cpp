@@ -613,10 +613,7 @@ bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64
     gemm_blocks_x86(t.format, isa, w, rows, k, xq, m, y, layout == WeightLayout::Groups8);
   } else {
     const int64_t act_bytes = quantized_bytes(traits(t.dot_format), 1, k);
-    for (int64_t i = 0; i < m; ++i) {
-      const GemvTarget one{w, rows, y + i * rows};
-      gemv_many(t, k, static_cast<const uint8_t*>(xq) + i * act_bytes, std::span<const GemvTarget>(&one, 1), layout);
-    }
+    for (int64_t i = 0; i < m; ++i) gemv(t, w, rows, k, static_cast<const uint8_t*>(xq) + i * act_bytes, y + i * rows, layout);
   }
   return true;
 }
@@ -794,8 +791,9 @@ void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, floa
   run_one({gemv_vnni_rows(BlockFormat::Q4_0, xq, k), 4}, traits(BlockFormat::Q4_0), w, rows, k, y);
 }
 
-void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y) {
-  run_one(row_kernel(t, k, xq), t, w, rows, k, y);
+void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y,
+          WeightLayout layout) {
+  run_one(row_kernel(t, k, xq, layout), t, w, rows, k, y);
 }
 
 void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets,

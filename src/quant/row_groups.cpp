@@ -7,10 +7,10 @@
 // q4_0 matrices at 0.49-0.62 of a plain read of memory, bound by their instructions, decode level
 // with llama.cpp's AVX2 build. Here the 8 rows of a group share each block's activation loads,
 // their 8 scales are one vcvtph2ps, each row's products land in one int32 lane and the group is one
-// stream: ~5 instructions a row and block for q4_0. Measured (docs/quantization.md): capped to
-// AVX2, `bench_infer --products` 1.05-1.5x the row kernels' GB/s for every format; natively q4_0
-// and q4_1 up to 1.3x the VNNI row kernels', q8_0 and the q5 kinds level or behind (they keep rows
-// there: preferred_layout). The prefill's panels are the groups' runs as they lie, without the row
+// stream: ~5 instructions a row and block for q4_0 (both counted in the loops). Measured
+// (docs/quantization.md): capped to AVX2, `bench_infer --products` 1.05-1.5x the row kernels' GB/s
+// for every format; natively q4_0 and q4_1 up to 1.3x the VNNI row kernels', q8_0 and the q5 kinds
+// level or behind (they keep rows there: preferred_layout). The prefill's panels are the groups' runs as they lie, without the row
 // layout's transpose (block_gemm_x86.cpp).
 #include <cstring>
 #include <vector>
@@ -36,45 +36,32 @@ namespace {
 
 constexpr int64_t kQ8Bytes = 34;
 
-// A block's header as fields (fp16 d; fp16 m for q4_1 / q5_1; the q5 kinds' 32 fifth bits), in
-// the order the block holds them. Block b of rows [8g, 8g + 8) sits at b * 8 * block_bytes in the
-// group's bytes: each field for the 8 rows (row i's at i x its width), then the payload (16 nibble
-// bytes, or q8_0's 32 levels) in runs of 32 bytes, payload byte 4c + j of row i at
-// 8 x header + 32c + 4i + j.
-struct HeaderFields {
-  int widths[3] = {0, 0, 0};
-  int count = 0, bytes = 0;
-};
-
-HeaderFields header_fields(BlockFormat f) {
-  HeaderFields h;
-  const auto add = [&](int width) { h.widths[h.count++] = width, h.bytes += width; };
-  add(2);
-  if (f == BlockFormat::Q4_1 || f == BlockFormat::Q5_1) add(2);
-  if (f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1) add(4);
-  return h;
-}
-
+// Block b of rows [8g, 8g + 8) sits at b * 8 * block_bytes in the group's bytes: each header field
+// (block_header's) for the 8 rows (row i's at i x its width), then the payload (16 nibble bytes, or
+// q8_0's 32 levels) in runs of 32 bytes, payload byte 4c + j of row i at 8 x header + 32c + 4i + j.
 // Calls piece(at_group, at_block, width) for each piece of row i's block (block_bytes, the format's
 // own layout): where it sits in the group's block and in the row's.
 template <class Piece>
-void for_each_piece(const HeaderFields& h, int64_t block_bytes, int i, Piece piece) {
+void for_each_piece(const BlockHeader& h, int64_t block_bytes, int i, Piece piece) {
   int64_t at = 0;
-  for (int f = 0; f < h.count; ++f) {
-    piece(8 * at + i * h.widths[f], at, h.widths[f]);
-    at += h.widths[f];
-  }
+  const auto field = [&](int64_t width) {
+    piece(8 * at + i * width, at, width);
+    at += width;
+  };
+  field(2);
+  if (h.min) field(2);
+  if (h.fifth) field(4);
   for (int64_t c = 0; c < (block_bytes - h.bytes) / 4; ++c) piece(8 * h.bytes + 32 * c + 4 * i, h.bytes + 4 * c, 4);
 }
 
 void group_from_rows(const BlockFormatTraits& t, const uint8_t* rows, int64_t blocks, uint8_t* out) {
-  const HeaderFields h = header_fields(t.format);
+  const BlockHeader h = block_header(t.format);
   const int64_t row_bytes = blocks * t.block_bytes;
   for (int64_t b = 0; b < blocks; ++b)
     for (int i = 0; i < 8; ++i) {
       const uint8_t* block = rows + i * row_bytes + b * t.block_bytes;
       uint8_t* group_block = out + b * 8 * t.block_bytes;
-      for_each_piece(h, t.block_bytes, i, [&](int64_t at_group, int64_t at_block, int width) {
+      for_each_piece(h, t.block_bytes, i, [&](int64_t at_group, int64_t at_block, int64_t width) {
         std::memcpy(group_block + at_group, block + at_block, size_t(width));
       });
     }
@@ -106,12 +93,12 @@ const uint8_t* row_of(const BlockFormatTraits& t, WeightLayout layout, const uin
                       uint8_t* buffer) {
   const int64_t row_bytes = quantized_bytes(t, 1, k);
   if (layout == WeightLayout::Rows) return w + r * row_bytes;
-  const HeaderFields h = header_fields(t.format);
+  const BlockHeader h = block_header(t.format);
   const uint8_t* group = w + (r / 8) * 8 * row_bytes;
   for (int64_t b = 0; b < k / 32; ++b) {
     const uint8_t* group_block = group + b * 8 * t.block_bytes;
     uint8_t* block = buffer + b * t.block_bytes;
-    for_each_piece(h, t.block_bytes, int(r % 8), [&](int64_t at_group, int64_t at_block, int width) {
+    for_each_piece(h, t.block_bytes, int(r % 8), [&](int64_t at_group, int64_t at_block, int64_t width) {
       std::memcpy(block + at_block, group_block + at_group, size_t(width));
     });
   }
@@ -132,25 +119,14 @@ struct GroupActivation {
   std::vector<int32_t> offsets;
 };
 
-// A block's payload layout: the nibble formats' as the x86 row kernels read it (NibbleLayout), or
-// q8_0's (a scale, then 32 signed levels).
+// A group's block of format F (block_header's fields, then the payload).
 template <BlockFormat F>
 struct GroupBlock {
-  static constexpr bool kNibbles = true;
-  static constexpr int64_t kHeader = NibbleLayout<F>::kHeader;
-  static constexpr int64_t kBytes = 8 * NibbleLayout<F>::kBytes;  // a group's block
-  static constexpr bool kMin = NibbleLayout<F>::kMin;
-  static constexpr bool kFifth = NibbleLayout<F>::kFifth;
-  static constexpr int32_t kOffset = NibbleLayout<F>::kOffset;
-};
-
-template <>
-struct GroupBlock<BlockFormat::Q8_0> {
-  static constexpr bool kNibbles = false;
-  static constexpr int64_t kHeader = 2;
-  static constexpr int64_t kBytes = 8 * kQ8Bytes;
-  static constexpr bool kMin = false, kFifth = false;
-  static constexpr int32_t kOffset = 0;
+  static constexpr BlockHeader kHead = block_header(F);
+  static constexpr bool kNibbles = kHead.nibbles, kMin = kHead.min, kFifth = kHead.fifth;
+  static constexpr int64_t kHeader = kHead.bytes;
+  static constexpr int64_t kBytes = 8 * (kHeader + (kNibbles ? 16 : 32));
+  static constexpr int32_t kOffset = F == BlockFormat::Q4_0 ? 8 : F == BlockFormat::Q5_0 ? 16 : 0;
 };
 
 // y[0..8) for the group at w. The nibble formats: each run's low and high nibbles (the q5 kinds'
@@ -243,13 +219,7 @@ GemvRowRange prepared_groups(const void* xq, int64_t k) {
 }  // namespace
 
 GemvRowRange gemv_avx2_group_rows(BlockFormat format, const void* xq, int64_t k) {
-  switch (format) {
-    case BlockFormat::Q4_0: return prepared_groups<BlockFormat::Q4_0>(xq, k);
-    case BlockFormat::Q4_1: return prepared_groups<BlockFormat::Q4_1>(xq, k);
-    case BlockFormat::Q5_0: return prepared_groups<BlockFormat::Q5_0>(xq, k);
-    case BlockFormat::Q5_1: return prepared_groups<BlockFormat::Q5_1>(xq, k);
-    default: return prepared_groups<BlockFormat::Q8_0>(xq, k);
-  }
+  return with_byte_block_format(format, [&]<BlockFormat F>() { return prepared_groups<F>(xq, k); });
 }
 
 #else

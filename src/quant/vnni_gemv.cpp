@@ -293,13 +293,10 @@ GemvRowRange prepared_rows(const void* xq, int64_t k) {
 }  // namespace
 
 GemvRowRange gemv_vnni_rows(BlockFormat format, const void* xq, int64_t k) {
-  switch (format) {
-    case BlockFormat::Q4_0: return prepared_rows<NibbleStep<BlockFormat::Q4_0>>(xq, k);
-    case BlockFormat::Q4_1: return prepared_rows<NibbleStep<BlockFormat::Q4_1>>(xq, k);
-    case BlockFormat::Q5_0: return prepared_rows<NibbleStep<BlockFormat::Q5_0>>(xq, k);
-    case BlockFormat::Q5_1: return prepared_rows<NibbleStep<BlockFormat::Q5_1>>(xq, k);
-    default: return prepared_rows<Q8_0Step>(xq, k);
-  }
+  return with_byte_block_format(format, [&]<BlockFormat F>() {
+    if constexpr (F == BlockFormat::Q8_0) return prepared_rows<Q8_0Step>(xq, k);
+    else return prepared_rows<NibbleStep<F>>(xq, k);
+  });
 }
 
 #else

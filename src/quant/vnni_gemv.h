@@ -25,18 +25,43 @@ using GemvRowRange = std::function<void(const uint8_t* w, int64_t rows, int64_t 
 /// calling thread prepares its next product (the prepared row is the thread's, reused).
 GemvRowRange gemv_vnni_rows(BlockFormat format, const void* xq, int64_t k);
 
-/// The 32-value nibble formats' blocks as the x86 kernels read them (VNNI and AVX2): fp16 d, fp16 m
-/// (q4_1 / q5_1), 32 fifth bits (q5_0 / q5_1), then 16 bytes of nibbles (levels 0-15 low, 16-31
-/// high); a value is d (u - kOffset) (+ m) for its unsigned level u.
+/// A 32-value block's header (q4_0, q4_1, q5_0, q5_1, q8_0) as it lies before the payload: fp16 d,
+/// fp16 m (q4_1 / q5_1), 32 fifth bits (q5_0 / q5_1); the payload is 16 bytes of nibbles, or q8_0's
+/// 32 levels. WeightLayout::Groups8 keeps each field for 8 rows in this order (row_groups.cpp).
+struct BlockHeader {
+  bool nibbles, min, fifth;
+  int64_t bytes;
+};
+constexpr BlockHeader block_header(BlockFormat f) {
+  const bool min = f == BlockFormat::Q4_1 || f == BlockFormat::Q5_1, fifth = f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1;
+  return {f != BlockFormat::Q8_0, min, fifth, 2 + (min ? 2 : 0) + (fifth ? 4 : 0)};
+}
+
+/// The 32-value nibble formats' blocks as the x86 kernels read them (VNNI and AVX2): block_header's
+/// fields, then 16 bytes of nibbles (levels 0-15 low, 16-31 high); a value is d (u - kOffset) (+ m)
+/// for its unsigned level u.
 template <BlockFormat F>
 struct NibbleLayout {
   static_assert(F == BlockFormat::Q4_0 || F == BlockFormat::Q4_1 || F == BlockFormat::Q5_0 || F == BlockFormat::Q5_1);
-  static constexpr bool kMin = F == BlockFormat::Q4_1 || F == BlockFormat::Q5_1;
-  static constexpr bool kFifth = F == BlockFormat::Q5_0 || F == BlockFormat::Q5_1;
-  static constexpr int64_t kHeader = 2 + (kMin ? 2 : 0) + (kFifth ? 4 : 0);  // bytes before the nibbles
+  static constexpr bool kMin = block_header(F).min;
+  static constexpr bool kFifth = block_header(F).fifth;
+  static constexpr int64_t kHeader = block_header(F).bytes;  // bytes before the nibbles
   static constexpr int64_t kBytes = kHeader + 16;
   static constexpr int32_t kOffset = F == BlockFormat::Q4_0 ? 8 : F == BlockFormat::Q5_0 ? 16 : 0;
 };
+
+/// fn.template operator()<F>() for the byte-block format F among q4_0, q4_1, q5_0, q5_1 and q8_0
+/// (any other format: q8_0): the one switch the x86 matrix-vector kernels pick their template by.
+template <class Fn>
+auto with_byte_block_format(BlockFormat format, Fn&& fn) {
+  switch (format) {
+    case BlockFormat::Q4_0: return fn.template operator()<BlockFormat::Q4_0>();
+    case BlockFormat::Q4_1: return fn.template operator()<BlockFormat::Q4_1>();
+    case BlockFormat::Q5_0: return fn.template operator()<BlockFormat::Q5_0>();
+    case BlockFormat::Q5_1: return fn.template operator()<BlockFormat::Q5_1>();
+    default: return fn.template operator()<BlockFormat::Q8_0>();
+  }
+}
 
 /// The CPU runs AVX2 + FMA + F16C, and this build has the kernels (k_gemv_x86.cpp).
 bool avx2_available();

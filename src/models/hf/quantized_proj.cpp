@@ -437,13 +437,7 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
     } else if (bf16_gemm && bf16_product_by_tiles(xc, t, layout, w, rows_out, k, m, out_shape, out)) {
       return finish_product(out, b, x.dtype());
     } else {
-      dense = empty({rows_out, k}, DType::Float32);
-      float* d = dense.data<float>();
-      const quant::RowDequantizer dequantize = quant::fast_dequantizer(t);
-      parallel_for(0, rows_out, 16, [&](int64_t lo, int64_t hi) {
-        std::vector<uint8_t> gathered(size_t(layout == quant::WeightLayout::Rows ? 0 : row_bytes));
-        for (int64_t r = lo; r < hi; ++r) dequantize(quant::row_of(t, layout, w, k, r, gathered.data()), d + r * k, k);
-      });
+      dense = dequantized_rows(t, layout, w, k, 0, rows_out);
     }
     out = empty({m, rows_out}, DType::Float32);
     if (bf16_gemm && kernels::gemm_bf16_f32out(xc.reshape({m, k}).to(DType::BFloat16), dense.to(DType::BFloat16).t(), out))
