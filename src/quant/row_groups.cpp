@@ -1,5 +1,5 @@
-// Matrices in groups of 8 rows (WeightLayout::Groups8, q8_kernels.h) for q4_0, q4_1, q5_0, q5_1
-// and q8_0: the rearrangement, a row read back in the format's own layout, and decode's AVX2
+// Matrices in groups of 8 rows (WeightLayout::Groups8, q8_kernels.h) for q4_0, q4_1, q5_0, q5_1,
+// q8_0 and q4_K: the rearrangement, a row read back in the format's own layout, and decode's AVX2
 // matrix-vector kernels over the groups.
 //
 // Why: the row layout's kernels read one or two rows a step and convert each block's scale on its
@@ -9,9 +9,11 @@
 // their 8 scales are one vcvtph2ps, each row's products land in one int32 lane and the group is one
 // stream: ~5 instructions a row and block for q4_0 (both counted in the loops). Measured
 // (docs/quantization.md): capped to AVX2, `bench_infer --products` 1.05-1.5x the row kernels' GB/s
-// for every format; natively q4_0 and q4_1 up to 1.3x the VNNI row kernels', q8_0 and the q5 kinds
-// level or behind (they keep rows there: preferred_layout). The prefill's panels are the groups' runs as they lie, without the row
-// layout's transpose (block_gemm_x86.cpp).
+// for every format; natively q4_0, q4_1 and q4_K up to 1.3-1.4x the VNNI row kernels', q8_0 and
+// the q5 kinds level or behind (they keep rows there: preferred_layout). q4_K's super-block keeps
+// its 12 bytes of packed scales as three 4-byte fields, so one load a field gives the 8 rows' words
+// in lanes, unpacked for all 8 at once. The prefill's panels are the groups' runs as they lie,
+// without the row layout's transpose (block_gemm_x86.cpp).
 #include <cstring>
 #include <vector>
 
@@ -37,8 +39,9 @@ namespace {
 constexpr int64_t kQ8Bytes = 34;
 
 // Block b of rows [8g, 8g + 8) sits at b * 8 * block_bytes in the group's bytes: each header field
-// (block_header's) for the 8 rows (row i's at i x its width), then the payload (16 nibble bytes, or
-// q8_0's 32 levels) in runs of 32 bytes, payload byte 4c + j of row i at 8 x header + 32c + 4i + j.
+// (block_header's) for the 8 rows (row i's at i x its width), then the payload (16 nibble bytes,
+// q8_0's 32 levels, q4_K's 128 nibble bytes) in runs of 32 bytes, payload byte 4c + j of row i at
+// 8 x header + 32c + 4i + j.
 // Calls piece(at_group, at_block, width) for each piece of row i's block (block_bytes, the format's
 // own layout): where it sits in the group's block and in the row's.
 template <class Piece>
@@ -51,6 +54,7 @@ void for_each_piece(const BlockHeader& h, int64_t block_bytes, int i, Piece piec
   field(2);
   if (h.min) field(2);
   if (h.fifth) field(4);
+  for (int w = 0; w < h.scale_words; ++w) field(4);
   for (int64_t c = 0; c < (block_bytes - h.bytes) / 4; ++c) piece(8 * h.bytes + 32 * c + 4 * i, h.bytes + 4 * c, 4);
 }
 
@@ -71,15 +75,15 @@ void group_from_rows(const BlockFormatTraits& t, const uint8_t* rows, int64_t bl
 
 bool has_row_groups(BlockFormat f) {
   return f == BlockFormat::Q4_0 || f == BlockFormat::Q4_1 || f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1 ||
-         f == BlockFormat::Q8_0;
+         f == BlockFormat::Q8_0 || f == BlockFormat::Q4_K;
 }
 
 void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int64_t rows, int64_t k) {
   if (layout == WeightLayout::Rows) return;
-  FOUNDRY_CHECK(has_row_groups(t.format) && rows % 8 == 0 && k % 32 == 0,
-                "to_layout: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1 or q8_0 matrix of whole groups, got {} [{}, {}]",
+  FOUNDRY_CHECK(has_row_groups(t.format) && rows % 8 == 0 && k % t.block_size == 0,
+                "to_layout: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K matrix of whole groups, got {} [{}, {}]",
                 t.name, rows, k);
-  const int64_t blocks = k / 32, group_bytes = 8 * blocks * t.block_bytes;
+  const int64_t blocks = k / t.block_size, group_bytes = 8 * blocks * t.block_bytes;
   parallel_for(0, rows / 8, 1, [&](int64_t g0, int64_t g1) {
     std::vector<uint8_t> rows_copy(static_cast<size_t>(group_bytes));
     for (int64_t g = g0; g < g1; ++g) {
@@ -95,7 +99,7 @@ const uint8_t* row_of(const BlockFormatTraits& t, WeightLayout layout, const uin
   if (layout == WeightLayout::Rows) return w + r * row_bytes;
   const BlockHeader h = block_header(t.format);
   const uint8_t* group = w + (r / 8) * 8 * row_bytes;
-  for (int64_t b = 0; b < k / 32; ++b) {
+  for (int64_t b = 0; b < k / t.block_size; ++b) {
     const uint8_t* group_block = group + b * 8 * t.block_bytes;
     uint8_t* block = buffer + b * t.block_bytes;
     for_each_piece(h, t.block_bytes, int(r % 8), [&](int64_t at_group, int64_t at_block, int64_t width) {
@@ -216,9 +220,74 @@ GemvRowRange prepared_groups(const void* xq, int64_t k) {
   };
 }
 
+constexpr int64_t kQ4KGroupBytes = 8 * 144, kQ8KBytes = 292;
+
+// Int16 lanes 2i and 2i + 1 of the result both hold byte j of v's dword i (j < 4): a row's 6-bit
+// scale or minimum of one sub-block, for vpmaddwd against that row's two int16 pair sums.
+FOUNDRY_AVX2_TARGET inline __m256i byte_of_each_dword(__m256i v, int j) {
+  const __m256i base = _mm256_setr_epi32(0, 0x00040004, 0x00080008, 0x000C000C, 0, 0x00040004, 0x00080008, 0x000C000C);
+  const __m256i pick = _mm256_add_epi8(_mm256_set1_epi32(int32_t(0x80008000u | uint32_t(j) << 16 | uint32_t(j))), base);
+  return _mm256_shuffle_epi8(v, pick);
+}
+
+// y[0..8) for the q4_K group at w against a q8_K row: per super-block, the 8 rows' packed scales and
+// minimums unpacked lane-wise (avx2::q4_K_group_factors), then each 32-value sub-block's vpmaddubsw pair sums added in int16 over its 8 runs
+// (at most 8 x 2 x 15 x 128 = 30720) and multiplied by the rows' scales in one vpmaddwd; the
+// minimums meet the activation's 16-value sums the same way. y = dy (d isum - dmin min_dot).
+FOUNDRY_AVX2_TARGET void group_dot_q4_K(const uint8_t* w, const uint8_t* xq, int64_t superblocks, float* y) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t next_prefetch = 0;
+  for (int64_t b = 0; b < superblocks; ++b) {
+    const uint8_t* p = w + b * kQ4KGroupBytes;
+    for (; next_prefetch < (b + 1) * kQ4KGroupBytes; next_prefetch += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(w + next_prefetch) + avx2::kStreamAhead, _MM_HINT_NTA);
+    const uint8_t* yb = xq + b * kQ8KBytes;
+    const avx2::Q4KGroupFactors f = avx2::q4_K_group_factors(p);
+    __m256i isum = _mm256_setzero_si256(), min_dot = _mm256_setzero_si256();
+    const uint8_t* levels = yb + 4;
+    #pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {  // payload chunk c: sub-block 2c in the low nibbles, 2c + 1 in the high
+      __m256i low_sums = _mm256_setzero_si256(), high_sums = _mm256_setzero_si256();
+      #pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * (8 * c + r)));
+        const __m256i y_low = _mm256_set1_epi32(avx2::dword_at(levels + 64 * c + 4 * r));
+        const __m256i y_high = _mm256_set1_epi32(avx2::dword_at(levels + 64 * c + 32 + 4 * r));
+        low_sums = _mm256_add_epi16(low_sums, _mm256_maddubs_epi16(_mm256_and_si256(v, low_mask), y_low));
+        high_sums = _mm256_add_epi16(high_sums,
+                                     _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low_mask), y_high));
+      }
+      const int j = 2 * c;
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(low_sums, byte_of_each_dword(f.scales[j / 4], j % 4)));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(high_sums, byte_of_each_dword(f.scales[j / 4], j % 4 + 1)));
+    }
+    const uint8_t* bsums = yb + 4 + 256;  // 16 int16 sums of 16 levels: sub-block j's are 2j and 2j + 1
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j)
+      min_dot = _mm256_add_epi32(min_dot, _mm256_madd_epi16(byte_of_each_dword(f.mins[j / 4], j % 4),
+                                                             _mm256_set1_epi32(avx2::dword_at(bsums + 4 * j))));
+    float dy;
+    std::memcpy(&dy, yb, 4);
+    const __m256 dys = _mm256_set1_ps(dy);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dys), acc);
+    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_dot), _mm256_mul_ps(dmin, dys), acc);
+  }
+  _mm256_storeu_ps(y, acc);
+}
+
 }  // namespace
 
 GemvRowRange gemv_avx2_group_rows(BlockFormat format, const void* xq, int64_t k) {
+  if (format == BlockFormat::Q4_K) {
+    const auto* x = static_cast<const uint8_t*>(xq);
+    const int64_t superblocks = k / 256;
+    return [x, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+      for (int64_t r = r0; r < r1; r += 8) group_dot_q4_K(w + (r / 8) * superblocks * kQ4KGroupBytes, x, superblocks, y + r);
+    };
+  }
   return with_byte_block_format(format, [&]<BlockFormat F>() { return prepared_groups<F>(xq, k); });
 }
 

@@ -25,16 +25,21 @@ using GemvRowRange = std::function<void(const uint8_t* w, int64_t rows, int64_t 
 /// calling thread prepares its next product (the prepared row is the thread's, reused).
 GemvRowRange gemv_vnni_rows(BlockFormat format, const void* xq, int64_t k);
 
-/// A 32-value block's header (q4_0, q4_1, q5_0, q5_1, q8_0) as it lies before the payload: fp16 d,
-/// fp16 m (q4_1 / q5_1), 32 fifth bits (q5_0 / q5_1); the payload is 16 bytes of nibbles, or q8_0's
-/// 32 levels. WeightLayout::Groups8 keeps each field for 8 rows in this order (row_groups.cpp).
+/// A block's header (q4_0, q4_1, q5_0, q5_1, q8_0; q4_K's super-block) as it lies before the
+/// payload: fp16 d, fp16 m (q4_1 / q5_1; q4_K's dmin), 32 fifth bits (q5_0 / q5_1), q4_K's 12 bytes
+/// of 6-bit scales and minimums (three 4-byte words); the payload is nibbles (16 bytes a 32-value
+/// block, q4_K's 128), or q8_0's 32 levels. WeightLayout::Groups8 keeps each field (each of q4_K's
+/// scale words) for 8 rows in this order (row_groups.cpp).
 struct BlockHeader {
   bool nibbles, min, fifth;
+  int scale_words;
   int64_t bytes;
 };
 constexpr BlockHeader block_header(BlockFormat f) {
-  const bool min = f == BlockFormat::Q4_1 || f == BlockFormat::Q5_1, fifth = f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1;
-  return {f != BlockFormat::Q8_0, min, fifth, 2 + (min ? 2 : 0) + (fifth ? 4 : 0)};
+  const bool k4 = f == BlockFormat::Q4_K;
+  const bool min = f == BlockFormat::Q4_1 || f == BlockFormat::Q5_1 || k4, fifth = f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1;
+  const int scale_words = k4 ? 3 : 0;
+  return {f != BlockFormat::Q8_0, min, fifth, scale_words, 2 + (min ? 2 : 0) + (fifth ? 4 : 0) + 4 * scale_words};
 }
 
 /// The 32-value nibble formats' blocks as the x86 kernels read them (VNNI and AVX2): block_header's
@@ -68,8 +73,9 @@ bool avx2_available();
 /// The q8_0, q4_0, q4_1, q5_0 or q5_1 AVX2 kernel (avx2_gemv.cpp), the same contract as
 /// gemv_vnni_rows; call only when avx2_available().
 GemvRowRange gemv_avx2_rows(BlockFormat format, const void* xq, int64_t k);
-/// The AVX2 kernel of a matrix in WeightLayout::Groups8 (row_groups.cpp), the same
-/// contract as gemv_avx2_rows with rows in groups of 8 (r0 and r1 multiples of 8).
+/// The AVX2 kernel of a matrix in WeightLayout::Groups8 (row_groups.cpp; q4_K against a q8_K row,
+/// the others against a q8_0 row), the same contract as gemv_avx2_rows with rows in groups of 8 (r0
+/// and r1 multiples of 8).
 GemvRowRange gemv_avx2_group_rows(BlockFormat format, const void* xq, int64_t k);
 /// The nf4 kernel (nf4_gemv_x86.cpp) for a q8_0 row of k values (k a multiple of 64): AVX-512
 /// (`avx512`; call only when vnni_available()) or AVX2 (when avx2_available()); the same contract
