@@ -36,18 +36,26 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256i fifth_bits(__m256i bits,
   return _mm256_slli_epi32(_mm256_and_si256(spread, _mm256_set1_epi32(0x01010101)), 4);
 }
 
-/// A q4_K super-block of a Groups8 group (row_groups.cpp: 8 d, 8 dmin, then the rows' three packed
+/// 0x10 in each byte of `bytes` whose bit n (0-7) is set, else 0: q5_K's fifth bits (bit j of a
+/// position's qh byte belongs to sub-block j) moved above the nibble. One shift: no bit of a
+/// neighbouring byte reaches bit 4.
+__attribute__((target("avx2,fma,f16c"))) inline __m256i bit_at_four(__m256i bytes, int n) {
+  const __m256i moved = n < 4 ? _mm256_sll_epi16(bytes, _mm_cvtsi32_si128(4 - n)) : _mm256_srl_epi16(bytes, _mm_cvtsi32_si128(n - 4));
+  return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
+}
+
+/// A q4_K (or q5_K) super-block of a Groups8 group (row_groups.cpp: 8 d, 8 dmin, then the rows' three packed
 /// scale words, each for the 8 rows) with its 6-bit scales and minimums unpacked lane-wise: byte j
 /// of lane i of scales[h] (mins[h]) is row i's scale (minimum) of sub-block 4h + j (ggml's
 /// get_scale_min_k4, on the rows' 32-bit words at once).
-struct Q4KGroupFactors {
+struct KGroupFactors {
   __m256i scales[2], mins[2];
 };
 /// Bits 6-7 of each byte of w moved to bits 4-5 (the rest 0).
 __attribute__((target("avx2,fma,f16c"))) inline __m256i top_two_bits_at_four(__m256i w) {
   return _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(w, 6), _mm256_set1_epi8(0x03)), 4);
 }
-__attribute__((target("avx2,fma,f16c"))) inline Q4KGroupFactors q4_K_group_factors(const uint8_t* group_superblock) {
+__attribute__((target("avx2,fma,f16c"))) inline KGroupFactors k_group_factors(const uint8_t* group_superblock) {
   const auto* words = reinterpret_cast<const __m256i*>(group_superblock + 32);  // after the 8 d and the 8 dmin
   const __m256i w0 = _mm256_loadu_si256(words), w1 = _mm256_loadu_si256(words + 1), w2 = _mm256_loadu_si256(words + 2);
   const __m256i low6 = _mm256_set1_epi8(0x3F), low4 = _mm256_set1_epi8(0x0F);

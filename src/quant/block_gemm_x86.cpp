@@ -421,31 +421,25 @@ BlockHeader group_header(Weights kind) {
     case Weights::Q5_0: return block_header(BlockFormat::Q5_0);
     case Weights::Q5_1: return block_header(BlockFormat::Q5_1);
     case Weights::Q4_K: return block_header(BlockFormat::Q4_K);
+    case Weights::Q5_K: return block_header(BlockFormat::Q5_K);
     default: return block_header(BlockFormat::Q8_0);
   }
-}
-
-// Run 8c + s of a q4_K group's super-block payload holds the rows' chunk-c bytes 4s..4s + 3: step s
-// of sub-blocks 2c (low nibbles) and 2c + 1 (high), which the row layout's panels gather with a
-// transpose.
-inline const uint8_t* q4_K_group_run(const uint8_t* group_superblock, int c, int s) {
-  return group_superblock + 8 * 16 + 32 * (kStepsPerBlock * c + s);
 }
 
 FOUNDRY_AVX2_TARGET inline __m256 group_halves(const uint8_t* at) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
 }
 
-// A q4_K group's super-block (8 rows): the rows' factors (d x scale, -dmin x minimum per sub-block)
+// A q4_K or q5_K group's super-block (8 rows): the rows' factors (d x scale, -dmin x minimum per sub-block)
 // into panel rows [lane0, lane0 + 8) at once, for the first `present` rows (the others' 0).
 template <int Lanes>
-FOUNDRY_AVX2_TARGET void q4_K_group_factors(const uint8_t* group_superblock, int lane0, int64_t present, int64_t first,
+FOUNDRY_AVX2_TARGET void k_group_factors(const uint8_t* group_superblock, int lane0, int64_t present, int64_t first,
                                             Panel& p) {
   const __m256 kept = _mm256_castsi256_ps(
       _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::max<int64_t>(present, 0))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
   const __m256 d = _mm256_and_ps(group_halves(group_superblock), kept);
   const __m256 minus_dmin = _mm256_and_ps(_mm256_sub_ps(_mm256_setzero_ps(), group_halves(group_superblock + 16)), kept);
-  const avx2::Q4KGroupFactors f = avx2::q4_K_group_factors(group_superblock);
+  const avx2::KGroupFactors f = avx2::k_group_factors(group_superblock);
   const __m256i byte = _mm256_set1_epi32(0xFF);
   for (int j = 0; j < kSubBlocks; ++j) {
     const __m128i shift = _mm_cvtsi32_si128(8 * (j % 4));
@@ -453,6 +447,24 @@ FOUNDRY_AVX2_TARGET void q4_K_group_factors(const uint8_t* group_superblock, int
     const __m256 min = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(f.mins[j / 4], shift), byte));
     _mm256_storeu_ps(p.scales.data() + (first + j) * Lanes + lane0, _mm256_mul_ps(d, scale));
     _mm256_storeu_ps(p.mins.data() + (first + j) * Lanes + lane0, _mm256_mul_ps(minus_dmin, min));
+  }
+}
+
+// Steps s of sub-blocks 2c (`low`) and 2c + 1 (`high`) of a q4_K or q5_K group's super-block: nibble
+// run 8c + s holds the rows' chunk-c bytes 4s..4s + 3 (the row layout's panels gather them with a
+// transpose); q5_K's fifth bits come from its qh run s, bits 2c and 2c + 1.
+FOUNDRY_AVX2_TARGET inline void k_group_steps(const uint8_t* group_superblock, bool fifth, int c, int s, __m256i& low,
+                                              __m256i& high) {
+  const uint8_t* qh = group_superblock + 8 * 16;
+  const uint8_t* qs = qh + (fifth ? 8 * 32 : 0);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (kStepsPerBlock * c + s)));
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  low = _mm256_and_si256(v, low_mask);
+  high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_mask);
+  if (fifth) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * s));
+    low = _mm256_or_si256(low, avx2::bit_at_four(bits, 2 * c));
+    high = _mm256_or_si256(high, avx2::bit_at_four(bits, 2 * c + 1));
   }
 }
 
@@ -472,28 +484,29 @@ FOUNDRY_AVX2_TARGET inline __m256i group_step(const uint8_t* block, const BlockH
 FOUNDRY_VNNI_TARGET void pack_groups_vnni(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
                                           Panel& p) {
   const BlockHeader h = group_header(kind);
-  if (in_rows(kind) == Weights::Q4_K) {
+  if (in_rows(kind) == Weights::Q4_K || in_rows(kind) == Weights::Q5_K) {
+    const bool fifth = in_rows(kind) == Weights::Q5_K;
     const int64_t superblocks = k / detail::kQK_K, group_superblock = 8 * row_bytes / superblocks;
     p.levels.resize(size_t(superblocks * kSubBlocks * kStepsPerBlock * 64));
     p.scales.resize(size_t(superblocks * kSubBlocks * 16));
     p.mins.resize(p.scales.size());
-    const __m512i low_mask = _mm512_set1_epi8(0x0F);
     auto* out = reinterpret_cast<__m512i*>(p.levels.data());
     // Lanes 0-7 from the first group, 8-15 from the second (n = 8: read from the first, factors 0).
     const uint8_t* second = n > 8 ? w + 8 * row_bytes : w;
     for (int64_t sb = 0; sb < superblocks; ++sb) {
       const int64_t first = sb * kSubBlocks;
-      const uint8_t *low = w + sb * group_superblock, *high = second + sb * group_superblock;
-      q4_K_group_factors<16>(low, 0, std::min<int64_t>(n, 8), first, p);
-      q4_K_group_factors<16>(high, 8, n - 8, first, p);
+      const uint8_t *low_rows = w + sb * group_superblock, *high_rows = second + sb * group_superblock;
+      k_group_factors<16>(low_rows, 0, std::min<int64_t>(n, 8), first, p);
+      k_group_factors<16>(high_rows, 8, n - 8, first, p);
       for (int c = 0; c < 4; ++c)
         for (int s = 0; s < kStepsPerBlock; ++s) {
-          const __m512i o = _mm512_inserti64x4(
-              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4_K_group_run(low, c, s)))),
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4_K_group_run(high, c, s))), 1);
-          _mm512_storeu_si512(out + (first + 2 * c) * kStepsPerBlock + s, _mm512_and_si512(o, low_mask));
+          __m256i low[2], high[2];
+          k_group_steps(low_rows, fifth, c, s, low[0], high[0]);
+          k_group_steps(high_rows, fifth, c, s, low[1], high[1]);
+          _mm512_storeu_si512(out + (first + 2 * c) * kStepsPerBlock + s,
+                              _mm512_inserti64x4(_mm512_castsi256_si512(low[0]), low[1], 1));
           _mm512_storeu_si512(out + (first + 2 * c + 1) * kStepsPerBlock + s,
-                              _mm512_and_si512(_mm512_srli_epi16(o, 4), low_mask));
+                              _mm512_inserti64x4(_mm512_castsi256_si512(high[0]), high[1], 1));
         }
     }
     return;
@@ -524,23 +537,23 @@ FOUNDRY_VNNI_TARGET void pack_groups_vnni(Weights kind, const uint8_t* w, int64_
 FOUNDRY_AVX2_TARGET void pack_groups_avx2(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t, int64_t k,
                                           Panel& p) {
   const BlockHeader h = group_header(kind);
-  if (in_rows(kind) == Weights::Q4_K) {
+  if (in_rows(kind) == Weights::Q4_K || in_rows(kind) == Weights::Q5_K) {
+    const bool fifth = in_rows(kind) == Weights::Q5_K;
     const int64_t superblocks = k / detail::kQK_K, group_superblock = 8 * row_bytes / superblocks;
     p.levels.resize(size_t(superblocks * kSubBlocks * kStepsPerBlock * 32));
     p.scales.resize(size_t(superblocks * kSubBlocks * 8));
     p.mins.resize(p.scales.size());
-    const __m256i low_mask = _mm256_set1_epi8(0x0F);
     auto* out = reinterpret_cast<__m256i*>(p.levels.data());
     for (int64_t sb = 0; sb < superblocks; ++sb) {
       const int64_t first = sb * kSubBlocks;
       const uint8_t* group = w + sb * group_superblock;
-      q4_K_group_factors<8>(group, 0, 8, first, p);
+      k_group_factors<8>(group, 0, 8, first, p);
       for (int c = 0; c < 4; ++c)
         for (int s = 0; s < kStepsPerBlock; ++s) {
-          const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4_K_group_run(group, c, s)));
-          _mm256_storeu_si256(out + (first + 2 * c) * kStepsPerBlock + s, _mm256_and_si256(o, low_mask));
-          _mm256_storeu_si256(out + (first + 2 * c + 1) * kStepsPerBlock + s,
-                              _mm256_and_si256(_mm256_srli_epi16(o, 4), low_mask));
+          __m256i low, high;
+          k_group_steps(group, fifth, c, s, low, high);
+          _mm256_storeu_si256(out + (first + 2 * c) * kStepsPerBlock + s, low);
+          _mm256_storeu_si256(out + (first + 2 * c + 1) * kStepsPerBlock + s, high);
         }
     }
     return;
@@ -1144,7 +1157,7 @@ void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_
         return gemm_levels<8, 1, false>(isa, in_groups(Weights::Q8_0Offset, grouped), wb, rows, k, q8_0(128, false), m, y);
       return gemm_avx2<8, 1, false>(in_groups(Weights::Q8_0Magnitude, grouped), wb, rows, k, q8_0(0, false), m, y);
     case BlockFormat::Q4_K: return gemm_levels<4, 1, true>(isa, in_groups(Weights::Q4_K, grouped), wb, rows, k, q8_K(1), m, y);
-    case BlockFormat::Q5_K: return gemm_levels<5, 1, true>(isa, Weights::Q5_K, wb, rows, k, q8_K(1), m, y);
+    case BlockFormat::Q5_K: return gemm_levels<5, 1, true>(isa, in_groups(Weights::Q5_K, grouped), wb, rows, k, q8_K(1), m, y);
     case BlockFormat::Q6_K: return gemm_levels<6, 2, true>(isa, Weights::Q6_K, wb, rows, k, q8_K(2), m, y);
     default: FOUNDRY_CHECK(false, "gemm_blocks_x86: no integer GEMM for this format");
   }

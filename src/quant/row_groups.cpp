@@ -1,5 +1,5 @@
 // Matrices in groups of 8 rows (WeightLayout::Groups8, q8_kernels.h) for q4_0, q4_1, q5_0, q5_1,
-// q8_0 and q4_K: the rearrangement, a row read back in the format's own layout, and decode's AVX2
+// q8_0, q4_K and q5_K: the rearrangement, a row read back in the format's own layout, and decode's AVX2
 // matrix-vector kernels over the groups.
 //
 // Why: the row layout's kernels read one or two rows a step and convert each block's scale on its
@@ -9,10 +9,10 @@
 // their 8 scales are one vcvtph2ps, each row's products land in one int32 lane and the group is one
 // stream: ~5 instructions a row and block for q4_0 (both counted in the loops). Measured
 // (docs/quantization.md): capped to AVX2, `bench_infer --products` 1.05-1.5x the row kernels' GB/s
-// for every format; natively q4_0, q4_1 and q4_K up to 1.3-1.4x the VNNI row kernels', q8_0 and
-// the q5 kinds level or behind (they keep rows there: preferred_layout). q4_K's super-block keeps
-// its 12 bytes of packed scales as three 4-byte fields, so one load a field gives the 8 rows' words
-// in lanes, unpacked for all 8 at once. The prefill's panels are the groups' runs as they lie,
+// for every format; natively q4_0, q4_1 and q4_K up to 1.3-1.4x the VNNI row kernels' (q5_K, whose
+// row kernel is AVX2's, 1.3-1.4x), q8_0 and the q5 kinds level or behind (they keep rows there:
+// preferred_layout). The K-quants' super-blocks keep their 12 bytes of packed scales as three
+// 4-byte fields, so one load a field gives the 8 rows' words in lanes, unpacked for all 8 at once. The prefill's panels are the groups' runs as they lie,
 // without the row layout's transpose (block_gemm_x86.cpp).
 #include <cstring>
 #include <vector>
@@ -75,13 +75,13 @@ void group_from_rows(const BlockFormatTraits& t, const uint8_t* rows, int64_t bl
 
 bool has_row_groups(BlockFormat f) {
   return f == BlockFormat::Q4_0 || f == BlockFormat::Q4_1 || f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1 ||
-         f == BlockFormat::Q8_0 || f == BlockFormat::Q4_K;
+         f == BlockFormat::Q8_0 || f == BlockFormat::Q4_K || f == BlockFormat::Q5_K;
 }
 
 void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int64_t rows, int64_t k) {
   if (layout == WeightLayout::Rows) return;
   FOUNDRY_CHECK(has_row_groups(t.format) && rows % 8 == 0 && k % t.block_size == 0,
-                "to_layout: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1, q8_0 or q4_K matrix of whole groups, got {} [{}, {}]",
+                "to_layout: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1, q8_0, q4_K or q5_K matrix of whole groups, got {} [{}, {}]",
                 t.name, rows, k);
   const int64_t blocks = k / t.block_size, group_bytes = 8 * blocks * t.block_bytes;
   parallel_for(0, rows / 8, 1, [&](int64_t g0, int64_t g1) {
@@ -220,7 +220,7 @@ GemvRowRange prepared_groups(const void* xq, int64_t k) {
   };
 }
 
-constexpr int64_t kQ4KGroupBytes = 8 * 144, kQ8KBytes = 292;
+constexpr int64_t kQ8KBytes = 292;
 
 // Int16 lanes 2i and 2i + 1 of the result both hold byte j of v's dword i (j < 4): a row's 6-bit
 // scale or minimum of one sub-block, for vpmaddwd against that row's two int16 pair sums.
@@ -230,37 +230,57 @@ FOUNDRY_AVX2_TARGET inline __m256i byte_of_each_dword(__m256i v, int j) {
   return _mm256_shuffle_epi8(v, pick);
 }
 
-// y[0..8) for the q4_K group at w against a q8_K row: per super-block, the 8 rows' packed scales and
-// minimums unpacked lane-wise (avx2::q4_K_group_factors), then each 32-value sub-block's vpmaddubsw pair sums added in int16 over its 8 runs
-// (at most 8 x 2 x 15 x 128 = 30720) and multiplied by the rows' scales in one vpmaddwd; the
-// minimums meet the activation's 16-value sums the same way. y = dy (d isum - dmin min_dot).
-FOUNDRY_AVX2_TARGET void group_dot_q4_K(const uint8_t* w, const uint8_t* xq, int64_t superblocks, float* y) {
+// A q4_K (kFifth false) or q5_K group's super-block: 8 x 16 header bytes (block_header: d, dmin,
+// three scale words), then q5_K's qh in 8 runs, then the 128 nibble bytes in 32 runs.
+template <bool kFifth>
+struct KGroup {
+  static constexpr int64_t kBytes = 8 * (kFifth ? 176 : 144), kQh = 8 * 16, kQs = kQh + (kFifth ? 8 * 32 : 0);
+  // Runs summed in int16 before a vpmaddwd: 8 x 2 x 15 x 128 = 30720 (4-bit), 4 x 2 x 31 x 128 = 31744.
+  static constexpr int kRunsPerSum = kFifth ? 4 : 8;
+};
+
+// y[0..8) for the q4_K or q5_K group at w against a q8_K row: per super-block, the 8 rows' packed
+// scales and minimums unpacked lane-wise (avx2::k_group_factors); each 32-value sub-block's
+// vpmaddubsw pair sums added in int16 over its runs (q5_K: the fifth bit of each level from the qh
+// run at the same positions) and multiplied by the rows' scales in a vpmaddwd; the minimums meet
+// the activation's 16-value sums the same way. y = dy (d isum - dmin min_dot).
+template <bool kFifth>
+FOUNDRY_AVX2_TARGET void group_dot_qK(const uint8_t* w, const uint8_t* xq, int64_t superblocks, float* y) {
+  using G = KGroup<kFifth>;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
   int64_t next_prefetch = 0;
   for (int64_t b = 0; b < superblocks; ++b) {
-    const uint8_t* p = w + b * kQ4KGroupBytes;
-    for (; next_prefetch < (b + 1) * kQ4KGroupBytes; next_prefetch += 64)
+    const uint8_t* p = w + b * G::kBytes;
+    for (; next_prefetch < (b + 1) * G::kBytes; next_prefetch += 64)
       _mm_prefetch(reinterpret_cast<const char*>(w + next_prefetch) + avx2::kStreamAhead, _MM_HINT_NTA);
     const uint8_t* yb = xq + b * kQ8KBytes;
-    const avx2::Q4KGroupFactors f = avx2::q4_K_group_factors(p);
+    const avx2::KGroupFactors f = avx2::k_group_factors(p);
     __m256i isum = _mm256_setzero_si256(), min_dot = _mm256_setzero_si256();
     const uint8_t* levels = yb + 4;
     #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {  // payload chunk c: sub-block 2c in the low nibbles, 2c + 1 in the high
-      __m256i low_sums = _mm256_setzero_si256(), high_sums = _mm256_setzero_si256();
-      #pragma GCC unroll 8
-      for (int r = 0; r < 8; ++r) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * (8 * c + r)));
-        const __m256i y_low = _mm256_set1_epi32(avx2::dword_at(levels + 64 * c + 4 * r));
-        const __m256i y_high = _mm256_set1_epi32(avx2::dword_at(levels + 64 * c + 32 + 4 * r));
-        low_sums = _mm256_add_epi16(low_sums, _mm256_maddubs_epi16(_mm256_and_si256(v, low_mask), y_low));
-        high_sums = _mm256_add_epi16(high_sums,
-                                     _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low_mask), y_high));
+      const __m256i low_scales = byte_of_each_dword(f.scales[c / 2], 2 * (c % 2));
+      const __m256i high_scales = byte_of_each_dword(f.scales[c / 2], 2 * (c % 2) + 1);
+      for (int r0 = 0; r0 < 8; r0 += G::kRunsPerSum) {
+        __m256i low_sums = _mm256_setzero_si256(), high_sums = _mm256_setzero_si256();
+        #pragma GCC unroll 8
+        for (int r = r0; r < r0 + G::kRunsPerSum; ++r) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + G::kQs + 32 * (8 * c + r)));
+          __m256i low = _mm256_and_si256(v, low_mask), high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_mask);
+          if constexpr (kFifth) {
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + G::kQh + 32 * r));
+            low = _mm256_or_si256(low, avx2::bit_at_four(qh, 2 * c));
+            high = _mm256_or_si256(high, avx2::bit_at_four(qh, 2 * c + 1));
+          }
+          const __m256i y_low = _mm256_set1_epi32(avx2::dword_at(levels + 64 * c + 4 * r));
+          const __m256i y_high = _mm256_set1_epi32(avx2::dword_at(levels + 64 * c + 32 + 4 * r));
+          low_sums = _mm256_add_epi16(low_sums, _mm256_maddubs_epi16(low, y_low));
+          high_sums = _mm256_add_epi16(high_sums, _mm256_maddubs_epi16(high, y_high));
+        }
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(low_sums, low_scales));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(high_sums, high_scales));
       }
-      const int j = 2 * c;
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(low_sums, byte_of_each_dword(f.scales[j / 4], j % 4)));
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(high_sums, byte_of_each_dword(f.scales[j / 4], j % 4 + 1)));
     }
     const uint8_t* bsums = yb + 4 + 256;  // 16 int16 sums of 16 levels: sub-block j's are 2j and 2j + 1
     #pragma GCC unroll 8
@@ -278,16 +298,21 @@ FOUNDRY_AVX2_TARGET void group_dot_q4_K(const uint8_t* w, const uint8_t* xq, int
   _mm256_storeu_ps(y, acc);
 }
 
+template <bool kFifth>
+GemvRowRange prepared_k_groups(const void* xq, int64_t k) {
+  const auto* x = static_cast<const uint8_t*>(xq);
+  const int64_t superblocks = k / 256;
+  return [x, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+    for (int64_t r = r0; r < r1; r += 8)
+      group_dot_qK<kFifth>(w + (r / 8) * superblocks * KGroup<kFifth>::kBytes, x, superblocks, y + r);
+  };
+}
+
 }  // namespace
 
 GemvRowRange gemv_avx2_group_rows(BlockFormat format, const void* xq, int64_t k) {
-  if (format == BlockFormat::Q4_K) {
-    const auto* x = static_cast<const uint8_t*>(xq);
-    const int64_t superblocks = k / 256;
-    return [x, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-      for (int64_t r = r0; r < r1; r += 8) group_dot_q4_K(w + (r / 8) * superblocks * kQ4KGroupBytes, x, superblocks, y + r);
-    };
-  }
+  if (format == BlockFormat::Q4_K) return prepared_k_groups<false>(xq, k);
+  if (format == BlockFormat::Q5_K) return prepared_k_groups<true>(xq, k);
   return with_byte_block_format(format, [&]<BlockFormat F>() { return prepared_groups<F>(xq, k); });
 }
 

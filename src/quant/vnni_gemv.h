@@ -25,20 +25,20 @@ using GemvRowRange = std::function<void(const uint8_t* w, int64_t rows, int64_t 
 /// calling thread prepares its next product (the prepared row is the thread's, reused).
 GemvRowRange gemv_vnni_rows(BlockFormat format, const void* xq, int64_t k);
 
-/// A block's header (q4_0, q4_1, q5_0, q5_1, q8_0; q4_K's super-block) as it lies before the
-/// payload: fp16 d, fp16 m (q4_1 / q5_1; q4_K's dmin), 32 fifth bits (q5_0 / q5_1), q4_K's 12 bytes
-/// of 6-bit scales and minimums (three 4-byte words); the payload is nibbles (16 bytes a 32-value
-/// block, q4_K's 128), or q8_0's 32 levels. WeightLayout::Groups8 keeps each field (each of q4_K's
-/// scale words) for 8 rows in this order (row_groups.cpp).
+/// A block's header (q4_0, q4_1, q5_0, q5_1, q8_0; q4_K's and q5_K's super-block) as it lies before
+/// the payload: fp16 d, fp16 m (q4_1 / q5_1; the K-quants' dmin), 32 fifth bits (q5_0 / q5_1), the
+/// K-quants' 12 bytes of 6-bit scales and minimums (three 4-byte words); the payload is nibbles (16
+/// bytes a 32-value block, q4_K's 128; q5_K's 32 bytes of fifth bits first), or q8_0's 32 levels.
+/// WeightLayout::Groups8 keeps each field (each scale word) for 8 rows in this order (row_groups.cpp).
 struct BlockHeader {
   bool nibbles, min, fifth;
   int scale_words;
   int64_t bytes;
 };
 constexpr BlockHeader block_header(BlockFormat f) {
-  const bool k4 = f == BlockFormat::Q4_K;
-  const bool min = f == BlockFormat::Q4_1 || f == BlockFormat::Q5_1 || k4, fifth = f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1;
-  const int scale_words = k4 ? 3 : 0;
+  const bool k_quant = f == BlockFormat::Q4_K || f == BlockFormat::Q5_K;  // d, dmin, scale words (q5_K's qh is payload)
+  const bool min = f == BlockFormat::Q4_1 || f == BlockFormat::Q5_1 || k_quant, fifth = f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1;
+  const int scale_words = k_quant ? 3 : 0;
   return {f != BlockFormat::Q8_0, min, fifth, scale_words, 2 + (min ? 2 : 0) + (fifth ? 4 : 0) + 4 * scale_words};
 }
 
@@ -73,7 +73,7 @@ bool avx2_available();
 /// The q8_0, q4_0, q4_1, q5_0 or q5_1 AVX2 kernel (avx2_gemv.cpp), the same contract as
 /// gemv_vnni_rows; call only when avx2_available().
 GemvRowRange gemv_avx2_rows(BlockFormat format, const void* xq, int64_t k);
-/// The AVX2 kernel of a matrix in WeightLayout::Groups8 (row_groups.cpp; q4_K against a q8_K row,
+/// The AVX2 kernel of a matrix in WeightLayout::Groups8 (row_groups.cpp; q4_K, q5_K against a q8_K row,
 /// the others against a q8_0 row), the same contract as gemv_avx2_rows with rows in groups of 8 (r0
 /// and r1 multiples of 8).
 GemvRowRange gemv_avx2_group_rows(BlockFormat format, const void* xq, int64_t k);
