@@ -36,12 +36,13 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256i fifth_bits(__m256i bits,
   return _mm256_slli_epi32(_mm256_and_si256(spread, _mm256_set1_epi32(0x01010101)), 4);
 }
 
-/// 0x10 in each byte of `bytes` whose bit n (0-7) is set, else 0: q5_K's fifth bits (bit j of a
-/// position's qh byte belongs to sub-block j) moved above the nibble. One shift: no bit of a
-/// neighbouring byte reaches bit 4.
-__attribute__((target("avx2,fma,f16c"))) inline __m256i bit_at_four(__m256i bytes, int n) {
+/// Bits n..n + width - 1 of each byte of `bytes` moved to bits 4.. of the byte, the rest 0
+/// (n + width <= 8, width <= 2): a level's high bits above its nibble (q5_K's fifth bit: bit j of
+/// a position's qh byte for sub-block j; q6_K's two: bits 2q, 2q + 1 for quarter q). One shift: no
+/// bit of a neighbouring byte reaches bits 4-5.
+__attribute__((target("avx2,fma,f16c"))) inline __m256i bits_at_four(__m256i bytes, int n, int width) {
   const __m256i moved = n < 4 ? _mm256_sll_epi16(bytes, _mm_cvtsi32_si128(4 - n)) : _mm256_srl_epi16(bytes, _mm_cvtsi32_si128(n - 4));
-  return _mm256_and_si256(moved, _mm256_set1_epi8(0x10));
+  return _mm256_and_si256(moved, _mm256_set1_epi8(int8_t(((1 << width) - 1) << 4)));
 }
 
 /// A q4_K (or q5_K) super-block of a Groups8 group (row_groups.cpp: 8 d, 8 dmin, then the rows' three packed

@@ -422,6 +422,7 @@ BlockHeader group_header(Weights kind) {
     case Weights::Q5_1: return block_header(BlockFormat::Q5_1);
     case Weights::Q4_K: return block_header(BlockFormat::Q4_K);
     case Weights::Q5_K: return block_header(BlockFormat::Q5_K);
+    case Weights::Q6_K: return block_header(BlockFormat::Q6_K);
     default: return block_header(BlockFormat::Q8_0);
   }
 }
@@ -463,9 +464,37 @@ FOUNDRY_AVX2_TARGET inline void k_group_steps(const uint8_t* group_superblock, b
   high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_mask);
   if (fifth) {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * s));
-    low = _mm256_or_si256(low, avx2::bit_at_four(bits, 2 * c));
-    high = _mm256_or_si256(high, avx2::bit_at_four(bits, 2 * c + 1));
+    low = _mm256_or_si256(low, avx2::bits_at_four(bits, 2 * c, 1));
+    high = _mm256_or_si256(high, avx2::bits_at_four(bits, 2 * c + 1, 1));
   }
+}
+
+// A q6_K group's super-block (row_groups.cpp: four words of int8 scales for the 8 rows, their 8 d,
+// then ql's 32 runs and qh's 16): the rows' factors for each 16 values (d x scale, and -32 times
+// that for the level offset) into panel rows [lane0, lane0 + 8), for the first `present` rows.
+template <int Lanes>
+FOUNDRY_AVX2_TARGET void q6_K_group_factors(const uint8_t* group_superblock, int lane0, int64_t present, int64_t first,
+                                            Panel& p) {
+  const __m256 kept = _mm256_castsi256_ps(
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::max<int64_t>(present, 0))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  const __m256 d = _mm256_and_ps(group_halves(group_superblock + 128), kept);
+  const auto* words = reinterpret_cast<const __m256i*>(group_superblock);
+  for (int j = 0; j < 2 * kSubBlocks; ++j) {
+    const __m256i word = _mm256_loadu_si256(words + j / 4);
+    const __m256i scale = _mm256_srai_epi32(_mm256_sll_epi32(word, _mm_cvtsi32_si128(24 - 8 * (j % 4))), 24);
+    const __m256 factor = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale));
+    _mm256_storeu_ps(p.scales.data() + (first + j) * Lanes + lane0, factor);
+    _mm256_storeu_ps(p.mins.data() + (first + j) * Lanes + lane0, _mm256_mul_ps(_mm256_set1_ps(-32.f), factor));
+  }
+}
+
+// Step s of quarter q (32 values) of half h of a q6_K group's super-block: ql's nibble q / 2 of run
+// 16h + 8(q % 2) + s, with qh run 8h + s's bits 2q, 2q + 1 above it.
+FOUNDRY_AVX2_TARGET inline __m256i q6_K_group_step(const uint8_t* group_superblock, int h, int q, int s) {
+  const auto* runs = reinterpret_cast<const __m256i*>(group_superblock + 144);
+  const __m256i ql = _mm256_loadu_si256(runs + 16 * h + 8 * (q % 2) + s), qh = _mm256_loadu_si256(runs + 32 + 8 * h + s);
+  const __m256i nibble = _mm256_and_si256(q < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F));
+  return _mm256_or_si256(nibble, avx2::bits_at_four(qh, 2 * q, 2));
 }
 
 // Step s of a group's block: the levels 4s..4s + 3 of each row (the nibble formats), or q8_0's run s.
@@ -484,6 +513,26 @@ FOUNDRY_AVX2_TARGET inline __m256i group_step(const uint8_t* block, const BlockH
 FOUNDRY_VNNI_TARGET void pack_groups_vnni(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
                                           Panel& p) {
   const BlockHeader h = group_header(kind);
+  if (in_rows(kind) == Weights::Q6_K) {
+    const int64_t superblocks = k / detail::kQK_K, group_superblock = 8 * row_bytes / superblocks;
+    p.levels.resize(size_t(superblocks * kSubBlocks * kStepsPerBlock * 64));
+    p.scales.resize(size_t(superblocks * kSubBlocks * 2 * 16));
+    p.mins.resize(p.scales.size());
+    auto* out = reinterpret_cast<__m512i*>(p.levels.data());
+    const uint8_t* second = n > 8 ? w + 8 * row_bytes : w;  // lanes 8-15 (n = 8: the first again, factors 0)
+    for (int64_t sb = 0; sb < superblocks; ++sb) {
+      const uint8_t *low_rows = w + sb * group_superblock, *high_rows = second + sb * group_superblock;
+      q6_K_group_factors<16>(low_rows, 0, std::min<int64_t>(n, 8), 2 * sb * kSubBlocks, p);
+      q6_K_group_factors<16>(high_rows, 8, n - 8, 2 * sb * kSubBlocks, p);
+      for (int half = 0; half < 2; ++half)
+        for (int q = 0; q < 4; ++q)
+          for (int s = 0; s < kStepsPerBlock; ++s)
+            _mm512_storeu_si512(out + (sb * kSubBlocks + 4 * half + q) * kStepsPerBlock + s,
+                                _mm512_inserti64x4(_mm512_castsi256_si512(q6_K_group_step(low_rows, half, q, s)),
+                                                   q6_K_group_step(high_rows, half, q, s), 1));
+    }
+    return;
+  }
   if (in_rows(kind) == Weights::Q4_K || in_rows(kind) == Weights::Q5_K) {
     const bool fifth = in_rows(kind) == Weights::Q5_K;
     const int64_t superblocks = k / detail::kQK_K, group_superblock = 8 * row_bytes / superblocks;
@@ -537,6 +586,22 @@ FOUNDRY_VNNI_TARGET void pack_groups_vnni(Weights kind, const uint8_t* w, int64_
 FOUNDRY_AVX2_TARGET void pack_groups_avx2(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t, int64_t k,
                                           Panel& p) {
   const BlockHeader h = group_header(kind);
+  if (in_rows(kind) == Weights::Q6_K) {
+    const int64_t superblocks = k / detail::kQK_K, group_superblock = 8 * row_bytes / superblocks;
+    p.levels.resize(size_t(superblocks * kSubBlocks * kStepsPerBlock * 32));
+    p.scales.resize(size_t(superblocks * kSubBlocks * 2 * 8));
+    p.mins.resize(p.scales.size());
+    auto* out = reinterpret_cast<__m256i*>(p.levels.data());
+    for (int64_t sb = 0; sb < superblocks; ++sb) {
+      const uint8_t* group = w + sb * group_superblock;
+      q6_K_group_factors<8>(group, 0, 8, 2 * sb * kSubBlocks, p);
+      for (int half = 0; half < 2; ++half)
+        for (int q = 0; q < 4; ++q)
+          for (int s = 0; s < kStepsPerBlock; ++s)
+            _mm256_storeu_si256(out + (sb * kSubBlocks + 4 * half + q) * kStepsPerBlock + s, q6_K_group_step(group, half, q, s));
+    }
+    return;
+  }
   if (in_rows(kind) == Weights::Q4_K || in_rows(kind) == Weights::Q5_K) {
     const bool fifth = in_rows(kind) == Weights::Q5_K;
     const int64_t superblocks = k / detail::kQK_K, group_superblock = 8 * row_bytes / superblocks;
@@ -1158,7 +1223,7 @@ void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_
       return gemm_avx2<8, 1, false>(in_groups(Weights::Q8_0Magnitude, grouped), wb, rows, k, q8_0(0, false), m, y);
     case BlockFormat::Q4_K: return gemm_levels<4, 1, true>(isa, in_groups(Weights::Q4_K, grouped), wb, rows, k, q8_K(1), m, y);
     case BlockFormat::Q5_K: return gemm_levels<5, 1, true>(isa, in_groups(Weights::Q5_K, grouped), wb, rows, k, q8_K(1), m, y);
-    case BlockFormat::Q6_K: return gemm_levels<6, 2, true>(isa, Weights::Q6_K, wb, rows, k, q8_K(2), m, y);
+    case BlockFormat::Q6_K: return gemm_levels<6, 2, true>(isa, in_groups(Weights::Q6_K, grouped), wb, rows, k, q8_K(2), m, y);
     default: FOUNDRY_CHECK(false, "gemm_blocks_x86: no integer GEMM for this format");
   }
 }

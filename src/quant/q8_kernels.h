@@ -40,7 +40,7 @@ float dot_nf4_q8_0(const void* x, const void* y, int64_t k);
 /// Groups8 (rows a multiple of 8): each group of 8 rows in the bytes of those rows, block by block:
 /// block b's header fields for the 8 rows (the fp16 scales first, in row order; block_header in
 /// vnni_gemv.h), then its payload (16 nibble bytes, q8_0's 32 levels, q4_K's 128 nibble bytes,
-/// q5_K's 32 bytes of fifth bits and 128 nibble bytes) in
+/// q5_K's 32 bytes of fifth bits and 128 nibble bytes, q6_K's ql[128] and qh[64]) in
 /// runs of 32 bytes, run c holding each row's payload bytes 4c..4c+3 (row i at 4i). Decode's kernel
 /// reads the 8 rows' block as one stream and sums each row's products in one int32 lane with one
 /// scale conversion for all 8 (row_groups.cpp says what it measured).
@@ -57,10 +57,10 @@ void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, co
           WeightLayout layout = WeightLayout::Rows);
 /// The formats Groups8 takes: q4_0, q4_1, q5_0, q5_1 (a block's header fields, d [m] [fifth bits],
 /// each for the 8 rows in turn, before the runs), q8_0, q4_K and q5_K (d, dmin, three words of
-/// scales; q5_K's fifth bits in runs before the nibbles).
+/// scales; q5_K's fifth bits in runs before the nibbles) and q6_K (four words of scales, d).
 bool has_row_groups(BlockFormat format);
 /// The layout decode and prefill read fastest for a [rows, k] matrix of t on this CPU: Groups8 for
-/// has_row_groups formats where the AVX2 kernels run (q4_0, q4_1, q4_K and q5_K on AVX-512 VNNI CPUs too, where
+/// has_row_groups formats where the AVX2 kernels run (q4_0, q4_1 and the K-quants on AVX-512 VNNI CPUs too, where
 /// the group kernel out-reads the VNNI row kernel; q5_0, q5_1, q8_0 only without VNNI), rows a
 /// multiple of 8, unless FOUNDRY_ROW_LAYOUT is set; else Rows.
 WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows);

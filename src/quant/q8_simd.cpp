@@ -600,10 +600,12 @@ WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows) {
   // layouts in one process, 1 thread: q8_0 32.0-33.4 against 32.2-36.6 GB/s, q5_0 17.7 / 18.9);
   // q4_0's, q4_1's and q4_K's (four rows, four streams) read slower (29.4-33.6 / 27.7-29.8, q4_1
   // 32.8-36.9 / 27.1-29.6, q4_K 26.9 / 19.3 and 19.1 / 14.9), and q5_K's runs the AVX2 row kernel
-  // (26.6 / 20.6 and 21.1 / 14.7). Without VNNI the groups win for every format
-  // (docs/quantization.md).
-  const bool vnni_reads_rows = use_vnni() && t.format != BlockFormat::Q4_0 && t.format != BlockFormat::Q4_1 &&
-                               t.format != BlockFormat::Q4_K && t.format != BlockFormat::Q5_K;
+  // (26.6 / 20.6 and 21.1 / 14.7). q6_K's AVX-512 row kernel reads as fast as its groups (21.6 /
+  // 22.6 and 20.6 / 21.9), but the prefill's panels from the groups are built in vectors (the
+  // rows': a row's block at a time in scalar code): Llama-110M q6_K prefill 1.17-1.19x, decode
+  // 1.03-1.08x. Without VNNI the groups win for every format (docs/quantization.md).
+  const bool k_quant = t.format == BlockFormat::Q4_K || t.format == BlockFormat::Q5_K || t.format == BlockFormat::Q6_K;
+  const bool vnni_reads_rows = use_vnni() && t.format != BlockFormat::Q4_0 && t.format != BlockFormat::Q4_1 && !k_quant;
   const bool chosen = groups && has_row_groups(t.format) && !vnni_reads_rows;
   return chosen && rows % 8 == 0 ? WeightLayout::Groups8 : WeightLayout::Rows;
 }

@@ -1,5 +1,5 @@
 // Matrices in groups of 8 rows (WeightLayout::Groups8, q8_kernels.h) for q4_0, q4_1, q5_0, q5_1,
-// q8_0, q4_K and q5_K: the rearrangement, a row read back in the format's own layout, and decode's AVX2
+// q8_0, q4_K, q5_K and q6_K: the rearrangement, a row read back in the format's own layout, and decode's AVX2
 // matrix-vector kernels over the groups.
 //
 // Why: the row layout's kernels read one or two rows a step and convert each block's scale on its
@@ -10,9 +10,10 @@
 // stream: ~5 instructions a row and block for q4_0 (both counted in the loops). Measured
 // (docs/quantization.md): capped to AVX2, `bench_infer --products` 1.05-1.5x the row kernels' GB/s
 // for every format; natively q4_0, q4_1 and q4_K up to 1.3-1.4x the VNNI row kernels' (q5_K, whose
-// row kernel is AVX2's, 1.3-1.4x), q8_0 and the q5 kinds level or behind (they keep rows there:
-// preferred_layout). The K-quants' super-blocks keep their 12 bytes of packed scales as three
-// 4-byte fields, so one load a field gives the 8 rows' words in lanes, unpacked for all 8 at once. The prefill's panels are the groups' runs as they lie,
+// row kernel is AVX2's, 1.3-1.4x; q6_K's AVX-512 one level), q8_0 and the q5 kinds level or behind
+// (they keep rows there: preferred_layout). The K-quants' super-blocks keep their scales as 4-byte
+// fields (q4_K / q5_K: three words of packed 6-bit scales; q6_K: four of int8), so one load a
+// field gives the 8 rows' words in lanes, unpacked for all 8 at once. The prefill's panels are the groups' runs as they lie,
 // without the row layout's transpose (block_gemm_x86.cpp).
 #include <cstring>
 #include <vector>
@@ -46,16 +47,22 @@ constexpr int64_t kQ8Bytes = 34;
 // own layout): where it sits in the group's block and in the row's.
 template <class Piece>
 void for_each_piece(const BlockHeader& h, int64_t block_bytes, int i, Piece piece) {
-  int64_t at = 0;
+  const int64_t header_at = h.trailing ? block_bytes - h.bytes : 0, payload_at = h.trailing ? 0 : h.bytes;
+  int64_t at = 0;  // in the header
   const auto field = [&](int64_t width) {
-    piece(8 * at + i * width, at, width);
+    piece(8 * at + i * width, header_at + at, width);
     at += width;
   };
-  field(2);
-  if (h.min) field(2);
-  if (h.fifth) field(4);
-  for (int w = 0; w < h.scale_words; ++w) field(4);
-  for (int64_t c = 0; c < (block_bytes - h.bytes) / 4; ++c) piece(8 * h.bytes + 32 * c + 4 * i, h.bytes + 4 * c, 4);
+  if (h.trailing) {
+    for (int w = 0; w < h.scale_words; ++w) field(4);
+    field(2);
+  } else {
+    field(2);
+    if (h.min) field(2);
+    if (h.fifth) field(4);
+    for (int w = 0; w < h.scale_words; ++w) field(4);
+  }
+  for (int64_t c = 0; c < (block_bytes - h.bytes) / 4; ++c) piece(8 * h.bytes + 32 * c + 4 * i, payload_at + 4 * c, 4);
 }
 
 void group_from_rows(const BlockFormatTraits& t, const uint8_t* rows, int64_t blocks, uint8_t* out) {
@@ -75,13 +82,13 @@ void group_from_rows(const BlockFormatTraits& t, const uint8_t* rows, int64_t bl
 
 bool has_row_groups(BlockFormat f) {
   return f == BlockFormat::Q4_0 || f == BlockFormat::Q4_1 || f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1 ||
-         f == BlockFormat::Q8_0 || f == BlockFormat::Q4_K || f == BlockFormat::Q5_K;
+         f == BlockFormat::Q8_0 || f == BlockFormat::Q4_K || f == BlockFormat::Q5_K || f == BlockFormat::Q6_K;
 }
 
 void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int64_t rows, int64_t k) {
   if (layout == WeightLayout::Rows) return;
   FOUNDRY_CHECK(has_row_groups(t.format) && rows % 8 == 0 && k % t.block_size == 0,
-                "to_layout: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1, q8_0, q4_K or q5_K matrix of whole groups, got {} [{}, {}]",
+                "to_layout: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K or q6_K matrix of whole groups, got {} [{}, {}]",
                 t.name, rows, k);
   const int64_t blocks = k / t.block_size, group_bytes = 8 * blocks * t.block_bytes;
   parallel_for(0, rows / 8, 1, [&](int64_t g0, int64_t g1) {
@@ -270,8 +277,8 @@ FOUNDRY_AVX2_TARGET void group_dot_qK(const uint8_t* w, const uint8_t* xq, int64
           __m256i low = _mm256_and_si256(v, low_mask), high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_mask);
           if constexpr (kFifth) {
             const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + G::kQh + 32 * r));
-            low = _mm256_or_si256(low, avx2::bit_at_four(qh, 2 * c));
-            high = _mm256_or_si256(high, avx2::bit_at_four(qh, 2 * c + 1));
+            low = _mm256_or_si256(low, avx2::bits_at_four(qh, 2 * c, 1));
+            high = _mm256_or_si256(high, avx2::bits_at_four(qh, 2 * c + 1, 1));
           }
           const __m256i y_low = _mm256_set1_epi32(avx2::dword_at(levels + 64 * c + 4 * r));
           const __m256i y_high = _mm256_set1_epi32(avx2::dword_at(levels + 64 * c + 32 + 4 * r));
@@ -298,6 +305,78 @@ FOUNDRY_AVX2_TARGET void group_dot_qK(const uint8_t* w, const uint8_t* xq, int64
   _mm256_storeu_ps(y, acc);
 }
 
+// Int16 lanes 2i and 2i + 1 of the result: bytes j0 and j1 of v's dword i as signed (q6_K's int8
+// scales), for vpmaddwd against that row's two int16 pair sums or a pair of activation sums.
+FOUNDRY_AVX2_TARGET inline __m256i signed_bytes_of_each_dword(__m256i v, int j0, int j1) {
+  const __m256i base = _mm256_setr_epi32(0, 0x04000400, 0x08000800, 0x0C000C00, 0, 0x04000400, 0x08000800, 0x0C000C00);
+  const __m256i pick = _mm256_add_epi8(_mm256_set1_epi32(int32_t(uint32_t(j1) << 24 | 0x800000u | uint32_t(j0) << 8 | 0x80u)), base);
+  return _mm256_srai_epi16(_mm256_shuffle_epi8(v, pick), 8);  // each byte into an int16's top, then down
+}
+
+// A q6_K group's super-block (block_header's trailing fields first): 4 words of int8 scales (lane i:
+// row i's scales 4w..4w + 3), the 8 d, then ql's 32 runs and qh's 16.
+constexpr int64_t kQ6KGroupBytes = 8 * 210, kQ6KD = 128, kQ6KRuns = 144;
+
+// y[0..8) for the q6_K group at w against a q8_K row. Quarter q (32 values) of half h takes its low
+// 4 bits from nibble q / 2 of ql run 16h + 8(q % 2) + s and its top 2 from bits 2q, 2q + 1 of qh run
+// 8h + s; each 16 values have their own int8 scale. Levels 0-63 (the value is d scale (level - 32)):
+// pair sums added in int16 two runs at a time (2 x 2 x 63 x 128 = 32256), times the rows' scales in
+// a vpmaddwd; the 32 is taken off once a super-block through the activation's 16-value sums.
+FOUNDRY_AVX2_TARGET void group_dot_q6_K(const uint8_t* w, const uint8_t* xq, int64_t superblocks, float* y) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t next_prefetch = 0;
+  for (int64_t b = 0; b < superblocks; ++b) {
+    const uint8_t* p = w + b * kQ6KGroupBytes;
+    for (; next_prefetch < (b + 1) * kQ6KGroupBytes; next_prefetch += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(w + next_prefetch) + avx2::kStreamAhead, _MM_HINT_NTA);
+    const uint8_t* yb = xq + b * kQ8KBytes;
+    const uint8_t* levels = yb + 4;
+    const auto* word = reinterpret_cast<const __m256i*>(p);
+    const __m256i words[4] = {_mm256_loadu_si256(word), _mm256_loadu_si256(word + 1), _mm256_loadu_si256(word + 2),
+                              _mm256_loadu_si256(word + 3)};
+    const auto* runs = reinterpret_cast<const __m256i*>(p + kQ6KRuns);
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h)
+      #pragma GCC unroll 2
+      for (int q = 0; q < 2; ++q) {  // quarters q (ql's low nibbles) and q + 2 (high)
+        #pragma GCC unroll 4
+        for (int s = 0; s < 8; s += 2) {
+          __m256i low_sums = _mm256_setzero_si256(), high_sums = _mm256_setzero_si256();
+          #pragma GCC unroll 2
+          for (int r = s; r < s + 2; ++r) {
+            const __m256i ql = _mm256_loadu_si256(runs + 16 * h + 8 * q + r), qh = _mm256_loadu_si256(runs + 32 + 8 * h + r);
+            const __m256i low = _mm256_or_si256(_mm256_and_si256(ql, low_mask), avx2::bits_at_four(qh, 2 * q, 2));
+            const __m256i high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), low_mask),
+                                                 avx2::bits_at_four(qh, 2 * q + 4, 2));
+            low_sums = _mm256_add_epi16(low_sums, _mm256_maddubs_epi16(
+                                                      low, _mm256_set1_epi32(avx2::dword_at(levels + 128 * h + 32 * q + 4 * r))));
+            high_sums = _mm256_add_epi16(high_sums, _mm256_maddubs_epi16(high, _mm256_set1_epi32(avx2::dword_at(
+                                                                                   levels + 128 * h + 32 * (q + 2) + 4 * r))));
+          }
+          const int low_scale = 8 * h + 2 * q + s / 4, high_scale = low_scale + 4;  // 16 values a scale
+          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(low_sums, signed_bytes_of_each_dword(
+                                                                        words[low_scale / 4], low_scale % 4, low_scale % 4)));
+          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(high_sums, signed_bytes_of_each_dword(
+                                                                         words[high_scale / 4], high_scale % 4, high_scale % 4)));
+        }
+      }
+    // sum_j scale_j x (the activation's sum of its 16 values j): scales 2m and 2m + 1 a vpmaddwd.
+    __m256i offset = _mm256_setzero_si256();
+    const uint8_t* bsums = levels + 256;
+    #pragma GCC unroll 8
+    for (int m = 0; m < 8; ++m)
+      offset = _mm256_add_epi32(offset, _mm256_madd_epi16(signed_bytes_of_each_dword(words[m / 2], 2 * (m % 2), 2 * (m % 2) + 1),
+                                                          _mm256_set1_epi32(avx2::dword_at(bsums + 4 * m))));
+    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 5));
+    float dy;
+    std::memcpy(&dy, yb, 4);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kQ6KD)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(dy)), acc);
+  }
+  _mm256_storeu_ps(y, acc);
+}
+
 template <bool kFifth>
 GemvRowRange prepared_k_groups(const void* xq, int64_t k) {
   const auto* x = static_cast<const uint8_t*>(xq);
@@ -313,6 +392,13 @@ GemvRowRange prepared_k_groups(const void* xq, int64_t k) {
 GemvRowRange gemv_avx2_group_rows(BlockFormat format, const void* xq, int64_t k) {
   if (format == BlockFormat::Q4_K) return prepared_k_groups<false>(xq, k);
   if (format == BlockFormat::Q5_K) return prepared_k_groups<true>(xq, k);
+  if (format == BlockFormat::Q6_K) {
+    const auto* x = static_cast<const uint8_t*>(xq);
+    const int64_t superblocks = k / 256;
+    return [x, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+      for (int64_t r = r0; r < r1; r += 8) group_dot_q6_K(w + (r / 8) * superblocks * kQ6KGroupBytes, x, superblocks, y + r);
+    };
+  }
   return with_byte_block_format(format, [&]<BlockFormat F>() { return prepared_groups<F>(xq, k); });
 }
 

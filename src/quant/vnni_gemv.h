@@ -25,17 +25,21 @@ using GemvRowRange = std::function<void(const uint8_t* w, int64_t rows, int64_t 
 /// calling thread prepares its next product (the prepared row is the thread's, reused).
 GemvRowRange gemv_vnni_rows(BlockFormat format, const void* xq, int64_t k);
 
-/// A block's header (q4_0, q4_1, q5_0, q5_1, q8_0; q4_K's and q5_K's super-block) as it lies before
-/// the payload: fp16 d, fp16 m (q4_1 / q5_1; the K-quants' dmin), 32 fifth bits (q5_0 / q5_1), the
-/// K-quants' 12 bytes of 6-bit scales and minimums (three 4-byte words); the payload is nibbles (16
-/// bytes a 32-value block, q4_K's 128; q5_K's 32 bytes of fifth bits first), or q8_0's 32 levels.
-/// WeightLayout::Groups8 keeps each field (each scale word) for 8 rows in this order (row_groups.cpp).
+/// A block's header (q4_0, q4_1, q5_0, q5_1, q8_0; the q4_K, q5_K and q6_K super-blocks): fp16 d,
+/// fp16 m (q4_1 / q5_1; q4_K / q5_K's dmin), 32 fifth bits (q5_0 / q5_1), 4-byte words of scales
+/// (q4_K / q5_K: three words of 6-bit scales and minimums; q6_K: four of int8 scales), before the
+/// payload: nibbles (16 bytes a 32-value block, q4_K's 128; q5_K's 32 bytes of fifth bits first),
+/// q8_0's 32 levels. `trailing`: after the payload instead, the words before d (q6_K: ql[128],
+/// qh[64], scales[16], d). WeightLayout::Groups8 keeps each field (each word) for 8 rows in the
+/// block's order (row_groups.cpp).
 struct BlockHeader {
   bool nibbles, min, fifth;
   int scale_words;
   int64_t bytes;
+  bool trailing = false;
 };
 constexpr BlockHeader block_header(BlockFormat f) {
+  if (f == BlockFormat::Q6_K) return {true, false, false, 4, 18, true};
   const bool k_quant = f == BlockFormat::Q4_K || f == BlockFormat::Q5_K;  // d, dmin, scale words (q5_K's qh is payload)
   const bool min = f == BlockFormat::Q4_1 || f == BlockFormat::Q5_1 || k_quant, fifth = f == BlockFormat::Q5_0 || f == BlockFormat::Q5_1;
   const int scale_words = k_quant ? 3 : 0;

@@ -454,7 +454,7 @@ TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
   if (kernels == 0) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this CPU";
 }
 
-// q4_0, q4_1, q5_0, q5_1, q8_0, q4_K and q5_K in groups of 8 rows (WeightLayout::Groups8): every row reads back as the row
+// q4_0, q4_1, q5_0, q5_1, q8_0 and the K-quants in groups of 8 rows (WeightLayout::Groups8): every row reads back as the row
 // layout wrote it; decode's kernel over the groups gives the scalar reference's dots (within float
 // order), threads splitting the groups, and through gemv_many beside a matrix of other rows; the
 // prefill's GEMMs (AVX2, VNNI, AMX) give the bits they give over the same rows in the row layout
@@ -465,7 +465,7 @@ TEST(QuantKernels, GroupsOfEightRowsMatchTheRowLayout) {
   if (!q::avx2_available()) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(8);
   std::normal_distribution<float> nd(0.f, 1.f);
-  for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K"})
+  for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K"})
   for (auto [rows, columns, m] : {std::tuple<int64_t, int64_t, int64_t>{8, 32, 1}, {16, 768, 9}, {40, 96, 11}, {64, 2048, 8}, {24, 64, 3}}) {
     const auto& t = q::traits(name);
     const int64_t k = (columns + t.block_size - 1) / t.block_size * t.block_size;  // q4_K: whole super-blocks
