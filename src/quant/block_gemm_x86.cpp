@@ -420,9 +420,6 @@ BlockHeader group_header(Weights kind) {
     case Weights::Q4_1: return block_header(BlockFormat::Q4_1);
     case Weights::Q5_0: return block_header(BlockFormat::Q5_0);
     case Weights::Q5_1: return block_header(BlockFormat::Q5_1);
-    case Weights::Q4_K: return block_header(BlockFormat::Q4_K);
-    case Weights::Q5_K: return block_header(BlockFormat::Q5_K);
-    case Weights::Q6_K: return block_header(BlockFormat::Q6_K);
     default: return block_header(BlockFormat::Q8_0);
   }
 }
@@ -451,22 +448,17 @@ FOUNDRY_AVX2_TARGET void k_group_factors(const uint8_t* group_superblock, int la
   }
 }
 
-// Steps s of sub-blocks 2c (`low`) and 2c + 1 (`high`) of a q4_K or q5_K group's super-block: nibble
-// run 8c + s holds the rows' chunk-c bytes 4s..4s + 3 (the row layout's panels gather them with a
-// transpose); q5_K's fifth bits come from its qh run s, bits 2c and 2c + 1.
-FOUNDRY_AVX2_TARGET inline void k_group_steps(const uint8_t* group_superblock, bool fifth, int c, int s, __m256i& low,
-                                              __m256i& high) {
+// Step s of sub-block j of a q4_K or q5_K group's super-block: nibble j % 2 of run 8(j / 2) + s, which
+// holds the rows' chunk-(j / 2) bytes 4s..4s + 3 (the row layout's panels gather them with a
+// transpose); q5_K's fifth bits from its qh run s, bit j.
+FOUNDRY_AVX2_TARGET inline __m256i k_group_step(const uint8_t* group_superblock, bool fifth, int j, int s) {
   const uint8_t* qh = group_superblock + 8 * 16;
   const uint8_t* qs = qh + (fifth ? 8 * 32 : 0);
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (kStepsPerBlock * c + s)));
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  low = _mm256_and_si256(v, low_mask);
-  high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_mask);
-  if (fifth) {
-    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * s));
-    low = _mm256_or_si256(low, avx2::bits_at_four(bits, 2 * c, 1));
-    high = _mm256_or_si256(high, avx2::bits_at_four(bits, 2 * c + 1, 1));
-  }
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (kStepsPerBlock * (j / 2) + s)));
+  __m256i levels = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0F));
+  if (fifth)
+    levels = _mm256_or_si256(levels, avx2::bits_at_four(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * s)), j, 1));
+  return levels;
 }
 
 // A q6_K group's super-block (row_groups.cpp: four words of int8 scales for the 8 rows, their 8 d,
@@ -488,9 +480,10 @@ FOUNDRY_AVX2_TARGET void q6_K_group_factors(const uint8_t* group_superblock, int
   }
 }
 
-// Step s of quarter q (32 values) of half h of a q6_K group's super-block: ql's nibble q / 2 of run
-// 16h + 8(q % 2) + s, with qh run 8h + s's bits 2q, 2q + 1 above it.
-FOUNDRY_AVX2_TARGET inline __m256i q6_K_group_step(const uint8_t* group_superblock, int h, int q, int s) {
+// Step s of sub-block j = 4h + q (quarter q of half h) of a q6_K group's super-block: ql's nibble
+// q / 2 of run 16h + 8(q % 2) + s, with qh run 8h + s's bits 2q, 2q + 1 above it.
+FOUNDRY_AVX2_TARGET inline __m256i q6_K_group_step(const uint8_t* group_superblock, int j, int s) {
+  const int h = j / 4, q = j % 4;
   const auto* runs = reinterpret_cast<const __m256i*>(group_superblock + 144);
   const __m256i ql = _mm256_loadu_si256(runs + 16 * h + 8 * (q % 2) + s), qh = _mm256_loadu_si256(runs + 32 + 8 * h + s);
   const __m256i nibble = _mm256_and_si256(q < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0F));
@@ -510,56 +503,40 @@ FOUNDRY_AVX2_TARGET inline __m256i group_step(const uint8_t* block, const BlockH
   return levels;
 }
 
-FOUNDRY_VNNI_TARGET void pack_groups_vnni(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
-                                          Panel& p) {
-  const BlockHeader h = group_header(kind);
-  if (in_rows(kind) == Weights::Q6_K) {
-    const int64_t superblocks = k / detail::kQK_K, group_superblock = 8 * row_bytes / superblocks;
-    p.levels.resize(size_t(superblocks * kSubBlocks * kStepsPerBlock * 64));
-    p.scales.resize(size_t(superblocks * kSubBlocks * 2 * 16));
-    p.mins.resize(p.scales.size());
-    auto* out = reinterpret_cast<__m512i*>(p.levels.data());
-    const uint8_t* second = n > 8 ? w + 8 * row_bytes : w;  // lanes 8-15 (n = 8: the first again, factors 0)
-    for (int64_t sb = 0; sb < superblocks; ++sb) {
-      const uint8_t *low_rows = w + sb * group_superblock, *high_rows = second + sb * group_superblock;
-      q6_K_group_factors<16>(low_rows, 0, std::min<int64_t>(n, 8), 2 * sb * kSubBlocks, p);
-      q6_K_group_factors<16>(high_rows, 8, n - 8, 2 * sb * kSubBlocks, p);
-      for (int half = 0; half < 2; ++half)
-        for (int q = 0; q < 4; ++q)
-          for (int s = 0; s < kStepsPerBlock; ++s)
-            _mm512_storeu_si512(out + (sb * kSubBlocks + 4 * half + q) * kStepsPerBlock + s,
-                                _mm512_inserti64x4(_mm512_castsi256_si512(q6_K_group_step(low_rows, half, q, s)),
-                                                   q6_K_group_step(high_rows, half, q, s), 1));
-    }
-    return;
-  }
-  if (in_rows(kind) == Weights::Q4_K || in_rows(kind) == Weights::Q5_K) {
-    const bool fifth = in_rows(kind) == Weights::Q5_K;
-    const int64_t superblocks = k / detail::kQK_K, group_superblock = 8 * row_bytes / superblocks;
-    p.levels.resize(size_t(superblocks * kSubBlocks * kStepsPerBlock * 64));
-    p.scales.resize(size_t(superblocks * kSubBlocks * 16));
-    p.mins.resize(p.scales.size());
-    auto* out = reinterpret_cast<__m512i*>(p.levels.data());
-    // Lanes 0-7 from the first group, 8-15 from the second (n = 8: read from the first, factors 0).
-    const uint8_t* second = n > 8 ? w + 8 * row_bytes : w;
-    for (int64_t sb = 0; sb < superblocks; ++sb) {
-      const int64_t first = sb * kSubBlocks;
-      const uint8_t *low_rows = w + sb * group_superblock, *high_rows = second + sb * group_superblock;
-      k_group_factors<16>(low_rows, 0, std::min<int64_t>(n, 8), first, p);
-      k_group_factors<16>(high_rows, 8, n - 8, first, p);
-      for (int c = 0; c < 4; ++c)
+// A panel of Lanes (8: AVX2; 16: VNNI, two groups side by side) rows of a K-quant in groups: each
+// super-block's factors and each 32-value sub-block's 8 steps, group g's rows in bytes 32g.. of a
+// step (n = 8 in a 16-row panel: the second half reads the first group, factors 0).
+template <int Lanes>
+FOUNDRY_AVX2_TARGET void pack_k_groups(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, Panel& p) {
+  const bool q6 = in_rows(kind) == Weights::Q6_K, fifth = in_rows(kind) == Weights::Q5_K;
+  const int64_t superblocks = k / detail::kQK_K, group_superblock = 8 * row_bytes / superblocks;
+  const int halves = q6 ? 2 : 1;
+  p.levels.resize(size_t(superblocks * kSubBlocks * kStepsPerBlock * Lanes * 4));
+  p.scales.resize(size_t(superblocks * kSubBlocks * halves * Lanes));
+  p.mins.resize(p.scales.size());
+  for (int64_t sb = 0; sb < superblocks; ++sb)
+    for (int g = 0; g < Lanes / 8; ++g) {
+      const uint8_t* group = (n > 8 * g ? w + 8 * g * row_bytes : w) + sb * group_superblock;
+      const int64_t present = std::min<int64_t>(n - 8 * g, 8);
+      if (q6) q6_K_group_factors<Lanes>(group, 8 * g, present, sb * kSubBlocks * 2, p);
+      else k_group_factors<Lanes>(group, 8 * g, present, sb * kSubBlocks, p);
+      for (int j = 0; j < kSubBlocks; ++j)
         for (int s = 0; s < kStepsPerBlock; ++s) {
-          __m256i low[2], high[2];
-          k_group_steps(low_rows, fifth, c, s, low[0], high[0]);
-          k_group_steps(high_rows, fifth, c, s, low[1], high[1]);
-          _mm512_storeu_si512(out + (first + 2 * c) * kStepsPerBlock + s,
-                              _mm512_inserti64x4(_mm512_castsi256_si512(low[0]), low[1], 1));
-          _mm512_storeu_si512(out + (first + 2 * c + 1) * kStepsPerBlock + s,
-                              _mm512_inserti64x4(_mm512_castsi256_si512(high[0]), high[1], 1));
+          uint8_t* step = p.levels.data() + ((sb * kSubBlocks + j) * kStepsPerBlock + s) * Lanes * 4 + 32 * g;
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(step),
+                              q6 ? q6_K_group_step(group, j, s) : k_group_step(group, fifth, j, s));
         }
     }
-    return;
-  }
+}
+
+bool k_quant(Weights kind) {
+  return in_rows(kind) == Weights::Q4_K || in_rows(kind) == Weights::Q5_K || in_rows(kind) == Weights::Q6_K;
+}
+
+FOUNDRY_VNNI_TARGET void pack_groups_vnni(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
+                                          Panel& p) {
+  if (k_quant(kind)) return pack_k_groups<16>(kind, w, row_bytes, n, k, p);
+  const BlockHeader h = group_header(kind);
   const int64_t blocks = k / 32, group_block = 8 * row_bytes / blocks;
   p.levels.resize(size_t(blocks * kStepsPerBlock * 64));
   p.scales.resize(size_t(blocks * 16));
@@ -583,46 +560,10 @@ FOUNDRY_VNNI_TARGET void pack_groups_vnni(Weights kind, const uint8_t* w, int64_
   }
 }
 
-FOUNDRY_AVX2_TARGET void pack_groups_avx2(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t, int64_t k,
+FOUNDRY_AVX2_TARGET void pack_groups_avx2(Weights kind, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
                                           Panel& p) {
+  if (k_quant(kind)) return pack_k_groups<8>(kind, w, row_bytes, n, k, p);
   const BlockHeader h = group_header(kind);
-  if (in_rows(kind) == Weights::Q6_K) {
-    const int64_t superblocks = k / detail::kQK_K, group_superblock = 8 * row_bytes / superblocks;
-    p.levels.resize(size_t(superblocks * kSubBlocks * kStepsPerBlock * 32));
-    p.scales.resize(size_t(superblocks * kSubBlocks * 2 * 8));
-    p.mins.resize(p.scales.size());
-    auto* out = reinterpret_cast<__m256i*>(p.levels.data());
-    for (int64_t sb = 0; sb < superblocks; ++sb) {
-      const uint8_t* group = w + sb * group_superblock;
-      q6_K_group_factors<8>(group, 0, 8, 2 * sb * kSubBlocks, p);
-      for (int half = 0; half < 2; ++half)
-        for (int q = 0; q < 4; ++q)
-          for (int s = 0; s < kStepsPerBlock; ++s)
-            _mm256_storeu_si256(out + (sb * kSubBlocks + 4 * half + q) * kStepsPerBlock + s, q6_K_group_step(group, half, q, s));
-    }
-    return;
-  }
-  if (in_rows(kind) == Weights::Q4_K || in_rows(kind) == Weights::Q5_K) {
-    const bool fifth = in_rows(kind) == Weights::Q5_K;
-    const int64_t superblocks = k / detail::kQK_K, group_superblock = 8 * row_bytes / superblocks;
-    p.levels.resize(size_t(superblocks * kSubBlocks * kStepsPerBlock * 32));
-    p.scales.resize(size_t(superblocks * kSubBlocks * 8));
-    p.mins.resize(p.scales.size());
-    auto* out = reinterpret_cast<__m256i*>(p.levels.data());
-    for (int64_t sb = 0; sb < superblocks; ++sb) {
-      const int64_t first = sb * kSubBlocks;
-      const uint8_t* group = w + sb * group_superblock;
-      k_group_factors<8>(group, 0, 8, first, p);
-      for (int c = 0; c < 4; ++c)
-        for (int s = 0; s < kStepsPerBlock; ++s) {
-          __m256i low, high;
-          k_group_steps(group, fifth, c, s, low, high);
-          _mm256_storeu_si256(out + (first + 2 * c) * kStepsPerBlock + s, low);
-          _mm256_storeu_si256(out + (first + 2 * c + 1) * kStepsPerBlock + s, high);
-        }
-    }
-    return;
-  }
   const int64_t blocks = k / 32, group_block = 8 * row_bytes / blocks;
   p.levels.resize(size_t(blocks * kStepsPerBlock * 32));
   if (!h.nibbles) p.signs.resize(p.levels.size());
