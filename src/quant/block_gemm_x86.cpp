@@ -428,13 +428,18 @@ FOUNDRY_AVX2_TARGET inline __m256 group_halves(const uint8_t* at) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
 }
 
+// All bits set in float lanes [0, n) (n may be below 0 or above 8): a group's rows that exist.
+FOUNDRY_AVX2_TARGET inline __m256 first_lanes(int64_t n) {
+  const int32_t count = int32_t(std::clamp<int64_t>(n, 0, 8));
+  return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
 // A q4_K or q5_K group's super-block (8 rows): the rows' factors (d x scale, -dmin x minimum per sub-block)
 // into panel rows [lane0, lane0 + 8) at once, for the first `present` rows (the others' 0).
 template <int Lanes>
 FOUNDRY_AVX2_TARGET void k_group_factors(const uint8_t* group_superblock, int lane0, int64_t present, int64_t first,
                                             Panel& p) {
-  const __m256 kept = _mm256_castsi256_ps(
-      _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::max<int64_t>(present, 0))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  const __m256 kept = first_lanes(present);
   const __m256 d = _mm256_and_ps(group_halves(group_superblock), kept);
   const __m256 minus_dmin = _mm256_and_ps(_mm256_sub_ps(_mm256_setzero_ps(), group_halves(group_superblock + 16)), kept);
   const avx2::KGroupFactors f = avx2::k_group_factors(group_superblock);
@@ -467,8 +472,7 @@ FOUNDRY_AVX2_TARGET inline __m256i k_group_step(const uint8_t* group_superblock,
 template <int Lanes>
 FOUNDRY_AVX2_TARGET void q6_K_group_factors(const uint8_t* group_superblock, int lane0, int64_t present, int64_t first,
                                             Panel& p) {
-  const __m256 kept = _mm256_castsi256_ps(
-      _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::max<int64_t>(present, 0))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  const __m256 kept = first_lanes(present);
   const __m256 d = _mm256_and_ps(group_halves(group_superblock + 128), kept);
   const auto* words = reinterpret_cast<const __m256i*>(group_superblock);
   for (int j = 0; j < 2 * kSubBlocks; ++j) {

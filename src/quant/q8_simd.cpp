@@ -604,8 +604,8 @@ WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows) {
   // 22.6 and 20.6 / 21.9), but the prefill's panels from the groups are built in vectors (the
   // rows': a row's block at a time in scalar code): Llama-110M q6_K prefill 1.17-1.19x, decode
   // 1.03-1.08x. Without VNNI the groups win for every format (docs/quantization.md).
-  const bool k_quant = t.format == BlockFormat::Q4_K || t.format == BlockFormat::Q5_K || t.format == BlockFormat::Q6_K;
-  const bool vnni_reads_rows = use_vnni() && t.format != BlockFormat::Q4_0 && t.format != BlockFormat::Q4_1 && !k_quant;
+  const bool vnni_reads_rows =
+      use_vnni() && (t.format == BlockFormat::Q5_0 || t.format == BlockFormat::Q5_1 || t.format == BlockFormat::Q8_0);
   const bool chosen = groups && has_row_groups(t.format) && !vnni_reads_rows;
   return chosen && rows % 8 == 0 ? WeightLayout::Groups8 : WeightLayout::Rows;
 }

@@ -1,6 +1,6 @@
 // Matrices in groups of 8 rows (WeightLayout::Groups8, q8_kernels.h) for q4_0, q4_1, q5_0, q5_1,
-// q8_0, q4_K, q5_K and q6_K: the rearrangement, a row read back in the format's own layout, and decode's AVX2
-// matrix-vector kernels over the groups.
+// q8_0, q4_K, q5_K and q6_K: the rearrangement, a row read back in the format's own layout, and
+// decode's AVX2 matrix-vector kernels over the groups.
 //
 // Why: the row layout's kernels read one or two rows a step and convert each block's scale on its
 // own (avx2_gemv.cpp: ~9 instructions a row and block for q4_0), and on AVX2 they read Llama-110M's
@@ -13,13 +13,14 @@
 // row kernel is AVX2's, 1.3-1.4x; q6_K's AVX-512 one level), q8_0 and the q5 kinds level or behind
 // (they keep rows there: preferred_layout). The K-quants' super-blocks keep their scales as 4-byte
 // fields (q4_K / q5_K: three words of packed 6-bit scales; q6_K: four of int8), so one load a
-// field gives the 8 rows' words in lanes, unpacked for all 8 at once. The prefill's panels are the groups' runs as they lie,
-// without the row layout's transpose (block_gemm_x86.cpp).
+// field gives the 8 rows' words in lanes, unpacked for all 8 at once. The prefill's panels are the
+// groups' runs as they lie, without the row layout's transpose (block_gemm_x86.cpp).
 #include <cstring>
 #include <vector>
 
 #include "foundry/core/error.h"
 #include "foundry/core/parallel.h"
+#include "quant/formats_internal.h"
 #include "quant/q8_kernels.h"
 #include "quant/vnni_gemv.h"
 
@@ -40,8 +41,8 @@ namespace {
 constexpr int64_t kQ8Bytes = 34;
 
 // Block b of rows [8g, 8g + 8) sits at b * 8 * block_bytes in the group's bytes: each header field
-// (block_header's) for the 8 rows (row i's at i x its width), then the payload (16 nibble bytes,
-// q8_0's 32 levels, q4_K's 128 nibble bytes) in runs of 32 bytes, payload byte 4c + j of row i at
+// (block_header's, in its order) for the 8 rows (row i's at i x its width), then the payload (every
+// byte of the block outside its header) in runs of 32 bytes, payload byte 4c + j of row i at
 // 8 x header + 32c + 4i + j.
 // Calls piece(at_group, at_block, width) for each piece of row i's block (block_bytes, the format's
 // own layout): where it sits in the group's block and in the row's.
@@ -130,6 +131,12 @@ struct GroupActivation {
   std::vector<int32_t> offsets;
 };
 
+// Prefetches the weight stream at w from `next` through `end` bytes, kStreamAhead ahead: the group
+// kernels call it before each block, so every line is fetched once.
+inline void prefetch_stream(const uint8_t* w, int64_t& next, int64_t end) {
+  for (; next < end; next += 64) _mm_prefetch(reinterpret_cast<const char*>(w + next) + avx2::kStreamAhead, _MM_HINT_NTA);
+}
+
 // A group's block of format F (block_header's fields, then the payload).
 template <BlockFormat F>
 struct GroupBlock {
@@ -153,8 +160,7 @@ FOUNDRY_AVX2_TARGET void group_dot(const uint8_t* w, const GroupActivation& a, f
   int64_t next_prefetch = 0;
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* p = w + b * G::kBytes;
-    for (; next_prefetch < (b + 1) * G::kBytes; next_prefetch += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(w + next_prefetch) + avx2::kStreamAhead, _MM_HINT_NTA);
+    prefetch_stream(w, next_prefetch, (b + 1) * G::kBytes);
     const uint8_t* levels = a.xq + b * kQ8Bytes + 2;
     __m256i dot = _mm256_setzero_si256();
     if constexpr (G::kNibbles) {
@@ -227,21 +233,27 @@ GemvRowRange prepared_groups(const void* xq, int64_t k) {
   };
 }
 
-constexpr int64_t kQ8KBytes = 292;
-
-// Int16 lanes 2i and 2i + 1 of the result both hold byte j of v's dword i (j < 4): a row's 6-bit
-// scale or minimum of one sub-block, for vpmaddwd against that row's two int16 pair sums.
-FOUNDRY_AVX2_TARGET inline __m256i byte_of_each_dword(__m256i v, int j) {
-  const __m256i base = _mm256_setr_epi32(0, 0x00040004, 0x00080008, 0x000C000C, 0, 0x00040004, 0x00080008, 0x000C000C);
-  const __m256i pick = _mm256_add_epi8(_mm256_set1_epi32(int32_t(0x80008000u | uint32_t(j) << 16 | uint32_t(j))), base);
-  return _mm256_shuffle_epi8(v, pick);
+// Int16 lanes 2i and 2i + 1 of the result: bytes j0 and j1 of v's dword i (< 4), for vpmaddwd
+// against that row's two int16 pair sums or a pair of the activation's 16-value sums. Zero-extended
+// (the 6-bit scales and minimums of q4_K / q5_K), or sign-extended (`kSigned`: q6_K's int8 scales,
+// each byte put in an int16's top, then shifted down).
+template <bool kSigned = false>
+FOUNDRY_AVX2_TARGET inline __m256i bytes_of_each_dword(__m256i v, int j0, int j1) {
+  const int shift = kSigned ? 8 : 0;
+  const uint32_t pick_pair = uint32_t(j1) << (16 + shift) | 0x80u << (24 - shift) | uint32_t(j0) << shift | 0x80u << (8 - shift);
+  const uint32_t step = 0x00040004u << shift;  // each dword's bytes: + 4 per dword of a 128-bit lane
+  const __m256i base = _mm256_setr_epi32(0, int32_t(step), int32_t(2 * step), int32_t(3 * step), 0, int32_t(step),
+                                         int32_t(2 * step), int32_t(3 * step));
+  const __m256i picked = _mm256_shuffle_epi8(v, _mm256_add_epi8(_mm256_set1_epi32(int32_t(pick_pair)), base));
+  return kSigned ? _mm256_srai_epi16(picked, 8) : picked;
 }
 
 // A q4_K (kFifth false) or q5_K group's super-block: 8 x 16 header bytes (block_header: d, dmin,
 // three scale words), then q5_K's qh in 8 runs, then the 128 nibble bytes in 32 runs.
 template <bool kFifth>
 struct KGroup {
-  static constexpr int64_t kBytes = 8 * (kFifth ? 176 : 144), kQh = 8 * 16, kQs = kQh + (kFifth ? 8 * 32 : 0);
+  static constexpr int64_t kBytes = 8 * (kFifth ? detail::kQ5_KBytes : detail::kQ4_KBytes), kQh = 8 * 16,
+                           kQs = kQh + (kFifth ? 8 * 32 : 0);
   // Runs summed in int16 before a vpmaddwd: 8 x 2 x 15 x 128 = 30720 (4-bit), 4 x 2 x 31 x 128 = 31744.
   static constexpr int kRunsPerSum = kFifth ? 4 : 8;
 };
@@ -259,16 +271,15 @@ FOUNDRY_AVX2_TARGET void group_dot_qK(const uint8_t* w, const uint8_t* xq, int64
   int64_t next_prefetch = 0;
   for (int64_t b = 0; b < superblocks; ++b) {
     const uint8_t* p = w + b * G::kBytes;
-    for (; next_prefetch < (b + 1) * G::kBytes; next_prefetch += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(w + next_prefetch) + avx2::kStreamAhead, _MM_HINT_NTA);
-    const uint8_t* yb = xq + b * kQ8KBytes;
+    prefetch_stream(w, next_prefetch, (b + 1) * G::kBytes);
+    const uint8_t* yb = xq + b * detail::kQ8_KBytes;
     const avx2::KGroupFactors f = avx2::k_group_factors(p);
     __m256i isum = _mm256_setzero_si256(), min_dot = _mm256_setzero_si256();
     const uint8_t* levels = yb + 4;
     #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {  // payload chunk c: sub-block 2c in the low nibbles, 2c + 1 in the high
-      const __m256i low_scales = byte_of_each_dword(f.scales[c / 2], 2 * (c % 2));
-      const __m256i high_scales = byte_of_each_dword(f.scales[c / 2], 2 * (c % 2) + 1);
+      const __m256i low_scales = bytes_of_each_dword(f.scales[c / 2], 2 * (c % 2), 2 * (c % 2));
+      const __m256i high_scales = bytes_of_each_dword(f.scales[c / 2], 2 * (c % 2) + 1, 2 * (c % 2) + 1);
       for (int r0 = 0; r0 < 8; r0 += G::kRunsPerSum) {
         __m256i low_sums = _mm256_setzero_si256(), high_sums = _mm256_setzero_si256();
         #pragma GCC unroll 8
@@ -292,7 +303,7 @@ FOUNDRY_AVX2_TARGET void group_dot_qK(const uint8_t* w, const uint8_t* xq, int64
     const uint8_t* bsums = yb + 4 + 256;  // 16 int16 sums of 16 levels: sub-block j's are 2j and 2j + 1
     #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j)
-      min_dot = _mm256_add_epi32(min_dot, _mm256_madd_epi16(byte_of_each_dword(f.mins[j / 4], j % 4),
+      min_dot = _mm256_add_epi32(min_dot, _mm256_madd_epi16(bytes_of_each_dword(f.mins[j / 4], j % 4, j % 4),
                                                              _mm256_set1_epi32(avx2::dword_at(bsums + 4 * j))));
     float dy;
     std::memcpy(&dy, yb, 4);
@@ -305,17 +316,9 @@ FOUNDRY_AVX2_TARGET void group_dot_qK(const uint8_t* w, const uint8_t* xq, int64
   _mm256_storeu_ps(y, acc);
 }
 
-// Int16 lanes 2i and 2i + 1 of the result: bytes j0 and j1 of v's dword i as signed (q6_K's int8
-// scales), for vpmaddwd against that row's two int16 pair sums or a pair of activation sums.
-FOUNDRY_AVX2_TARGET inline __m256i signed_bytes_of_each_dword(__m256i v, int j0, int j1) {
-  const __m256i base = _mm256_setr_epi32(0, 0x04000400, 0x08000800, 0x0C000C00, 0, 0x04000400, 0x08000800, 0x0C000C00);
-  const __m256i pick = _mm256_add_epi8(_mm256_set1_epi32(int32_t(uint32_t(j1) << 24 | 0x800000u | uint32_t(j0) << 8 | 0x80u)), base);
-  return _mm256_srai_epi16(_mm256_shuffle_epi8(v, pick), 8);  // each byte into an int16's top, then down
-}
-
 // A q6_K group's super-block (block_header's trailing fields first): 4 words of int8 scales (lane i:
 // row i's scales 4w..4w + 3), the 8 d, then ql's 32 runs and qh's 16.
-constexpr int64_t kQ6KGroupBytes = 8 * 210, kQ6KD = 128, kQ6KRuns = 144;
+constexpr int64_t kQ6KGroupBytes = 8 * detail::kQ6_KBytes, kQ6KD = 128, kQ6KRuns = 144;
 
 // y[0..8) for the q6_K group at w against a q8_K row. Quarter q (32 values) of half h takes its low
 // 4 bits from nibble q / 2 of ql run 16h + 8(q % 2) + s and its top 2 from bits 2q, 2q + 1 of qh run
@@ -328,9 +331,8 @@ FOUNDRY_AVX2_TARGET void group_dot_q6_K(const uint8_t* w, const uint8_t* xq, int
   int64_t next_prefetch = 0;
   for (int64_t b = 0; b < superblocks; ++b) {
     const uint8_t* p = w + b * kQ6KGroupBytes;
-    for (; next_prefetch < (b + 1) * kQ6KGroupBytes; next_prefetch += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(w + next_prefetch) + avx2::kStreamAhead, _MM_HINT_NTA);
-    const uint8_t* yb = xq + b * kQ8KBytes;
+    prefetch_stream(w, next_prefetch, (b + 1) * kQ6KGroupBytes);
+    const uint8_t* yb = xq + b * detail::kQ8_KBytes;
     const uint8_t* levels = yb + 4;
     const auto* word = reinterpret_cast<const __m256i*>(p);
     const __m256i words[4] = {_mm256_loadu_si256(word), _mm256_loadu_si256(word + 1), _mm256_loadu_si256(word + 2),
@@ -355,9 +357,9 @@ FOUNDRY_AVX2_TARGET void group_dot_q6_K(const uint8_t* w, const uint8_t* xq, int
                                                                                    levels + 128 * h + 32 * (q + 2) + 4 * r))));
           }
           const int low_scale = 8 * h + 2 * q + s / 4, high_scale = low_scale + 4;  // 16 values a scale
-          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(low_sums, signed_bytes_of_each_dword(
+          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(low_sums, bytes_of_each_dword<true>(
                                                                         words[low_scale / 4], low_scale % 4, low_scale % 4)));
-          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(high_sums, signed_bytes_of_each_dword(
+          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(high_sums, bytes_of_each_dword<true>(
                                                                          words[high_scale / 4], high_scale % 4, high_scale % 4)));
         }
       }
@@ -366,7 +368,7 @@ FOUNDRY_AVX2_TARGET void group_dot_q6_K(const uint8_t* w, const uint8_t* xq, int
     const uint8_t* bsums = levels + 256;
     #pragma GCC unroll 8
     for (int m = 0; m < 8; ++m)
-      offset = _mm256_add_epi32(offset, _mm256_madd_epi16(signed_bytes_of_each_dword(words[m / 2], 2 * (m % 2), 2 * (m % 2) + 1),
+      offset = _mm256_add_epi32(offset, _mm256_madd_epi16(bytes_of_each_dword<true>(words[m / 2], 2 * (m % 2), 2 * (m % 2) + 1),
                                                           _mm256_set1_epi32(avx2::dword_at(bsums + 4 * m))));
     isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 5));
     float dy;
@@ -377,27 +379,25 @@ FOUNDRY_AVX2_TARGET void group_dot_q6_K(const uint8_t* w, const uint8_t* xq, int
   _mm256_storeu_ps(y, acc);
 }
 
-template <bool kFifth>
-GemvRowRange prepared_k_groups(const void* xq, int64_t k) {
+// A K-quant group kernel (kDot over `kGroupBytes` a super-block of 8 rows) against the q8_K row xq,
+// whose super-block sums are already in it: nothing to prepare.
+template <auto kDot, int64_t kGroupBytes>
+GemvRowRange super_block_groups(const void* xq, int64_t k) {
   const auto* x = static_cast<const uint8_t*>(xq);
-  const int64_t superblocks = k / 256;
+  const int64_t superblocks = k / detail::kQK_K;
   return [x, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-    for (int64_t r = r0; r < r1; r += 8)
-      group_dot_qK<kFifth>(w + (r / 8) * superblocks * KGroup<kFifth>::kBytes, x, superblocks, y + r);
+    for (int64_t r = r0; r < r1; r += 8) kDot(w + (r / 8) * superblocks * kGroupBytes, x, superblocks, y + r);
   };
 }
 
 }  // namespace
 
 GemvRowRange gemv_avx2_group_rows(BlockFormat format, const void* xq, int64_t k) {
-  if (format == BlockFormat::Q4_K) return prepared_k_groups<false>(xq, k);
-  if (format == BlockFormat::Q5_K) return prepared_k_groups<true>(xq, k);
-  if (format == BlockFormat::Q6_K) {
-    const auto* x = static_cast<const uint8_t*>(xq);
-    const int64_t superblocks = k / 256;
-    return [x, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-      for (int64_t r = r0; r < r1; r += 8) group_dot_q6_K(w + (r / 8) * superblocks * kQ6KGroupBytes, x, superblocks, y + r);
-    };
+  switch (format) {
+    case BlockFormat::Q4_K: return super_block_groups<group_dot_qK<false>, KGroup<false>::kBytes>(xq, k);
+    case BlockFormat::Q5_K: return super_block_groups<group_dot_qK<true>, KGroup<true>::kBytes>(xq, k);
+    case BlockFormat::Q6_K: return super_block_groups<group_dot_q6_K, kQ6KGroupBytes>(xq, k);
+    default: break;
   }
   return with_byte_block_format(format, [&]<BlockFormat F>() { return prepared_groups<F>(xq, k); });
 }
