@@ -683,7 +683,7 @@ RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* 
 RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq, WeightLayout layout = WeightLayout::Rows) {
   if (layout == WeightLayout::Groups8) {
     FOUNDRY_CHECK(has_row_groups(t.format) && use_avx2(), "gemv: {} in groups of 8 rows needs the AVX2 kernels", t.name);
-    return {gemv_avx2_group_rows(t.format, xq, k), 8};
+    return {gemv_group_rows(use_vnni(), t.format, xq, k), 8};
   }
   // q8_0 and the 32-value nibble formats: VNNI steps, else AVX2 ones.
   const bool byte_blocks = t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0 ||

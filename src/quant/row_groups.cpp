@@ -15,6 +15,7 @@
 // fields (q4_K / q5_K: three words of packed 6-bit scales; q6_K: four of int8), so one load a
 // field gives the 8 rows' words in lanes, unpacked for all 8 at once. The prefill's panels are the
 // groups' runs as they lie, without the row layout's transpose (block_gemm_x86.cpp).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -29,6 +30,7 @@
 
 #include "quant/avx2_inline.h"
 #define FOUNDRY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define FOUNDRY_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define FOUNDRY_HAVE_ROW_GROUPS 1
 #else
 #define FOUNDRY_HAVE_ROW_GROUPS 0
@@ -233,19 +235,42 @@ GemvRowRange prepared_groups(const void* xq, int64_t k) {
   };
 }
 
+// The byte picks of bytes_of_each_dword (its shuffle control, less each dword's offset) and the
+// offset of each dword of a 128-bit lane: shared by both widths.
+struct DwordBytePicks {
+  uint32_t pick_pair, step;
+};
+constexpr DwordBytePicks dword_byte_picks(int j0, int j1, bool is_signed) {
+  const int shift = is_signed ? 8 : 0;
+  return {uint32_t(j1) << (16 + shift) | 0x80u << (24 - shift) | uint32_t(j0) << shift | 0x80u << (8 - shift),
+          0x00040004u << shift};  // each dword's bytes: + 4 per dword of a 128-bit lane
+}
+
 // Int16 lanes 2i and 2i + 1 of the result: bytes j0 and j1 of v's dword i (< 4), for vpmaddwd
 // against that row's two int16 pair sums or a pair of the activation's 16-value sums. Zero-extended
 // (the 6-bit scales and minimums of q4_K / q5_K), or sign-extended (`kSigned`: q6_K's int8 scales,
 // each byte put in an int16's top, then shifted down).
 template <bool kSigned = false>
 FOUNDRY_AVX2_TARGET inline __m256i bytes_of_each_dword(__m256i v, int j0, int j1) {
-  const int shift = kSigned ? 8 : 0;
-  const uint32_t pick_pair = uint32_t(j1) << (16 + shift) | 0x80u << (24 - shift) | uint32_t(j0) << shift | 0x80u << (8 - shift);
-  const uint32_t step = 0x00040004u << shift;  // each dword's bytes: + 4 per dword of a 128-bit lane
-  const __m256i base = _mm256_setr_epi32(0, int32_t(step), int32_t(2 * step), int32_t(3 * step), 0, int32_t(step),
-                                         int32_t(2 * step), int32_t(3 * step));
-  const __m256i picked = _mm256_shuffle_epi8(v, _mm256_add_epi8(_mm256_set1_epi32(int32_t(pick_pair)), base));
+  const DwordBytePicks p = dword_byte_picks(j0, j1, kSigned);
+  const __m256i base = _mm256_broadcastsi128_si256(_mm_setr_epi32(0, int32_t(p.step), int32_t(2 * p.step), int32_t(3 * p.step)));
+  const __m256i picked = _mm256_shuffle_epi8(v, _mm256_add_epi8(_mm256_set1_epi32(int32_t(p.pick_pair)), base));
   return kSigned ? _mm256_srai_epi16(picked, 8) : picked;
+}
+
+// The same for 16 dwords: the 8 rows' v (a group's scale word) in both halves.
+template <bool kSigned = false>
+FOUNDRY_AVX512_TARGET inline __m512i bytes_of_each_dword(__m512i v, int j0, int j1) {
+  const DwordBytePicks p = dword_byte_picks(j0, j1, kSigned);
+  const __m512i base = _mm512_broadcast_i32x4(_mm_setr_epi32(0, int32_t(p.step), int32_t(2 * p.step), int32_t(3 * p.step)));
+  const __m512i picked = _mm512_shuffle_epi8(v, _mm512_add_epi8(_mm512_set1_epi32(int32_t(p.pick_pair)), base));
+  return kSigned ? _mm512_srai_epi16(picked, 8) : picked;
+}
+
+// avx2::bits_at_four on 64 bytes.
+FOUNDRY_AVX512_TARGET inline __m512i bits_at_four(__m512i bytes, int n, int width) {
+  const __m512i moved = n < 4 ? _mm512_sll_epi16(bytes, _mm_cvtsi32_si128(4 - n)) : _mm512_srl_epi16(bytes, _mm_cvtsi32_si128(n - 4));
+  return _mm512_and_si512(moved, _mm512_set1_epi8(int8_t(((1 << width) - 1) << 4)));
 }
 
 // A q4_K (kFifth false) or q5_K group's super-block: 8 x 16 header bytes (block_header: d, dmin,
@@ -258,145 +283,266 @@ struct KGroup {
   static constexpr int kRunsPerSum = kFifth ? 4 : 8;
 };
 
-// y[0..8) for the q4_K or q5_K group at w against a q8_K row: per super-block, the 8 rows' packed
-// scales and minimums unpacked lane-wise (avx2::k_group_factors); each 32-value sub-block's
-// vpmaddubsw pair sums added in int16 over its runs (q5_K: the fifth bit of each level from the qh
-// run at the same positions) and multiplied by the rows' scales in a vpmaddwd; the minimums meet
-// the activation's 16-value sums the same way. y = dy (d isum - dmin min_dot).
-template <bool kFifth>
-FOUNDRY_AVX2_TARGET void group_dot_qK(const uint8_t* w, const uint8_t* xq, int64_t superblocks, float* y) {
-  using G = KGroup<kFifth>;
-  const __m256i low_mask = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  int64_t next_prefetch = 0;
-  for (int64_t b = 0; b < superblocks; ++b) {
-    const uint8_t* p = w + b * G::kBytes;
-    prefetch_stream(w, next_prefetch, (b + 1) * G::kBytes);
-    const uint8_t* yb = xq + b * detail::kQ8_KBytes;
-    const avx2::KGroupFactors f = avx2::k_group_factors(p);
-    __m256i isum = _mm256_setzero_si256(), min_dot = _mm256_setzero_si256();
-    const uint8_t* levels = yb + 4;
-    #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {  // payload chunk c: sub-block 2c in the low nibbles, 2c + 1 in the high
-      const __m256i low_scales = bytes_of_each_dword(f.scales[c / 2], 2 * (c % 2), 2 * (c % 2));
-      const __m256i high_scales = bytes_of_each_dword(f.scales[c / 2], 2 * (c % 2) + 1, 2 * (c % 2) + 1);
-      for (int r0 = 0; r0 < 8; r0 += G::kRunsPerSum) {
-        __m256i low_sums = _mm256_setzero_si256(), high_sums = _mm256_setzero_si256();
-        #pragma GCC unroll 8
-        for (int r = r0; r < r0 + G::kRunsPerSum; ++r) {
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + G::kQs + 32 * (8 * c + r)));
-          __m256i low = _mm256_and_si256(v, low_mask), high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_mask);
-          if constexpr (kFifth) {
-            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + G::kQh + 32 * r));
-            low = _mm256_or_si256(low, avx2::bits_at_four(qh, 2 * c, 1));
-            high = _mm256_or_si256(high, avx2::bits_at_four(qh, 2 * c + 1, 1));
-          }
-          const __m256i y_low = _mm256_set1_epi32(avx2::dword_at(levels + 64 * c + 4 * r));
-          const __m256i y_high = _mm256_set1_epi32(avx2::dword_at(levels + 64 * c + 32 + 4 * r));
-          low_sums = _mm256_add_epi16(low_sums, _mm256_maddubs_epi16(low, y_low));
-          high_sums = _mm256_add_epi16(high_sums, _mm256_maddubs_epi16(high, y_high));
-        }
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(low_sums, low_scales));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(high_sums, high_scales));
-      }
-    }
-    const uint8_t* bsums = yb + 4 + 256;  // 16 int16 sums of 16 levels: sub-block j's are 2j and 2j + 1
-    #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j)
-      min_dot = _mm256_add_epi32(min_dot, _mm256_madd_epi16(bytes_of_each_dword(f.mins[j / 4], j % 4, j % 4),
-                                                             _mm256_set1_epi32(avx2::dword_at(bsums + 4 * j))));
-    float dy;
-    std::memcpy(&dy, yb, 4);
-    const __m256 dys = _mm256_set1_ps(dy);
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dys), acc);
-    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_dot), _mm256_mul_ps(dmin, dys), acc);
-  }
-  _mm256_storeu_ps(y, acc);
-}
-
 // A q6_K group's super-block (block_header's trailing fields first): 4 words of int8 scales (lane i:
 // row i's scales 4w..4w + 3), the 8 d, then ql's 32 runs and qh's 16.
 constexpr int64_t kQ6KGroupBytes = 8 * detail::kQ6_KBytes, kQ6KD = 128, kQ6KRuns = 144;
 
-// y[0..8) for the q6_K group at w against a q8_K row. Quarter q (32 values) of half h takes its low
-// 4 bits from nibble q / 2 of ql run 16h + 8(q % 2) + s and its top 2 from bits 2q, 2q + 1 of qh run
-// 8h + s; each 16 values have their own int8 scale. Levels 0-63 (the value is d scale (level - 32)):
-// pair sums added in int16 two runs at a time (2 x 2 x 63 x 128 = 32256), times the rows' scales in
-// a vpmaddwd; the 32 is taken off once a super-block through the activation's 16-value sums.
-FOUNDRY_AVX2_TARGET void group_dot_q6_K(const uint8_t* w, const uint8_t* xq, int64_t superblocks, float* y) {
+// The q8_K row for the AVX-512 kernels, built once per product: per super-block 32 vectors, vector m
+// holding the activation's dword 2m in each lane of its low half and dword 2m + 1 in the high half.
+// A 64-byte load of a group's runs r and r + 1 (levels 4r.. and 4r + 4.. of each of the 8 rows)
+// then meets both runs' activation levels with one load, no broadcast: the AVX-512 kernels do a
+// 32-byte run's work in half the instructions of the AVX2 ones (a 512-bit vpmaddubsw costs what a
+// 256-bit one does on Zen 5: 7.1 a ns, both widths).
+struct WideActivation {
+  std::vector<int32_t> pairs;  // 16 a vector (a std::vector<__m512i> drops the 64-byte alignment)
+};
+
+FOUNDRY_AVX512_TARGET void widen_activation(const uint8_t* xq, int64_t superblocks, WideActivation& a) {
+  a.pairs.resize(size_t(superblocks * 32 * 16));
+  for (int64_t b = 0; b < superblocks; ++b) {
+    const uint8_t* levels = xq + b * detail::kQ8_KBytes + 4;
+    for (int m = 0; m < 32; ++m)
+      _mm512_storeu_si512(a.pairs.data() + (b * 32 + m) * 16,
+                          _mm512_inserti64x4(_mm512_set1_epi32(avx2::dword_at(levels + 8 * m)),
+                                             _mm256_set1_epi32(avx2::dword_at(levels + 8 * m + 4)), 1));
+  }
+}
+
+// The activation's levels 4j..4j + 3 of super-block yb against a 32-byte run (AVX2), or the widened
+// pair of dwords 2m, 2m + 1 against two runs (AVX-512).
+FOUNDRY_AVX2_TARGET inline __m256i levels_at(const uint8_t* yb, int j) { return _mm256_set1_epi32(avx2::dword_at(yb + 4 + 4 * j)); }
+FOUNDRY_AVX512_TARGET inline __m512i levels_at(const int32_t* pairs, int m) { return _mm512_loadu_si512(pairs + 16 * m); }
+
+// q4_K / q5_K's last steps of a super-block: the minimums against the activation's 16-value sums
+// (sub-block j's are sums 2j and 2j + 1), and acc + dy (d isum - dmin min_dot).
+FOUNDRY_AVX2_TARGET inline __m256 qK_superblock_end(const uint8_t* p, const uint8_t* yb, const avx2::KGroupFactors& f,
+                                                      __m256i isum, __m256 acc) {
+  __m256i min_dot = _mm256_setzero_si256();
+  const uint8_t* bsums = yb + 4 + 256;
+  #pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j)
+    min_dot = _mm256_add_epi32(min_dot, _mm256_madd_epi16(bytes_of_each_dword(f.mins[j / 4], j % 4, j % 4),
+                                                           _mm256_set1_epi32(avx2::dword_at(bsums + 4 * j))));
+  float dy;
+  std::memcpy(&dy, yb, 4);
+  const __m256 dys = _mm256_set1_ps(dy);
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dys), acc);
+  return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_dot), _mm256_mul_ps(dmin, dys), acc);
+}
+
+// One super-block p of a q4_K or q5_K group against the q8_K super-block yb, added into acc: the 8
+// rows' packed scales and minimums unpacked lane-wise (avx2::k_group_factors); each 32-value
+// sub-block's vpmaddubsw pair sums added in int16 over its runs (q5_K: the fifth bit of each level
+// from the qh run at the same positions) and multiplied by the rows' scales in a vpmaddwd; the
+// minimums meet the activation's 16-value sums the same way.
+template <bool kFifth>
+FOUNDRY_AVX2_TARGET inline __m256 qK_superblock(const uint8_t* p, const int32_t*, const uint8_t* yb, __m256 acc) {
+  using G = KGroup<kFifth>;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  const avx2::KGroupFactors f = avx2::k_group_factors(p);
+  __m256i isum = _mm256_setzero_si256();
+  #pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {  // payload chunk c: sub-block 2c in the low nibbles, 2c + 1 in the high
+    const __m256i low_scales = bytes_of_each_dword(f.scales[c / 2], 2 * (c % 2), 2 * (c % 2));
+    const __m256i high_scales = bytes_of_each_dword(f.scales[c / 2], 2 * (c % 2) + 1, 2 * (c % 2) + 1);
+    for (int r0 = 0; r0 < 8; r0 += G::kRunsPerSum) {
+      __m256i low_sums = _mm256_setzero_si256(), high_sums = _mm256_setzero_si256();
+      #pragma GCC unroll 8
+      for (int r = r0; r < r0 + G::kRunsPerSum; ++r) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + G::kQs + 32 * (8 * c + r)));
+        __m256i low = _mm256_and_si256(v, low_mask), high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_mask);
+        if constexpr (kFifth) {
+          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + G::kQh + 32 * r));
+          low = _mm256_or_si256(low, avx2::bits_at_four(qh, 2 * c, 1));
+          high = _mm256_or_si256(high, avx2::bits_at_four(qh, 2 * c + 1, 1));
+        }
+        low_sums = _mm256_add_epi16(low_sums, _mm256_maddubs_epi16(low, levels_at(yb, 16 * c + r)));
+        high_sums = _mm256_add_epi16(high_sums, _mm256_maddubs_epi16(high, levels_at(yb, 16 * c + 8 + r)));
+      }
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(low_sums, low_scales));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(high_sums, high_scales));
+    }
+  }
+  return qK_superblock_end(p, yb, f, isum, acc);
+}
+
+// The same on AVX-512: runs r and r + 1 a vector against the widened activation (`pairs`), the
+// scales in both halves, the halves' sums added before the minimums (the same int32 sums).
+template <bool kFifth>
+FOUNDRY_AVX512_TARGET inline __m256 qK_superblock_wide(const uint8_t* p, const int32_t* pairs, const uint8_t* yb, __m256 acc) {
+  using G = KGroup<kFifth>;
+  constexpr int kRunsPerSum = std::min(8, 2 * G::kRunsPerSum);  // each lane takes every other run
+  const __m512i low_mask = _mm512_set1_epi8(0x0F);
+  const avx2::KGroupFactors f = avx2::k_group_factors(p);
+  __m512i isum = _mm512_setzero_si512();
+  #pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512i scales = _mm512_broadcast_i64x4(f.scales[c / 2]);
+    const __m512i low_scales = bytes_of_each_dword(scales, 2 * (c % 2), 2 * (c % 2));
+    const __m512i high_scales = bytes_of_each_dword(scales, 2 * (c % 2) + 1, 2 * (c % 2) + 1);
+    for (int r0 = 0; r0 < 8; r0 += kRunsPerSum) {
+      __m512i low_sums = _mm512_setzero_si512(), high_sums = _mm512_setzero_si512();
+      #pragma GCC unroll 4
+      for (int r = r0; r < r0 + kRunsPerSum; r += 2) {
+        const __m512i v = _mm512_loadu_si512(p + G::kQs + 32 * (8 * c + r));
+        __m512i low = _mm512_and_si512(v, low_mask), high = _mm512_and_si512(_mm512_srli_epi16(v, 4), low_mask);
+        if constexpr (kFifth) {
+          const __m512i qh = _mm512_loadu_si512(p + G::kQh + 32 * r);
+          low = _mm512_or_si512(low, bits_at_four(qh, 2 * c, 1));
+          high = _mm512_or_si512(high, bits_at_four(qh, 2 * c + 1, 1));
+        }
+        low_sums = _mm512_add_epi16(low_sums, _mm512_maddubs_epi16(low, levels_at(pairs, 8 * c + r / 2)));
+        high_sums = _mm512_add_epi16(high_sums, _mm512_maddubs_epi16(high, levels_at(pairs, 8 * c + 4 + r / 2)));
+      }
+      isum = _mm512_add_epi32(isum, _mm512_madd_epi16(low_sums, low_scales));
+      isum = _mm512_add_epi32(isum, _mm512_madd_epi16(high_sums, high_scales));
+    }
+  }
+  return qK_superblock_end(p, yb, f, _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1)), acc);
+}
+
+// q6_K's last steps of a super-block: the 32 taken off each level through the activation's
+// 16-value sums (sum_j scale_j x sum j: scales 2m and 2m + 1 a vpmaddwd), and acc + d dy isum.
+FOUNDRY_AVX2_TARGET inline __m256 q6_K_superblock_end(const uint8_t* p, const uint8_t* yb, const __m256i (&words)[4],
+                                                      __m256i isum, __m256 acc) {
+  __m256i offset = _mm256_setzero_si256();
+  const uint8_t* bsums = yb + 4 + 256;
+  #pragma GCC unroll 8
+  for (int m = 0; m < 8; ++m)
+    offset = _mm256_add_epi32(offset, _mm256_madd_epi16(bytes_of_each_dword<true>(words[m / 2], 2 * (m % 2), 2 * (m % 2) + 1),
+                                                        _mm256_set1_epi32(avx2::dword_at(bsums + 4 * m))));
+  isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 5));
+  float dy;
+  std::memcpy(&dy, yb, 4);
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kQ6KD)));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(dy)), acc);
+}
+
+FOUNDRY_AVX2_TARGET inline void q6_K_scale_words(const uint8_t* p, __m256i (&words)[4]) {
+  for (int i = 0; i < 4; ++i) words[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p) + i);
+}
+
+// One super-block p of a q6_K group against the q8_K super-block yb, added into acc. Quarter q (32
+// values) of half h takes its low 4 bits from nibble q / 2 of ql run 16h + 8(q % 2) + s and its top
+// 2 from bits 2q, 2q + 1 of qh run 8h + s; each 16 values have their own int8 scale. Levels 0-63
+// (the value is d scale (level - 32)): pair sums added in int16 two runs at a time (2 x 2 x 63 x 128
+// = 32256), times the rows' scales in a vpmaddwd; the 32 is taken off once a super-block.
+FOUNDRY_AVX2_TARGET inline __m256 q6_K_superblock(const uint8_t* p, const int32_t*, const uint8_t* yb, __m256 acc) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+  __m256i words[4];
+  q6_K_scale_words(p, words);
+  const auto* runs = reinterpret_cast<const __m256i*>(p + kQ6KRuns);
+  __m256i isum = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h)
+    #pragma GCC unroll 2
+    for (int q = 0; q < 2; ++q) {  // quarters q (ql's low nibbles) and q + 2 (high)
+      #pragma GCC unroll 4
+      for (int s = 0; s < 8; s += 2) {
+        __m256i low_sums = _mm256_setzero_si256(), high_sums = _mm256_setzero_si256();
+        #pragma GCC unroll 2
+        for (int r = s; r < s + 2; ++r) {
+          const __m256i ql = _mm256_loadu_si256(runs + 16 * h + 8 * q + r), qh = _mm256_loadu_si256(runs + 32 + 8 * h + r);
+          const __m256i low = _mm256_or_si256(_mm256_and_si256(ql, low_mask), avx2::bits_at_four(qh, 2 * q, 2));
+          const __m256i high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), low_mask),
+                                               avx2::bits_at_four(qh, 2 * q + 4, 2));
+          low_sums = _mm256_add_epi16(low_sums, _mm256_maddubs_epi16(low, levels_at(yb, 32 * h + 8 * q + r)));
+          high_sums = _mm256_add_epi16(high_sums, _mm256_maddubs_epi16(high, levels_at(yb, 32 * h + 8 * (q + 2) + r)));
+        }
+        const int low_scale = 8 * h + 2 * q + s / 4, high_scale = low_scale + 4;  // 16 values a scale
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(low_sums, bytes_of_each_dword<true>(
+                                                                      words[low_scale / 4], low_scale % 4, low_scale % 4)));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(high_sums, bytes_of_each_dword<true>(
+                                                                       words[high_scale / 4], high_scale % 4, high_scale % 4)));
+      }
+    }
+  return q6_K_superblock_end(p, yb, words, isum, acc);
+}
+
+// The same on AVX-512: runs s and s + 1 a vector (one pair sum a lane: no int16 sums).
+FOUNDRY_AVX512_TARGET inline __m256 q6_K_superblock_wide(const uint8_t* p, const int32_t* pairs, const uint8_t* yb, __m256 acc) {
+  const __m512i low_mask = _mm512_set1_epi8(0x0F);
+  __m256i words[4];
+  q6_K_scale_words(p, words);
+  const uint8_t* runs = p + kQ6KRuns;
+  __m512i isum = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h)
+    #pragma GCC unroll 2
+    for (int q = 0; q < 2; ++q) {
+      #pragma GCC unroll 4
+      for (int s = 0; s < 8; s += 2) {
+        const __m512i ql = _mm512_loadu_si512(runs + 32 * (16 * h + 8 * q + s));
+        const __m512i qh = _mm512_loadu_si512(runs + 32 * (32 + 8 * h + s));
+        const __m512i low = _mm512_or_si512(_mm512_and_si512(ql, low_mask), bits_at_four(qh, 2 * q, 2));
+        const __m512i high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low_mask), bits_at_four(qh, 2 * q + 4, 2));
+        const int low_scale = 8 * h + 2 * q + s / 4, high_scale = low_scale + 4;
+        const __m512i low_words = _mm512_broadcast_i64x4(words[low_scale / 4]);
+        const __m512i high_words = _mm512_broadcast_i64x4(words[high_scale / 4]);
+        isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(low, levels_at(pairs, 16 * h + 4 * q + s / 2)),
+                                                        bytes_of_each_dword<true>(low_words, low_scale % 4, low_scale % 4)));
+        isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(high, levels_at(pairs, 16 * h + 4 * (q + 2) + s / 2)),
+                                                        bytes_of_each_dword<true>(high_words, high_scale % 4, high_scale % 4)));
+      }
+    }
+  return q6_K_superblock_end(p, yb, words, _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1)), acc);
+}
+
+// y[0..8) for the K-quant group at w (kGroupBytes a super-block) against the q8_K row xq, a
+// super-block at a time (kSuperBlock), one stream prefetched ahead; `pairs`: the widened row
+// (WideActivation) for the AVX-512 super-block kernels.
+template <auto kSuperBlock, int64_t kGroupBytes>
+FOUNDRY_AVX2_TARGET void group_dot_K(const uint8_t* w, const int32_t*, const uint8_t* xq, int64_t superblocks, float* y) {
   __m256 acc = _mm256_setzero_ps();
   int64_t next_prefetch = 0;
   for (int64_t b = 0; b < superblocks; ++b) {
-    const uint8_t* p = w + b * kQ6KGroupBytes;
-    prefetch_stream(w, next_prefetch, (b + 1) * kQ6KGroupBytes);
-    const uint8_t* yb = xq + b * detail::kQ8_KBytes;
-    const uint8_t* levels = yb + 4;
-    const auto* word = reinterpret_cast<const __m256i*>(p);
-    const __m256i words[4] = {_mm256_loadu_si256(word), _mm256_loadu_si256(word + 1), _mm256_loadu_si256(word + 2),
-                              _mm256_loadu_si256(word + 3)};
-    const auto* runs = reinterpret_cast<const __m256i*>(p + kQ6KRuns);
-    __m256i isum = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h)
-      #pragma GCC unroll 2
-      for (int q = 0; q < 2; ++q) {  // quarters q (ql's low nibbles) and q + 2 (high)
-        #pragma GCC unroll 4
-        for (int s = 0; s < 8; s += 2) {
-          __m256i low_sums = _mm256_setzero_si256(), high_sums = _mm256_setzero_si256();
-          #pragma GCC unroll 2
-          for (int r = s; r < s + 2; ++r) {
-            const __m256i ql = _mm256_loadu_si256(runs + 16 * h + 8 * q + r), qh = _mm256_loadu_si256(runs + 32 + 8 * h + r);
-            const __m256i low = _mm256_or_si256(_mm256_and_si256(ql, low_mask), avx2::bits_at_four(qh, 2 * q, 2));
-            const __m256i high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), low_mask),
-                                                 avx2::bits_at_four(qh, 2 * q + 4, 2));
-            low_sums = _mm256_add_epi16(low_sums, _mm256_maddubs_epi16(
-                                                      low, _mm256_set1_epi32(avx2::dword_at(levels + 128 * h + 32 * q + 4 * r))));
-            high_sums = _mm256_add_epi16(high_sums, _mm256_maddubs_epi16(high, _mm256_set1_epi32(avx2::dword_at(
-                                                                                   levels + 128 * h + 32 * (q + 2) + 4 * r))));
-          }
-          const int low_scale = 8 * h + 2 * q + s / 4, high_scale = low_scale + 4;  // 16 values a scale
-          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(low_sums, bytes_of_each_dword<true>(
-                                                                        words[low_scale / 4], low_scale % 4, low_scale % 4)));
-          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(high_sums, bytes_of_each_dword<true>(
-                                                                         words[high_scale / 4], high_scale % 4, high_scale % 4)));
-        }
-      }
-    // sum_j scale_j x (the activation's sum of its 16 values j): scales 2m and 2m + 1 a vpmaddwd.
-    __m256i offset = _mm256_setzero_si256();
-    const uint8_t* bsums = levels + 256;
-    #pragma GCC unroll 8
-    for (int m = 0; m < 8; ++m)
-      offset = _mm256_add_epi32(offset, _mm256_madd_epi16(bytes_of_each_dword<true>(words[m / 2], 2 * (m % 2), 2 * (m % 2) + 1),
-                                                          _mm256_set1_epi32(avx2::dword_at(bsums + 4 * m))));
-    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 5));
-    float dy;
-    std::memcpy(&dy, yb, 4);
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kQ6KD)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(dy)), acc);
+    prefetch_stream(w, next_prefetch, (b + 1) * kGroupBytes);
+    acc = kSuperBlock(w + b * kGroupBytes, nullptr, xq + b * detail::kQ8_KBytes, acc);
+  }
+  _mm256_storeu_ps(y, acc);
+}
+
+template <auto kSuperBlock, int64_t kGroupBytes>
+FOUNDRY_AVX512_TARGET void group_dot_K_wide(const uint8_t* w, const int32_t* pairs, const uint8_t* xq, int64_t superblocks,
+                                            float* y) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t next_prefetch = 0;
+  for (int64_t b = 0; b < superblocks; ++b) {
+    prefetch_stream(w, next_prefetch, (b + 1) * kGroupBytes);
+    acc = kSuperBlock(w + b * kGroupBytes, pairs + b * 32 * 16, xq + b * detail::kQ8_KBytes, acc);
   }
   _mm256_storeu_ps(y, acc);
 }
 
 // A K-quant group kernel (kDot over `kGroupBytes` a super-block of 8 rows) against the q8_K row xq,
-// whose super-block sums are already in it: nothing to prepare.
+// whose super-block sums are already in it; `wide`: kDot takes the row widened (this thread's
+// WideActivation, built here once per product).
 template <auto kDot, int64_t kGroupBytes>
-GemvRowRange super_block_groups(const void* xq, int64_t k) {
+GemvRowRange super_block_groups(const void* xq, int64_t k, bool wide) {
+  thread_local WideActivation a;
   const auto* x = static_cast<const uint8_t*>(xq);
   const int64_t superblocks = k / detail::kQK_K;
-  return [x, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-    for (int64_t r = r0; r < r1; r += 8) kDot(w + (r / 8) * superblocks * kGroupBytes, x, superblocks, y + r);
+  if (wide) widen_activation(x, superblocks, a);
+  const int32_t* pairs = wide ? a.pairs.data() : nullptr;
+  return [x, pairs, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+    for (int64_t r = r0; r < r1; r += 8) kDot(w + (r / 8) * superblocks * kGroupBytes, pairs, x, superblocks, y + r);
   };
 }
 
 }  // namespace
 
-GemvRowRange gemv_avx2_group_rows(BlockFormat format, const void* xq, int64_t k) {
+GemvRowRange gemv_group_rows(bool avx512, BlockFormat format, const void* xq, int64_t k) {
+  constexpr int64_t kQ4K = KGroup<false>::kBytes, kQ5K = KGroup<true>::kBytes;
   switch (format) {
-    case BlockFormat::Q4_K: return super_block_groups<group_dot_qK<false>, KGroup<false>::kBytes>(xq, k);
-    case BlockFormat::Q5_K: return super_block_groups<group_dot_qK<true>, KGroup<true>::kBytes>(xq, k);
-    case BlockFormat::Q6_K: return super_block_groups<group_dot_q6_K, kQ6KGroupBytes>(xq, k);
+    case BlockFormat::Q4_K:
+      return avx512 ? super_block_groups<group_dot_K_wide<qK_superblock_wide<false>, kQ4K>, kQ4K>(xq, k, true)
+                    : super_block_groups<group_dot_K<qK_superblock<false>, kQ4K>, kQ4K>(xq, k, false);
+    case BlockFormat::Q5_K:
+      return avx512 ? super_block_groups<group_dot_K_wide<qK_superblock_wide<true>, kQ5K>, kQ5K>(xq, k, true)
+                    : super_block_groups<group_dot_K<qK_superblock<true>, kQ5K>, kQ5K>(xq, k, false);
+    case BlockFormat::Q6_K:
+      return avx512 ? super_block_groups<group_dot_K_wide<q6_K_superblock_wide, kQ6KGroupBytes>, kQ6KGroupBytes>(xq, k, true)
+                    : super_block_groups<group_dot_K<q6_K_superblock, kQ6KGroupBytes>, kQ6KGroupBytes>(xq, k, false);
     default: break;
   }
   return with_byte_block_format(format, [&]<BlockFormat F>() { return prepared_groups<F>(xq, k); });
@@ -404,7 +550,7 @@ GemvRowRange gemv_avx2_group_rows(BlockFormat format, const void* xq, int64_t k)
 
 #else
 
-GemvRowRange gemv_avx2_group_rows(BlockFormat, const void*, int64_t) { return {}; }
+GemvRowRange gemv_group_rows(bool, BlockFormat, const void*, int64_t) { return {}; }
 
 #endif
 
