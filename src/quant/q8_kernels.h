@@ -60,9 +60,8 @@ void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, co
 /// scales; q5_K's fifth bits in runs before the nibbles) and q6_K (four words of scales, d).
 bool has_row_groups(BlockFormat format);
 /// The layout decode and prefill read fastest for a [rows, k] matrix of t on this CPU: Groups8 for
-/// has_row_groups formats where the AVX2 kernels run (q4_0, q4_1 and the K-quants on AVX-512 VNNI CPUs too, where
-/// the group kernel out-reads the VNNI row kernel; q5_0, q5_1, q8_0 only without VNNI), rows a
-/// multiple of 8, unless FOUNDRY_ROW_LAYOUT is set; else Rows.
+/// has_row_groups formats where the AVX2 kernels run (q8_0 only without AVX-512 VNNI: its VNNI row
+/// kernel decodes faster), rows a multiple of 8, unless FOUNDRY_ROW_LAYOUT is set; else Rows.
 WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows);
 /// Rearranges a [rows, k] matrix of t in place from Rows to `layout` (Rows: nothing to do).
 void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int64_t rows, int64_t k);

@@ -595,17 +595,16 @@ bool integer_gemm_preferred(const BlockFormatTraits& t) {
 WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows) {
   // FOUNDRY_ROW_LAYOUT=1 keeps every matrix in its rows (to compare the two).
   static const bool groups = use_avx2() && std::getenv("FOUNDRY_ROW_LAYOUT") == nullptr;
-  // With AVX-512 VNNI the row kernels of q8_0 (one row a step) and of the q5 kinds (fifth bits
-  // through byte masks) read as fast as the AVX2 group kernel or faster (bench_infer --products, both
-  // layouts in one process, 1 thread: q8_0 32.0-33.4 against 32.2-36.6 GB/s, q5_0 17.7 / 18.9);
-  // q4_0's, q4_1's and q4_K's (four rows, four streams) read slower (29.4-33.6 / 27.7-29.8, q4_1
-  // 32.8-36.9 / 27.1-29.6, q4_K 26.9 / 19.3 and 19.1 / 14.9), and q5_K's runs the AVX2 row kernel
-  // (26.6 / 20.6 and 21.1 / 14.7). q6_K's AVX-512 row kernel reads as fast as its groups (21.6 /
-  // 22.6 and 20.6 / 21.9), but the prefill's panels from the groups are built in vectors (the
-  // rows': a row's block at a time in scalar code): Llama-110M q6_K prefill 1.17-1.19x, decode
-  // 1.03-1.08x. Without VNNI the groups win for every format (docs/quantization.md).
-  const bool vnni_reads_rows =
-      use_vnni() && (t.format == BlockFormat::Q5_0 || t.format == BlockFormat::Q5_1 || t.format == BlockFormat::Q8_0);
+  // Groups win everywhere the AVX2 kernels run, for every format but q8_0 on AVX-512 VNNI CPUs. There
+  // the group kernels are AVX-512 too (two 32-byte runs a vector; row_groups.cpp), and `bench_infer
+  // --products` with both layouts and both group kernels alternating in one process (Zen 5, 1
+  // thread, GB/s: AVX-512 groups / VNNI rows / AVX2 groups) read q4_0 24.1 / 19.1 / 20.8, q4_1 28.6 /
+  // 24.0 / 24.3, q5_0 22.4 / 17.2 / 14.4, q5_1 34.0 / 24.4 / 19.4, q4_K 30.4 / 18.7 / 23.9, q5_K
+  // 32.2 / 19.9 / 29.2, q6_K 32.0 / 27.7 / 28.9 and q8_0 37.9 / 31.3 / 40.9; but Llama-110M's q8_0
+  // decode ran 0.91x (median of 10 alternating process pairs; 0.93x at 2 threads) in groups, its
+  // prefill 1.05x: q8_0 keeps its rows there. q5_0 in groups: prefill 1.21x / 1.26x (1 / 2
+  // threads), decode 1.03x / 1.00x; q5_1 1.27x and 1.09x at 1 thread (docs/quantization.md).
+  const bool vnni_reads_rows = use_vnni() && t.format == BlockFormat::Q8_0;
   const bool chosen = groups && has_row_groups(t.format) && !vnni_reads_rows;
   return chosen && rows % 8 == 0 ? WeightLayout::Groups8 : WeightLayout::Rows;
 }

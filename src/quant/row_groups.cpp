@@ -1,6 +1,6 @@
 // Matrices in groups of 8 rows (WeightLayout::Groups8, q8_kernels.h) for q4_0, q4_1, q5_0, q5_1,
 // q8_0, q4_K, q5_K and q6_K: the rearrangement, a row read back in the format's own layout, and
-// decode's AVX2 matrix-vector kernels over the groups.
+// decode's matrix-vector kernels over the groups (AVX2, and AVX-512 VNNI forms of each).
 //
 // Why: the row layout's kernels read one or two rows a step and convert each block's scale on its
 // own (avx2_gemv.cpp: ~9 instructions a row and block for q4_0), and on AVX2 they read Llama-110M's
@@ -9,9 +9,9 @@
 // their 8 scales are one vcvtph2ps, each row's products land in one int32 lane and the group is one
 // stream: ~5 instructions a row and block for q4_0 (both counted in the loops). Measured
 // (docs/quantization.md): capped to AVX2, `bench_infer --products` 1.05-1.5x the row kernels' GB/s
-// for every format; natively q4_0, q4_1 and q4_K up to 1.3-1.4x the VNNI row kernels' (q5_K, whose
-// row kernel is AVX2's, 1.3-1.4x; q6_K's AVX-512 one level), q8_0 and the q5 kinds level or behind
-// (they keep rows there: preferred_layout). The K-quants' super-blocks keep their scales as 4-byte
+// for every format. On AVX-512 VNNI CPUs the group kernels take two runs a 512-bit vector
+// (WideActivation) and read 1.2-1.6x the VNNI row kernels' GB/s (q8_0 keeps its rows there for
+// decode: preferred_layout says what was measured). The K-quants' super-blocks keep their scales as 4-byte
 // fields (q4_K / q5_K: three words of packed 6-bit scales; q6_K: four of int8), so one load a
 // field gives the 8 rows' words in lanes, unpacked for all 8 at once. The prefill's panels are the
 // groups' runs as they lie, without the row layout's transpose (block_gemm_x86.cpp).
@@ -30,7 +30,7 @@
 
 #include "quant/avx2_inline.h"
 #define FOUNDRY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-#define FOUNDRY_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define FOUNDRY_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
 #define FOUNDRY_HAVE_ROW_GROUPS 1
 #else
 #define FOUNDRY_HAVE_ROW_GROUPS 0
@@ -123,14 +123,40 @@ const uint8_t* row_of(const BlockFormatTraits& t, WeightLayout layout, const uin
 
 namespace {
 
-// The activation row (q8_0) as the kernels read it: its levels in place, and per block its scale
-// as float32, the offset term of q4_0 / q5_0 (whose value is d (u - o) for a level u: o = 8 or 16)
-// as o x the sum of its levels, and q4_1 / q5_1's minimum term (d u + m) as dy x that sum.
+// The activation row for the AVX-512 group kernels, built once per product: vector m holds the
+// row's dword 2m of levels in each lane of its low half and dword 2m + 1 in the high half. A 64-byte
+// load of a group's runs r and r + 1 (levels 4r.. and 4r + 4.. of each of the 8 rows) then meets both
+// runs' activation levels with one load, no broadcast: the AVX-512 kernels do a 32-byte run's work
+// in half the AVX2 kernels' instructions (a 512-bit vpmaddubsw costs what a 256-bit one does on a
+// Zen 5: 7.1 a ns at both widths).
+struct WideActivation {
+  std::vector<int32_t> pairs;  // 16 a vector (a std::vector<__m512i> drops the 64-byte alignment)
+};
+
+// `units` runs of 8 x `pairs_per_unit` dwords of levels, unit u's at xq + u x unit_bytes + skip
+// (q8_0: blocks of 34 bytes after the 2-byte scale; q8_K: super-blocks after the float).
+FOUNDRY_VNNI_TARGET void widen_activation(const uint8_t* xq, int64_t units, int64_t unit_bytes, int64_t skip,
+                                          int pairs_per_unit, WideActivation& a) {
+  a.pairs.resize(size_t(units * pairs_per_unit * 16));
+  for (int64_t u = 0; u < units; ++u) {
+    const uint8_t* levels = xq + u * unit_bytes + skip;
+    for (int m = 0; m < pairs_per_unit; ++m)
+      _mm512_storeu_si512(a.pairs.data() + (u * pairs_per_unit + m) * 16,
+                          _mm512_inserti64x4(_mm512_set1_epi32(avx2::dword_at(levels + 8 * m)),
+                                             _mm256_set1_epi32(avx2::dword_at(levels + 8 * m + 4)), 1));
+  }
+}
+
+// The activation row (q8_0) as the kernels read it: its levels in place (and widened for the AVX-512
+// kernels), and per block its scale as float32, the offset term of q4_0 / q5_0 (whose value is
+// d (u - o) for a level u: o = 8 or 16; the AVX-512 kernel's q8_0 levels + 128: o = 128) as o x the
+// sum of its levels, and q4_1 / q5_1's minimum term (d u + m) as dy x that sum.
 struct GroupActivation {
   const uint8_t* xq = nullptr;
   int64_t blocks = 0;
   std::vector<float> scales, level_sums;
   std::vector<int32_t> offsets;
+  WideActivation wide;
 };
 
 // Prefetches the weight stream at w from `next` through `end` bytes, kStreamAhead ahead: the group
@@ -148,6 +174,22 @@ struct GroupBlock {
   static constexpr int64_t kBytes = 8 * (kHeader + (kNibbles ? 16 : 32));
   static constexpr int32_t kOffset = F == BlockFormat::Q4_0 ? 8 : F == BlockFormat::Q5_0 ? 16 : 0;
 };
+
+// The offset of the AVX-512 kernel's unsigned levels: the format's own, or q8_0's 128.
+template <BlockFormat F>
+constexpr int32_t wide_offset() { return GroupBlock<F>::kNibbles ? GroupBlock<F>::kOffset : 128; }
+
+// A block's int32 sums `dot` of the group's 8 rows (offsets taken off) into acc: times the rows'
+// scales and the activation block's, plus q4_1 / q5_1's minimums times its scaled level sum.
+template <BlockFormat F>
+FOUNDRY_AVX2_TARGET inline void block_end(const uint8_t* p, const GroupActivation& a, int64_t b, __m256i dot, __m256& acc) {
+  const __m256 scale = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+                                     _mm256_set1_ps(a.scales[size_t(b)]));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc);
+  if constexpr (GroupBlock<F>::kMin)  // the 8 minimums follow the 8 scales
+    acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))),
+                          _mm256_set1_ps(a.level_sums[size_t(b)]), acc);
+}
 
 // y[0..8) for the group at w. The nibble formats: each run's low and high nibbles (the q5 kinds'
 // fifth bits added from the rows' 32-bit masks) against the activation's levels 4c.. and 16 + 4c..,
@@ -197,38 +239,92 @@ FOUNDRY_AVX2_TARGET void group_dot(const uint8_t* w, const GroupActivation& a, f
         dot = _mm256_add_epi32(dot, _mm256_madd_epi16(pairs, ones));
       }
     }
-    const __m256 scale = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
-                                       _mm256_set1_ps(a.scales[size_t(b)]));
-    __m256& acc = b % 2 ? odd : even;
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc);
-    if constexpr (G::kMin)  // the 8 minimums follow the 8 scales
-      acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))),
-                            _mm256_set1_ps(a.level_sums[size_t(b)]), acc);
+    block_end<F>(p, a, b, dot, b % 2 ? odd : even);
   }
   _mm256_storeu_ps(y, _mm256_add_ps(even, odd));
 }
 
+// 4 fifth bits of each row for runs c and c + 1 (avx2::fifth_bits at `shift` in the low half, at
+// shift + 4 in the high half).
+FOUNDRY_VNNI_TARGET inline __m512i fifth_bits_of_run_pair(__m512i bits, int shift) {
+  const __m512i shifts = _mm512_inserti64x4(_mm512_set1_epi32(shift), _mm256_set1_epi32(shift + 4), 1);
+  const __m512i nibble = _mm512_and_si512(_mm512_srlv_epi32(bits, shifts), _mm512_set1_epi32(0x0F));
+  const __m512i spread = _mm512_mullo_epi32(nibble, _mm512_set1_epi32(0x00204081));
+  return _mm512_slli_epi32(_mm512_and_si512(spread, _mm512_set1_epi32(0x01010101)), 4);
+}
+
+// The same on AVX-512 VNNI: runs c and c + 1 a vector against the widened row, each run's products
+// summed straight into the int32 lanes (vpdpbusd; q8_0's levels made unsigned by + 128, taken off
+// with the activation's level sum as q4_0's offset of 8 is), the halves added before the float
+// steps: the same int32 sums, the same bits.
 template <BlockFormat F>
-GemvRowRange prepared_groups(const void* xq, int64_t k) {
+FOUNDRY_VNNI_TARGET void group_dot_wide(const uint8_t* w, const GroupActivation& a, float* y) {
+  using G = GroupBlock<F>;
+  const __m512i low_mask = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(int8_t(0x80));
+  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+  int64_t next_prefetch = 0;
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const uint8_t* p = w + b * G::kBytes;
+    prefetch_stream(w, next_prefetch, (b + 1) * G::kBytes);
+    const int32_t* pairs = a.wide.pairs.data() + b * 4 * 16;
+    const uint8_t* runs = p + 8 * G::kHeader;
+    __m512i dot = _mm512_setzero_si512();
+    if constexpr (G::kNibbles) {
+      __m512i fifth = _mm512_setzero_si512();
+      if constexpr (G::kFifth) fifth = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8 * (G::kHeader - 4))));
+      #pragma GCC unroll 2
+      for (int c = 0; c < 4; c += 2) {
+        const __m512i v = _mm512_loadu_si512(runs + 32 * c);
+        __m512i low = _mm512_and_si512(v, low_mask), high = _mm512_and_si512(_mm512_srli_epi16(v, 4), low_mask);
+        if constexpr (G::kFifth) {
+          low = _mm512_or_si512(low, fifth_bits_of_run_pair(fifth, 4 * c));
+          high = _mm512_or_si512(high, fifth_bits_of_run_pair(fifth, 16 + 4 * c));
+        }
+        dot = _mm512_dpbusd_epi32(dot, low, _mm512_loadu_si512(pairs + 16 * (c / 2)));
+        dot = _mm512_dpbusd_epi32(dot, high, _mm512_loadu_si512(pairs + 16 * (2 + c / 2)));
+      }
+    } else {
+      #pragma GCC unroll 4
+      for (int c = 0; c < 8; c += 2)
+        dot = _mm512_dpbusd_epi32(dot, _mm512_xor_si512(_mm512_loadu_si512(runs + 32 * c), flip),
+                                  _mm512_loadu_si512(pairs + 16 * (c / 2)));
+    }
+    __m256i dot8 = _mm256_add_epi32(_mm512_castsi512_si256(dot), _mm512_extracti64x4_epi64(dot, 1));
+    if constexpr (wide_offset<F>() != 0) dot8 = _mm256_sub_epi32(dot8, _mm256_set1_epi32(a.offsets[size_t(b)]));
+    block_end<F>(p, a, b, dot8, b % 2 ? odd : even);
+  }
+  _mm256_storeu_ps(y, _mm256_add_ps(even, odd));
+}
+
+// `wide`: the AVX-512 VNNI kernel (group_dot_wide).
+template <BlockFormat F>
+GemvRowRange prepared_groups(const void* xq, int64_t k, bool wide) {
   using G = GroupBlock<F>;
   // One per thread, reused: a product is prepared and run to its end before its thread prepares the next.
   thread_local GroupActivation a;
   a.xq = static_cast<const uint8_t*>(xq);
   a.blocks = k / 32;
+  const int32_t offset = wide ? wide_offset<F>() : G::kOffset;
   a.scales.resize(size_t(a.blocks));
-  a.offsets.resize(G::kOffset ? size_t(a.blocks) : 0);
+  a.offsets.resize(offset ? size_t(a.blocks) : 0);
   a.level_sums.resize(G::kMin ? size_t(a.blocks) : 0);
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* block = a.xq + b * kQ8Bytes;
     a.scales[size_t(b)] = avx2::f16_at(block);
-    if constexpr (G::kOffset != 0 || G::kMin) {
+    if (offset != 0 || G::kMin) {
       int32_t sum = 0;
       for (int j = 0; j < 32; ++j) sum += int8_t(block[2 + j]);
-      if constexpr (G::kOffset != 0) a.offsets[size_t(b)] = G::kOffset * sum;
+      if (offset != 0) a.offsets[size_t(b)] = offset * sum;
       if constexpr (G::kMin) a.level_sums[size_t(b)] = a.scales[size_t(b)] * float(sum);
     }
   }
+  if (wide) widen_activation(a.xq, a.blocks, kQ8Bytes, 2, 4, a.wide);
   const GroupActivation* pa = &a;  // the only capture: std::function keeps it without allocating
+  if (wide)
+    return [pa](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+      const int64_t group_bytes = pa->blocks * G::kBytes;
+      for (int64_t r = r0; r < r1; r += 8) group_dot_wide<F>(w + (r / 8) * group_bytes, *pa, y + r);
+    };
   return [pa](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
     const int64_t group_bytes = pa->blocks * G::kBytes;
     for (int64_t r = r0; r < r1; r += 8) group_dot<F>(w + (r / 8) * group_bytes, *pa, y + r);
@@ -260,7 +356,7 @@ FOUNDRY_AVX2_TARGET inline __m256i bytes_of_each_dword(__m256i v, int j0, int j1
 
 // The same for 16 dwords: the 8 rows' v (a group's scale word) in both halves.
 template <bool kSigned = false>
-FOUNDRY_AVX512_TARGET inline __m512i bytes_of_each_dword(__m512i v, int j0, int j1) {
+FOUNDRY_VNNI_TARGET inline __m512i bytes_of_each_dword(__m512i v, int j0, int j1) {
   const DwordBytePicks p = dword_byte_picks(j0, j1, kSigned);
   const __m512i base = _mm512_broadcast_i32x4(_mm_setr_epi32(0, int32_t(p.step), int32_t(2 * p.step), int32_t(3 * p.step)));
   const __m512i picked = _mm512_shuffle_epi8(v, _mm512_add_epi8(_mm512_set1_epi32(int32_t(p.pick_pair)), base));
@@ -268,7 +364,7 @@ FOUNDRY_AVX512_TARGET inline __m512i bytes_of_each_dword(__m512i v, int j0, int 
 }
 
 // avx2::bits_at_four on 64 bytes.
-FOUNDRY_AVX512_TARGET inline __m512i bits_at_four(__m512i bytes, int n, int width) {
+FOUNDRY_VNNI_TARGET inline __m512i bits_at_four(__m512i bytes, int n, int width) {
   const __m512i moved = n < 4 ? _mm512_sll_epi16(bytes, _mm_cvtsi32_si128(4 - n)) : _mm512_srl_epi16(bytes, _mm_cvtsi32_si128(n - 4));
   return _mm512_and_si512(moved, _mm512_set1_epi8(int8_t(((1 << width) - 1) << 4)));
 }
@@ -287,31 +383,10 @@ struct KGroup {
 // row i's scales 4w..4w + 3), the 8 d, then ql's 32 runs and qh's 16.
 constexpr int64_t kQ6KGroupBytes = 8 * detail::kQ6_KBytes, kQ6KD = 128, kQ6KRuns = 144;
 
-// The q8_K row for the AVX-512 kernels, built once per product: per super-block 32 vectors, vector m
-// holding the activation's dword 2m in each lane of its low half and dword 2m + 1 in the high half.
-// A 64-byte load of a group's runs r and r + 1 (levels 4r.. and 4r + 4.. of each of the 8 rows)
-// then meets both runs' activation levels with one load, no broadcast: the AVX-512 kernels do a
-// 32-byte run's work in half the instructions of the AVX2 ones (a 512-bit vpmaddubsw costs what a
-// 256-bit one does on Zen 5: 7.1 a ns, both widths).
-struct WideActivation {
-  std::vector<int32_t> pairs;  // 16 a vector (a std::vector<__m512i> drops the 64-byte alignment)
-};
-
-FOUNDRY_AVX512_TARGET void widen_activation(const uint8_t* xq, int64_t superblocks, WideActivation& a) {
-  a.pairs.resize(size_t(superblocks * 32 * 16));
-  for (int64_t b = 0; b < superblocks; ++b) {
-    const uint8_t* levels = xq + b * detail::kQ8_KBytes + 4;
-    for (int m = 0; m < 32; ++m)
-      _mm512_storeu_si512(a.pairs.data() + (b * 32 + m) * 16,
-                          _mm512_inserti64x4(_mm512_set1_epi32(avx2::dword_at(levels + 8 * m)),
-                                             _mm256_set1_epi32(avx2::dword_at(levels + 8 * m + 4)), 1));
-  }
-}
-
 // The activation's levels 4j..4j + 3 of super-block yb against a 32-byte run (AVX2), or the widened
 // pair of dwords 2m, 2m + 1 against two runs (AVX-512).
 FOUNDRY_AVX2_TARGET inline __m256i levels_at(const uint8_t* yb, int j) { return _mm256_set1_epi32(avx2::dword_at(yb + 4 + 4 * j)); }
-FOUNDRY_AVX512_TARGET inline __m512i levels_at(const int32_t* pairs, int m) { return _mm512_loadu_si512(pairs + 16 * m); }
+FOUNDRY_VNNI_TARGET inline __m512i levels_at(const int32_t* pairs, int m) { return _mm512_loadu_si512(pairs + 16 * m); }
 
 // q4_K / q5_K's last steps of a super-block: the minimums against the activation's 16-value sums
 // (sub-block j's are sums 2j and 2j + 1), and acc + dy (d isum - dmin min_dot).
@@ -371,7 +446,7 @@ FOUNDRY_AVX2_TARGET inline __m256 qK_superblock(const uint8_t* p, const int32_t*
 // The same on AVX-512: runs r and r + 1 a vector against the widened activation (`pairs`), the
 // scales in both halves, the halves' sums added before the minimums (the same int32 sums).
 template <bool kFifth>
-FOUNDRY_AVX512_TARGET inline __m256 qK_superblock_wide(const uint8_t* p, const int32_t* pairs, const uint8_t* yb, __m256 acc) {
+FOUNDRY_VNNI_TARGET inline __m256 qK_superblock_wide(const uint8_t* p, const int32_t* pairs, const uint8_t* yb, __m256 acc) {
   using G = KGroup<kFifth>;
   constexpr int kRunsPerSum = std::min(8, 2 * G::kRunsPerSum);  // each lane takes every other run
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
@@ -461,7 +536,7 @@ FOUNDRY_AVX2_TARGET inline __m256 q6_K_superblock(const uint8_t* p, const int32_
 }
 
 // The same on AVX-512: runs s and s + 1 a vector (one pair sum a lane: no int16 sums).
-FOUNDRY_AVX512_TARGET inline __m256 q6_K_superblock_wide(const uint8_t* p, const int32_t* pairs, const uint8_t* yb, __m256 acc) {
+FOUNDRY_VNNI_TARGET inline __m256 q6_K_superblock_wide(const uint8_t* p, const int32_t* pairs, const uint8_t* yb, __m256 acc) {
   const __m512i low_mask = _mm512_set1_epi8(0x0F);
   __m256i words[4];
   q6_K_scale_words(p, words);
@@ -503,7 +578,7 @@ FOUNDRY_AVX2_TARGET void group_dot_K(const uint8_t* w, const int32_t*, const uin
 }
 
 template <auto kSuperBlock, int64_t kGroupBytes>
-FOUNDRY_AVX512_TARGET void group_dot_K_wide(const uint8_t* w, const int32_t* pairs, const uint8_t* xq, int64_t superblocks,
+FOUNDRY_VNNI_TARGET void group_dot_K_wide(const uint8_t* w, const int32_t* pairs, const uint8_t* xq, int64_t superblocks,
                                             float* y) {
   __m256 acc = _mm256_setzero_ps();
   int64_t next_prefetch = 0;
@@ -522,7 +597,7 @@ GemvRowRange super_block_groups(const void* xq, int64_t k, bool wide) {
   thread_local WideActivation a;
   const auto* x = static_cast<const uint8_t*>(xq);
   const int64_t superblocks = k / detail::kQK_K;
-  if (wide) widen_activation(x, superblocks, a);
+  if (wide) widen_activation(x, superblocks, detail::kQ8_KBytes, 4, 32, a);
   const int32_t* pairs = wide ? a.pairs.data() : nullptr;
   return [x, pairs, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
     for (int64_t r = r0; r < r1; r += 8) kDot(w + (r / 8) * superblocks * kGroupBytes, pairs, x, superblocks, y + r);
@@ -531,21 +606,21 @@ GemvRowRange super_block_groups(const void* xq, int64_t k, bool wide) {
 
 }  // namespace
 
-GemvRowRange gemv_group_rows(bool avx512, BlockFormat format, const void* xq, int64_t k) {
+GemvRowRange gemv_group_rows(bool vnni, BlockFormat format, const void* xq, int64_t k) {
   constexpr int64_t kQ4K = KGroup<false>::kBytes, kQ5K = KGroup<true>::kBytes;
   switch (format) {
     case BlockFormat::Q4_K:
-      return avx512 ? super_block_groups<group_dot_K_wide<qK_superblock_wide<false>, kQ4K>, kQ4K>(xq, k, true)
-                    : super_block_groups<group_dot_K<qK_superblock<false>, kQ4K>, kQ4K>(xq, k, false);
+      return vnni ? super_block_groups<group_dot_K_wide<qK_superblock_wide<false>, kQ4K>, kQ4K>(xq, k, true)
+                  : super_block_groups<group_dot_K<qK_superblock<false>, kQ4K>, kQ4K>(xq, k, false);
     case BlockFormat::Q5_K:
-      return avx512 ? super_block_groups<group_dot_K_wide<qK_superblock_wide<true>, kQ5K>, kQ5K>(xq, k, true)
-                    : super_block_groups<group_dot_K<qK_superblock<true>, kQ5K>, kQ5K>(xq, k, false);
+      return vnni ? super_block_groups<group_dot_K_wide<qK_superblock_wide<true>, kQ5K>, kQ5K>(xq, k, true)
+                  : super_block_groups<group_dot_K<qK_superblock<true>, kQ5K>, kQ5K>(xq, k, false);
     case BlockFormat::Q6_K:
-      return avx512 ? super_block_groups<group_dot_K_wide<q6_K_superblock_wide, kQ6KGroupBytes>, kQ6KGroupBytes>(xq, k, true)
-                    : super_block_groups<group_dot_K<q6_K_superblock, kQ6KGroupBytes>, kQ6KGroupBytes>(xq, k, false);
+      return vnni ? super_block_groups<group_dot_K_wide<q6_K_superblock_wide, kQ6KGroupBytes>, kQ6KGroupBytes>(xq, k, true)
+                  : super_block_groups<group_dot_K<q6_K_superblock, kQ6KGroupBytes>, kQ6KGroupBytes>(xq, k, false);
     default: break;
   }
-  return with_byte_block_format(format, [&]<BlockFormat F>() { return prepared_groups<F>(xq, k); });
+  return with_byte_block_format(format, [&]<BlockFormat F>() { return prepared_groups<F>(xq, k, vnni); });
 }
 
 #else

@@ -79,9 +79,9 @@ bool avx2_available();
 GemvRowRange gemv_avx2_rows(BlockFormat format, const void* xq, int64_t k);
 /// The kernel of a matrix in WeightLayout::Groups8 (row_groups.cpp; the K-quants against a q8_K row,
 /// the others against a q8_0 row), the same contract as gemv_avx2_rows with rows in groups of 8 (r0
-/// and r1 multiples of 8): AVX2 (call only when avx2_available()), or for the K-quants AVX-512 where
-/// `avx512` (call only when vnni_available()), the same bits.
-GemvRowRange gemv_group_rows(bool avx512, BlockFormat format, const void* xq, int64_t k);
+/// and r1 multiples of 8): AVX2 (call only when avx2_available()), or AVX-512 VNNI where `vnni` (call
+/// only when vnni_available()), the same bits.
+GemvRowRange gemv_group_rows(bool vnni, BlockFormat format, const void* xq, int64_t k);
 /// The nf4 kernel (nf4_gemv_x86.cpp) for a q8_0 row of k values (k a multiple of 64): AVX-512
 /// (`avx512`; call only when vnni_available()) or AVX2 (when avx2_available()); the same contract
 /// as gemv_vnni_rows, any first row.
