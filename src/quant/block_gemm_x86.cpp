@@ -830,7 +830,7 @@ struct NoScope {};
 // configuration). `on_this_thread`: every panel on the calling thread.
 template <int Lanes, int kTile, class ChunkScope = NoScope, class TileKernel>
 void gemm_panels(Weights kind, PackPanel pack, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m,
-                 float* y, TileKernel&& kernel, bool on_this_thread = false) {
+                 float* y, int64_t ldy, TileKernel&& kernel, bool on_this_thread = false) {
   const int64_t blocks = k / 32, row_bytes = weight_row_bytes(kind, k);
   const int64_t panels = (rows + Lanes - 1) / Lanes;
   const auto chunk = [&](int64_t lo, int64_t hi) {
@@ -850,7 +850,7 @@ void gemm_panels(Weights kind, PackPanel pack, const uint8_t* w, int64_t rows, i
         const Tile x{a.levels.data() + c0 * k, k, a.scale.data() + c0 * blocks, a.start.data() + c0 * blocks,
                      a.level_sum.size() == 0 ? nullptr : a.level_sum.data() + c0 * blocks * a.halves, blocks};
         run_tile<kTile>(int(std::min<int64_t>(kTile, m - c0)),
-                        [&]<int N>() { kernel.template operator()<N>(p, x, y + c0 * rows + r0, rows, int(n)); });
+                        [&]<int N>() { kernel.template operator()<N>(p, x, y + c0 * ldy + r0, ldy, int(n)); });
       }
     }
   };
@@ -859,11 +859,11 @@ void gemm_panels(Weights kind, PackPanel pack, const uint8_t* w, int64_t rows, i
 }
 
 template <int kHalves, bool kMins>
-void gemm_vnni(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y) {
+void gemm_vnni(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y, int64_t ldy) {
   auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
     tile_vnni<N, kHalves, kMins>(p, t, out, stride, __mmask16((1u << n) - 1));
   };
-  gemm_panels<16, 16>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel);
+  gemm_panels<16, 16>(kind, pack_panel_vnni, w, rows, k, a, m, y, ldy, kernel);
 }
 
 
@@ -1017,19 +1017,19 @@ FOUNDRY_AMX_TARGET void tile_amx(Tiles& tiles, const Panel& p, const Tile& x, fl
 // AmxScope, or EmulatedTiles with nothing to set up).
 template <class Tiles, class Scope, int kHalves, bool kMins>
 void gemm_tiles(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y,
-                bool on_this_thread) {
+                int64_t ldy, bool on_this_thread) {
   auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
     Tiles tiles;
     tile_amx<Tiles, N, kHalves, kMins>(tiles, p, t, out, stride, __mmask16((1u << n) - 1));
   };
-  gemm_panels<16, 16, Scope>(kind, pack_panel_vnni, w, rows, k, a, m, y, kernel, on_this_thread);
+  gemm_panels<16, 16, Scope>(kind, pack_panel_vnni, w, rows, k, a, m, y, ldy, kernel, on_this_thread);
 }
 
 template <int kHalves, bool kMins>
 void gemm_amx(bool emulated, Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m,
-              float* y, bool on_this_thread = false) {
-  if (emulated) return gemm_tiles<EmulatedTiles, NoScope, kHalves, kMins>(kind, w, rows, k, a, m, y, on_this_thread);
-  gemm_tiles<AmxTiles, AmxScope, kHalves, kMins>(kind, w, rows, k, a, m, y, on_this_thread);
+              float* y, int64_t ldy, bool on_this_thread = false) {
+  if (emulated) return gemm_tiles<EmulatedTiles, NoScope, kHalves, kMins>(kind, w, rows, k, a, m, y, ldy, on_this_thread);
+  gemm_tiles<AmxTiles, AmxScope, kHalves, kMins>(kind, w, rows, k, a, m, y, ldy, on_this_thread);
 }
 
 // Activation rows a tile: q8_0's block (8 weight vectors, 8 of signs) meets 8 rows, the others' 4.
@@ -1037,22 +1037,22 @@ void gemm_amx(bool emulated, Weights kind, const uint8_t* w, int64_t rows, int64
 // 67-69 GMAC/s against 57-58 with 4 at 1 thread in three of four pairs (even in the fourth), 2
 // threads about even (102 against 100); q4_0 and q4_K ran 10-13% slower with 8.
 template <int kBits, int kHalves, bool kMins>
-void gemm_avx2(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y) {
+void gemm_avx2(Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a, int64_t m, float* y, int64_t ldy) {
   auto kernel = [&]<int N>(const Panel& p, const Tile& t, float* out, int64_t stride, int n) {
     tile_avx2<N, kBits, kHalves, kMins>(p, t, out, stride, n);
   };
-  gemm_panels<8, kBits == 8 ? 8 : 4>(kind, pack_panel_avx2, w, rows, k, a, m, y, kernel);
+  gemm_panels<8, kBits == 8 ? 8 : 4>(kind, pack_panel_avx2, w, rows, k, a, m, y, ldy, kernel);
 }
 
 // A format's kernel: its levels' width (kBits), scales a block (kHalves) and whether it has a
 // minimum are all that differ between formats, beside the activation numbers it reads.
 template <int kBits, int kHalves, bool kMins>
 void gemm_levels(BlockGemmIsa isa, Weights kind, const uint8_t* w, int64_t rows, int64_t k, const Activations& a,
-                 int64_t m, float* y) {
+                 int64_t m, float* y, int64_t ldy) {
   const bool amx = isa == BlockGemmIsa::AMX || isa == BlockGemmIsa::AMXEmulated;
-  if (amx) return gemm_amx<kHalves, kMins>(isa == BlockGemmIsa::AMXEmulated, kind, w, rows, k, a, m, y);
-  if (isa != BlockGemmIsa::AVX2) return gemm_vnni<kHalves, kMins>(kind, w, rows, k, a, m, y);
-  gemm_avx2<kBits, kHalves, kMins>(kind, w, rows, k, a, m, y);
+  if (amx) return gemm_amx<kHalves, kMins>(isa == BlockGemmIsa::AMXEmulated, kind, w, rows, k, a, m, y, ldy);
+  if (isa != BlockGemmIsa::AVX2) return gemm_vnni<kHalves, kMins>(kind, w, rows, k, a, m, y, ldy);
+  gemm_avx2<kBits, kHalves, kMins>(kind, w, rows, k, a, m, y, ldy);
 }
 
 // The CPU's AMX-TILE and AMX-INT8 bits (CPUID leaf 7, EDX bits 24 and 25), and Linux's grant of
@@ -1107,9 +1107,9 @@ bool amx_matches_vnni() {
   const Activations q6_K = activations_q8_K(activations[2].data(), m, 256, 2);
   std::vector<float> tiles[3], vnni[3];
   for (int i = 0; i < 3; ++i) tiles[i].assign(size_t(m * rows), 0.f), vnni[i].assign(size_t(m * rows), 1.f);
-  gemm_vnni<1, false>(Weights::Q4_0, weights[0].data(), rows, 96, q4_0, m, vnni[0].data());
-  gemm_vnni<1, true>(Weights::Q4_1, weights[1].data(), rows, 96, q4_1, m, vnni[1].data());
-  gemm_vnni<2, true>(Weights::Q6_K, weights[2].data(), rows, 256, q6_K, m, vnni[2].data());
+  gemm_vnni<1, false>(Weights::Q4_0, weights[0].data(), rows, 96, q4_0, m, vnni[0].data(), rows);
+  gemm_vnni<1, true>(Weights::Q4_1, weights[1].data(), rows, 96, q4_1, m, vnni[1].data(), rows);
+  gemm_vnni<2, true>(Weights::Q6_K, weights[2].data(), rows, 256, q6_K, m, vnni[2].data(), rows);
   struct sigaction fault = {}, old_ill = {}, old_segv = {};
   fault.sa_handler = on_tile_fault;
   sigemptyset(&fault.sa_mask);
@@ -1118,9 +1118,9 @@ bool amx_matches_vnni() {
   sigaction(SIGSEGV, &fault, &old_segv);
   bool ran = false;
   if (sigsetjmp(tile_fault, 1) == 0) {
-    gemm_amx<1, false>(false, Weights::Q4_0, weights[0].data(), rows, 96, q4_0, m, tiles[0].data(), true);
-    gemm_amx<1, true>(false, Weights::Q4_1, weights[1].data(), rows, 96, q4_1, m, tiles[1].data(), true);
-    gemm_amx<2, true>(false, Weights::Q6_K, weights[2].data(), rows, 256, q6_K, m, tiles[2].data(), true);
+    gemm_amx<1, false>(false, Weights::Q4_0, weights[0].data(), rows, 96, q4_0, m, tiles[0].data(), rows, true);
+    gemm_amx<1, true>(false, Weights::Q4_1, weights[1].data(), rows, 96, q4_1, m, tiles[1].data(), rows, true);
+    gemm_amx<2, true>(false, Weights::Q6_K, weights[2].data(), rows, 256, q6_K, m, tiles[2].data(), rows, true);
     ran = true;
   }
   sigaction(SIGILL, &old_ill, nullptr);
@@ -1145,7 +1145,8 @@ bool amx_int8_available() {
 }
 
 void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_t rows, int64_t k, const void* xq,
-                     int64_t m, float* y, bool grouped) {
+                     int64_t m, float* y, bool grouped, int64_t y_stride) {
+  const int64_t ldy = y_stride > 0 ? y_stride : rows;
   const bool vnni = isa != BlockGemmIsa::AVX2;
   FOUNDRY_CHECK(!grouped || (has_row_groups(format) && rows % 8 == 0),
                 "gemm_blocks_x86: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1 or q8_0 matrix of whole groups");
@@ -1155,20 +1156,20 @@ void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_
   const auto q8_K = [&](int halves) { return activations_q8_K(x, m, k, halves); };
   switch (format) {
     case BlockFormat::Q4_0:
-      return gemm_levels<4, 1, false>(isa, in_groups(Weights::Q4_0, grouped), wb, rows, k, q8_0(8, false), m, y);
+      return gemm_levels<4, 1, false>(isa, in_groups(Weights::Q4_0, grouped), wb, rows, k, q8_0(8, false), m, y, ldy);
     case BlockFormat::Q4_1:
-      return gemm_levels<4, 1, true>(isa, in_groups(Weights::Q4_1, grouped), wb, rows, k, q8_0(0, true), m, y);
+      return gemm_levels<4, 1, true>(isa, in_groups(Weights::Q4_1, grouped), wb, rows, k, q8_0(0, true), m, y, ldy);
     case BlockFormat::Q5_0:
-      return gemm_levels<5, 1, false>(isa, in_groups(Weights::Q5_0, grouped), wb, rows, k, q8_0(16, false), m, y);
+      return gemm_levels<5, 1, false>(isa, in_groups(Weights::Q5_0, grouped), wb, rows, k, q8_0(16, false), m, y, ldy);
     case BlockFormat::Q5_1:
-      return gemm_levels<5, 1, true>(isa, in_groups(Weights::Q5_1, grouped), wb, rows, k, q8_0(0, true), m, y);
+      return gemm_levels<5, 1, true>(isa, in_groups(Weights::Q5_1, grouped), wb, rows, k, q8_0(0, true), m, y, ldy);
     case BlockFormat::Q8_0:  // VNNI / AMX: levels + 128 and an offset; AVX2: magnitudes times signed activations
       if (vnni)
-        return gemm_levels<8, 1, false>(isa, in_groups(Weights::Q8_0Offset, grouped), wb, rows, k, q8_0(128, false), m, y);
-      return gemm_avx2<8, 1, false>(in_groups(Weights::Q8_0Magnitude, grouped), wb, rows, k, q8_0(0, false), m, y);
-    case BlockFormat::Q4_K: return gemm_levels<4, 1, true>(isa, in_groups(Weights::Q4_K, grouped), wb, rows, k, q8_K(1), m, y);
-    case BlockFormat::Q5_K: return gemm_levels<5, 1, true>(isa, in_groups(Weights::Q5_K, grouped), wb, rows, k, q8_K(1), m, y);
-    case BlockFormat::Q6_K: return gemm_levels<6, 2, true>(isa, in_groups(Weights::Q6_K, grouped), wb, rows, k, q8_K(2), m, y);
+        return gemm_levels<8, 1, false>(isa, in_groups(Weights::Q8_0Offset, grouped), wb, rows, k, q8_0(128, false), m, y, ldy);
+      return gemm_avx2<8, 1, false>(in_groups(Weights::Q8_0Magnitude, grouped), wb, rows, k, q8_0(0, false), m, y, ldy);
+    case BlockFormat::Q4_K: return gemm_levels<4, 1, true>(isa, in_groups(Weights::Q4_K, grouped), wb, rows, k, q8_K(1), m, y, ldy);
+    case BlockFormat::Q5_K: return gemm_levels<5, 1, true>(isa, in_groups(Weights::Q5_K, grouped), wb, rows, k, q8_K(1), m, y, ldy);
+    case BlockFormat::Q6_K: return gemm_levels<6, 2, true>(isa, in_groups(Weights::Q6_K, grouped), wb, rows, k, q8_K(2), m, y, ldy);
     default: FOUNDRY_CHECK(false, "gemm_blocks_x86: no integer GEMM for this format");
   }
 }
@@ -1177,7 +1178,7 @@ void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_
 
 bool amx_int8_available() { return false; }
 
-void gemm_blocks_x86(BlockFormat, BlockGemmIsa, const void*, int64_t, int64_t, const void*, int64_t, float*, bool) {}
+void gemm_blocks_x86(BlockFormat, BlockGemmIsa, const void*, int64_t, int64_t, const void*, int64_t, float*, bool, int64_t) {}
 
 #endif
 

@@ -61,13 +61,18 @@ void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, co
 bool has_row_groups(BlockFormat format);
 /// The layout decode and prefill read fastest for a [rows, k] matrix of t on this CPU: Groups8 for
 /// has_row_groups formats where the AVX2 kernels run (q8_0 only without AVX-512 VNNI: its VNNI row
-/// kernel decodes faster), rows a multiple of 8, unless FOUNDRY_ROW_LAYOUT is set; else Rows.
+/// kernel decodes faster), 8 rows or more, unless FOUNDRY_ROW_LAYOUT is set; else Rows.
 WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows);
-/// Rearranges a [rows, k] matrix of t in place from Rows to `layout` (Rows: nothing to do).
+/// Rearranges a [rows, k] matrix of t in place from Rows to `layout` (Rows: nothing to do). Groups8
+/// takes rows / 8 whole groups; a matrix's last rows % 8 rows (GPT-2's 50257-row output matrix has
+/// one) stay in the row layout after them.
 void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int64_t rows, int64_t k);
-/// Row r of a [rows, k] matrix of t stored in `layout`, in t's row layout: a pointer into w (Rows),
-/// or the row gathered into `buffer` (quantized_bytes(t, 1, k) bytes) and a pointer to it.
-const uint8_t* row_of(const BlockFormatTraits& t, WeightLayout layout, const uint8_t* w, int64_t k, int64_t r,
+/// The rows of a [rows, ...] matrix in `layout` that lie in groups (the rest in rows, after them).
+inline int64_t rows_in_groups(WeightLayout layout, int64_t rows) { return layout == WeightLayout::Groups8 ? rows / 8 * 8 : 0; }
+/// Row r of a [rows, k] matrix of t stored in `layout`, in t's row layout: a pointer into w (Rows, or a
+/// row past the groups), or the row gathered into `buffer` (quantized_bytes(t, 1, k) bytes) and a
+/// pointer to it.
+const uint8_t* row_of(const BlockFormatTraits& t, WeightLayout layout, const uint8_t* w, int64_t rows, int64_t k, int64_t r,
                       uint8_t* buffer);
 /// One matrix of gemv_many: y = W xq for W [rows, k].
 struct GemvTarget {

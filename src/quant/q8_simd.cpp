@@ -606,7 +606,7 @@ WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows) {
   // threads), decode 1.03x / 1.00x; q5_1 1.27x and 1.09x at 1 thread (docs/quantization.md).
   const bool vnni_reads_rows = use_vnni() && t.format == BlockFormat::Q8_0;
   const bool chosen = groups && has_row_groups(t.format) && !vnni_reads_rows;
-  return chosen && rows % 8 == 0 ? WeightLayout::Groups8 : WeightLayout::Rows;
+  return chosen && rows >= 8 ? WeightLayout::Groups8 : WeightLayout::Rows;
 }
 
 bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, int64_t m, float* y,
@@ -614,7 +614,11 @@ bool gemm_integer(const BlockFormatTraits& t, const void* w, int64_t rows, int64
   if (!has_integer_gemm(t)) return false;
   if (m >= kPanelGemmMinRows) {
     const BlockGemmIsa isa = !use_vnni() ? BlockGemmIsa::AVX2 : amx_int8_available() ? BlockGemmIsa::AMX : BlockGemmIsa::VNNI;
-    gemm_blocks_x86(t.format, isa, w, rows, k, xq, m, y, layout == WeightLayout::Groups8);
+    const int64_t grouped = rows_in_groups(layout, rows);
+    if (grouped > 0) gemm_blocks_x86(t.format, isa, w, grouped, k, xq, m, y, true, rows);
+    if (grouped < rows)  // the rows past the groups, in the row layout
+      gemm_blocks_x86(t.format, isa, static_cast<const uint8_t*>(w) + grouped * quantized_bytes(t, 1, k), rows - grouped, k,
+                      xq, m, y + grouped, false, rows);
   } else {
     const int64_t act_bytes = quantized_bytes(traits(t.dot_format), 1, k);
     for (int64_t i = 0; i < m; ++i) gemv(t, w, rows, k, static_cast<const uint8_t*>(xq) + i * act_bytes, y + i * rows, layout);
@@ -678,12 +682,27 @@ RowKernel highway_row_kernel(const BlockFormatTraits& t, int64_t k, const void* 
   }};
 }
 
+RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq, WeightLayout layout = WeightLayout::Rows,
+                     bool rows_past_groups = false);
+
+// The kernel for a matrix in groups: the group kernel, and where a matrix has rows past its whole
+// groups (`rows_past_groups`), the row layout's kernel for those.
+RowKernel group_kernel(const BlockFormatTraits& t, int64_t k, const void* xq, bool rows_past_groups) {
+  FOUNDRY_CHECK(has_row_groups(t.format) && use_avx2(), "gemv: {} in groups of 8 rows needs the AVX2 kernels", t.name);
+  GemvRowRange groups = gemv_group_rows(use_vnni(), t.format, xq, k);
+  if (!rows_past_groups) return {std::move(groups), 8};
+  GemvRowRange rows = row_kernel(t, k, xq).rows;
+  return {[groups = std::move(groups), rows = std::move(rows)](const uint8_t* w, int64_t n, int64_t r0, int64_t r1, float* y) {
+            const int64_t grouped = rows_in_groups(WeightLayout::Groups8, n);
+            if (r0 < grouped) groups(w, n, r0, std::min(r1, grouped), y);
+            if (r1 > grouped) rows(w, n, std::max(r0, grouped), r1, y);
+          },
+          8};
+}
+
 // The fastest kernel this CPU has for t (in `layout`: Groups8 where preferred_layout chose it).
-RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq, WeightLayout layout = WeightLayout::Rows) {
-  if (layout == WeightLayout::Groups8) {
-    FOUNDRY_CHECK(has_row_groups(t.format) && use_avx2(), "gemv: {} in groups of 8 rows needs the AVX2 kernels", t.name);
-    return {gemv_group_rows(use_vnni(), t.format, xq, k), 8};
-  }
+RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq, WeightLayout layout, bool rows_past_groups) {
+  if (layout == WeightLayout::Groups8) return group_kernel(t, k, xq, rows_past_groups);
   // q8_0 and the 32-value nibble formats: VNNI steps, else AVX2 ones.
   const bool byte_blocks = t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0 ||
                            t.format == BlockFormat::Q4_1 || t.format == BlockFormat::Q5_0 ||
@@ -797,12 +816,13 @@ void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, floa
 
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y,
           WeightLayout layout) {
-  run_one(row_kernel(t, k, xq, layout), t, w, rows, k, y);
+  run_one(row_kernel(t, k, xq, layout, rows % 8 != 0), t, w, rows, k, y);
 }
 
 void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets,
                WeightLayout layout) {
-  run_rows(row_kernel(t, k, xq, layout), quantized_bytes(t, 1, k), targets);
+  const bool rows_past_groups = std::any_of(targets.begin(), targets.end(), [](const GemvTarget& g) { return g.rows % 8 != 0; });
+  run_rows(row_kernel(t, k, xq, layout, rows_past_groups), quantized_bytes(t, 1, k), targets);
 }
 
 }  // namespace foundry::quant

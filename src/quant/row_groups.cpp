@@ -90,9 +90,11 @@ bool has_row_groups(BlockFormat f) {
 
 void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int64_t rows, int64_t k) {
   if (layout == WeightLayout::Rows) return;
-  FOUNDRY_CHECK(has_row_groups(t.format) && rows % 8 == 0 && k % t.block_size == 0,
-                "to_layout: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K or q6_K matrix of whole groups, got {} [{}, {}]",
+  FOUNDRY_CHECK(has_row_groups(t.format) && rows >= 8 && k % t.block_size == 0,
+                "to_layout: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K or q6_K matrix of 8 rows or more, got {} [{}, {}]",
                 t.name, rows, k);
+  // rows / 8 groups; the last rows % 8 rows stay as they are, in rows (whole_groups).
+
   const int64_t blocks = k / t.block_size, group_bytes = 8 * blocks * t.block_bytes;
   parallel_for(0, rows / 8, 1, [&](int64_t g0, int64_t g1) {
     std::vector<uint8_t> rows_copy(static_cast<size_t>(group_bytes));
@@ -103,10 +105,10 @@ void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int6
   });
 }
 
-const uint8_t* row_of(const BlockFormatTraits& t, WeightLayout layout, const uint8_t* w, int64_t k, int64_t r,
+const uint8_t* row_of(const BlockFormatTraits& t, WeightLayout layout, const uint8_t* w, int64_t rows, int64_t k, int64_t r,
                       uint8_t* buffer) {
   const int64_t row_bytes = quantized_bytes(t, 1, k);
-  if (layout == WeightLayout::Rows) return w + r * row_bytes;
+  if (layout == WeightLayout::Rows || r >= rows_in_groups(layout, rows)) return w + r * row_bytes;
   const BlockHeader h = block_header(t.format);
   const uint8_t* group = w + (r / 8) * 8 * row_bytes;
   for (int64_t b = 0; b < k / t.block_size; ++b) {

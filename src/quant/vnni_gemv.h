@@ -98,9 +98,10 @@ bool amx_int8_available();
 /// y[i * rows + r] = dot(row r of w, row i of xq) for a [rows, k] q4_0, q4_1, q5_0, q5_1, q8_0,
 /// q4_K, q5_K or q6_K matrix and m rows of its dot format (q8_0, q8_K), the prefill's integer GEMM
 /// (block_gemm_x86.cpp). The AMX kernels give the VNNI kernels' bits.
-/// `grouped`: w in WeightLayout::Groups8.
+/// `grouped`: w in WeightLayout::Groups8 (rows a multiple of 8). `y_stride`: y's row stride, where
+/// it is not `rows` (the product of part of a matrix's rows).
 void gemm_blocks_x86(BlockFormat format, BlockGemmIsa isa, const void* w, int64_t rows, int64_t k, const void* xq,
-                     int64_t m, float* y, bool grouped = false);
+                     int64_t m, float* y, bool grouped = false, int64_t y_stride = 0);
 /// Rows [r0, r1) of a q4_K matrix times one q8_K row (decode) on the calling thread, r0 a
 /// multiple of 4: VNNI or AVX2 as above.
 void gemv_q4_K_rows(bool vnni, const void* w, int64_t k, const void* xq, int64_t r0, int64_t r1, float* y);

@@ -16,8 +16,9 @@ from test_safetensors import write_st
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYDIR = os.environ.get("FOUNDRY_PYTHON_DIR", os.path.join(ROOT, "build", "python"))
 
-# hidden 256: a multiple of q4_K's 256-value super-blocks.
-LLAMA = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=120, hidden_size=256,
+# hidden 256: a multiple of q4_K's 256-value super-blocks. Vocabulary 123: the output matrix's last 3
+# rows lie past its groups of 8 rows (in the row layout, as GPT-2's 50257th).
+LLAMA = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=123, hidden_size=256,
              intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=10000.0, hidden_act="silu",
              tie_word_embeddings=False, eos_token_id=2, bos_token_id=1)

@@ -161,14 +161,14 @@ bool WeightProducts::adopted(const Tensor& w) const {
 namespace {
 
 // Rows [r0, r1) of a quantized [rows, k] matrix as float32 [r1 - r0, k].
-Tensor dequantized_rows(const quant::BlockFormatTraits& t, quant::WeightLayout layout, const uint8_t* w, int64_t k,
-                        int64_t r0, int64_t r1) {
+Tensor dequantized_rows(const quant::BlockFormatTraits& t, quant::WeightLayout layout, const uint8_t* w, int64_t rows,
+                        int64_t k, int64_t r0, int64_t r1) {
   Tensor out = empty({r1 - r0, k}, DType::Float32);
   float* d = out.data<float>();
   const quant::RowDequantizer dequantize = quant::fast_dequantizer(t);
   parallel_for(r0, r1, 16, [&](int64_t lo, int64_t hi) {
     std::vector<uint8_t> row(size_t(layout == quant::WeightLayout::Rows ? 0 : quant::quantized_bytes(t, 1, k)));
-    for (int64_t r = lo; r < hi; ++r) dequantize(quant::row_of(t, layout, w, k, r, row.data()), d + (r - r0) * k, k);
+    for (int64_t r = lo; r < hi; ++r) dequantize(quant::row_of(t, layout, w, rows, k, r, row.data()), d + (r - r0) * k, k);
   });
   return out;
 }
@@ -179,7 +179,7 @@ Tensor WeightProducts::adopted_dense(const Tensor& w) const {
   auto it = quantized_.find(w.impl());
   if (it == quantized_.end() || it->second->owned) return Tensor();
   const Quantized& q = *it->second;
-  Tensor rows = dequantized_rows(*q.format, q.layout, q.data, q.k, 0, q.rows).to(w.dtype());  // [rows, k]
+  Tensor rows = dequantized_rows(*q.format, q.layout, q.data, q.rows, q.k, 0, q.rows).to(w.dtype());  // [rows, k]
   return q.transposed ? rows.t().contiguous() : rows;
 }
 
@@ -204,7 +204,7 @@ Tensor WeightProducts::adopted_rows(const Tensor& w, const Tensor& ids) const {
   const quant::RowDequantizer dequantize = quant::fast_dequantizer(*q.format);
   parallel_for(0, n, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(q.k, 1)), [&](int64_t b, int64_t e) {
     std::vector<uint8_t> row(size_t(q.layout == quant::WeightLayout::Rows ? 0 : quant::quantized_bytes(*q.format, 1, q.k)));
-    for (int64_t i = b; i < e; ++i) dequantize(quant::row_of(*q.format, q.layout, q.data, q.k, id[i], row.data()), dst + i * q.k, q.k);
+    for (int64_t i = b; i < e; ++i) dequantize(quant::row_of(*q.format, q.layout, q.data, q.rows, q.k, id[i], row.data()), dst + i * q.k, q.k);
   });
   return w.dtype() == DType::Float32 ? out : out.to(w.dtype());
 }
@@ -349,7 +349,7 @@ bool bf16_product_by_tiles(const Tensor& xc, const quant::BlockFormatTraits& t, 
     for (int64_t i = lo; i < hi && ok.load(std::memory_order_relaxed); ++i) {
       const int64_t r0 = i * tile, n = std::min(tile, rows_out - r0);
       for (int64_t r = 0; r < n; ++r) {
-        const uint8_t* wr = quant::row_of(t, layout, w, k, r0 + r, gathered.data());
+        const uint8_t* wr = quant::row_of(t, layout, w, rows_out, k, r0 + r, gathered.data());
         if (to_bf16) {  // the same bits as dequantizing to float32, then rounding
           to_bf16(wr, wtile.data() + r * k, k);
         } else {
@@ -437,7 +437,7 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
     } else if (bf16_gemm && bf16_product_by_tiles(xc, t, layout, w, rows_out, k, m, out_shape, out)) {
       return finish_product(out, b, x.dtype());
     } else {
-      dense = dequantized_rows(t, layout, w, k, 0, rows_out);
+      dense = dequantized_rows(t, layout, w, rows_out, k, 0, rows_out);
     }
     out = empty({m, rows_out}, DType::Float32);
     if (bf16_gemm && kernels::gemm_bf16_f32out(xc.reshape({m, k}).to(DType::BFloat16), dense.to(DType::BFloat16).t(), out))
@@ -543,7 +543,7 @@ Tensor tiled_product(const Tensor& x, const quant::BlockFormatTraits& t, quant::
   Tensor y = empty({x.size(0), rows}, DType::Float32);
   for (int64_t r0 = 0; r0 < rows; r0 += tile_rows(k)) {
     const int64_t r1 = std::min(rows, r0 + tile_rows(k));
-    Tensor part = matmul(x, dequantized_rows(t, layout, w, k, r0, r1).t());
+    Tensor part = matmul(x, dequantized_rows(t, layout, w, rows, k, r0, r1).t());
     if (r1 - r0 == rows) return part;
     y.narrow(1, r0, r1 - r0).copy_(part);
   }
@@ -556,7 +556,7 @@ Tensor tiled_input_grad(const Tensor& dy, const quant::BlockFormatTraits& t, qua
   Tensor dx;
   for (int64_t r0 = 0; r0 < rows; r0 += tile_rows(k)) {
     const int64_t r1 = std::min(rows, r0 + tile_rows(k));
-    Tensor part = matmul(dy.narrow(1, r0, r1 - r0), dequantized_rows(t, layout, w, k, r0, r1));
+    Tensor part = matmul(dy.narrow(1, r0, r1 - r0), dequantized_rows(t, layout, w, rows, k, r0, r1));
     dx = dx.defined() ? dx.add_(part) : part;
   }
   return dx;
