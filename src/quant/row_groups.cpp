@@ -93,7 +93,7 @@ void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int6
   FOUNDRY_CHECK(has_row_groups(t.format) && rows >= 8 && k % t.block_size == 0,
                 "to_layout: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K or q6_K matrix of 8 rows or more, got {} [{}, {}]",
                 t.name, rows, k);
-  // rows / 8 groups; the last rows % 8 rows stay as they are, in rows (whole_groups).
+  // rows / 8 groups; the last rows % 8 rows stay as they are, in rows (rows_in_groups).
 
   const int64_t blocks = k / t.block_size, group_bytes = 8 * blocks * t.block_bytes;
   parallel_for(0, rows / 8, 1, [&](int64_t g0, int64_t g1) {
@@ -135,7 +135,7 @@ struct WideActivation {
   std::vector<int32_t> pairs;  // 16 a vector (a std::vector<__m512i> drops the 64-byte alignment)
 };
 
-// `units` runs of 8 x `pairs_per_unit` dwords of levels, unit u's at xq + u x unit_bytes + skip
+// `units` units of 2 x `pairs_per_unit` dwords of levels, unit u's at xq + u x unit_bytes + skip
 // (q8_0: blocks of 34 bytes after the 2-byte scale; q8_K: super-blocks after the float).
 FOUNDRY_VNNI_TARGET void widen_activation(const uint8_t* xq, int64_t units, int64_t unit_bytes, int64_t skip,
                                           int pairs_per_unit, WideActivation& a) {
