@@ -10,7 +10,7 @@
 // stream: ~5 instructions a row and block for q4_0 (both counted in the loops). Measured
 // (docs/quantization.md): capped to AVX2, `bench_infer --products` 1.05-1.5x the row kernels' GB/s
 // for every format. On AVX-512 VNNI CPUs the group kernels take two runs a 512-bit vector
-// (WideActivation) and read 1.2-1.6x the VNNI row kernels' GB/s (q8_0 keeps its rows there for
+// (WideActivation) and read 1.2-1.6x the VNNI row kernels' GB/s (q6_K 0.97-1.16x; q8_0 keeps its rows there for
 // decode: preferred_layout says what was measured). The K-quants' super-blocks keep their scales as 4-byte
 // fields (q4_K / q5_K: three words of packed 6-bit scales; q6_K: four of int8), so one load a
 // field gives the 8 rows' words in lanes, unpacked for all 8 at once. The prefill's panels are the
@@ -333,15 +333,15 @@ GemvRowRange prepared_groups(const void* xq, int64_t k, bool wide) {
   };
 }
 
-// The byte picks of bytes_of_each_dword (its shuffle control, less each dword's offset) and the
-// offset of each dword of a 128-bit lane: shared by both widths.
-struct DwordBytePicks {
-  uint32_t pick_pair, step;
-};
-constexpr DwordBytePicks dword_byte_picks(int j0, int j1, bool is_signed) {
+// bytes_of_each_dword's vpshufb control for one 128-bit lane (both widths repeat it per lane): int16
+// 2i takes byte j0 of dword i, int16 2i + 1 byte j1, each in its low byte (the top one zero) or, where
+// `is_signed`, in its top byte (the low one zero) for an arithmetic shift down.
+inline __m128i dword_byte_control(int j0, int j1, bool is_signed) {
   const int shift = is_signed ? 8 : 0;
-  return {uint32_t(j1) << (16 + shift) | 0x80u << (24 - shift) | uint32_t(j0) << shift | 0x80u << (8 - shift),
-          0x00040004u << shift};  // each dword's bytes: + 4 per dword of a 128-bit lane
+  const uint32_t pick_pair = uint32_t(j1) << (16 + shift) | 0x80u << (24 - shift) | uint32_t(j0) << shift | 0x80u << (8 - shift);
+  const uint32_t step = 0x00040004u << shift;  // each dword's bytes: + 4 per dword of the lane
+  return _mm_add_epi8(_mm_set1_epi32(int32_t(pick_pair)),
+                      _mm_setr_epi32(0, int32_t(step), int32_t(2 * step), int32_t(3 * step)));
 }
 
 // Int16 lanes 2i and 2i + 1 of the result: bytes j0 and j1 of v's dword i (< 4), for vpmaddwd
@@ -350,18 +350,14 @@ constexpr DwordBytePicks dword_byte_picks(int j0, int j1, bool is_signed) {
 // each byte put in an int16's top, then shifted down).
 template <bool kSigned = false>
 FOUNDRY_AVX2_TARGET inline __m256i bytes_of_each_dword(__m256i v, int j0, int j1) {
-  const DwordBytePicks p = dword_byte_picks(j0, j1, kSigned);
-  const __m256i base = _mm256_broadcastsi128_si256(_mm_setr_epi32(0, int32_t(p.step), int32_t(2 * p.step), int32_t(3 * p.step)));
-  const __m256i picked = _mm256_shuffle_epi8(v, _mm256_add_epi8(_mm256_set1_epi32(int32_t(p.pick_pair)), base));
+  const __m256i picked = _mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(dword_byte_control(j0, j1, kSigned)));
   return kSigned ? _mm256_srai_epi16(picked, 8) : picked;
 }
 
 // The same for 16 dwords: the 8 rows' v (a group's scale word) in both halves.
 template <bool kSigned = false>
 FOUNDRY_VNNI_TARGET inline __m512i bytes_of_each_dword(__m512i v, int j0, int j1) {
-  const DwordBytePicks p = dword_byte_picks(j0, j1, kSigned);
-  const __m512i base = _mm512_broadcast_i32x4(_mm_setr_epi32(0, int32_t(p.step), int32_t(2 * p.step), int32_t(3 * p.step)));
-  const __m512i picked = _mm512_shuffle_epi8(v, _mm512_add_epi8(_mm512_set1_epi32(int32_t(p.pick_pair)), base));
+  const __m512i picked = _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(dword_byte_control(j0, j1, kSigned)));
   return kSigned ? _mm512_srai_epi16(picked, 8) : picked;
 }
 
@@ -415,7 +411,7 @@ FOUNDRY_AVX2_TARGET inline __m256 qK_superblock_end(const uint8_t* p, const uint
 // from the qh run at the same positions) and multiplied by the rows' scales in a vpmaddwd; the
 // minimums meet the activation's 16-value sums the same way.
 template <bool kFifth>
-FOUNDRY_AVX2_TARGET inline __m256 qK_superblock(const uint8_t* p, const int32_t*, const uint8_t* yb, __m256 acc) {
+FOUNDRY_AVX2_TARGET inline __m256 qK_superblock(const uint8_t* p, const uint8_t* yb, __m256 acc) {
   using G = KGroup<kFifth>;
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   const avx2::KGroupFactors f = avx2::k_group_factors(p);
@@ -506,7 +502,7 @@ FOUNDRY_AVX2_TARGET inline void q6_K_scale_words(const uint8_t* p, __m256i (&wor
 // 2 from bits 2q, 2q + 1 of qh run 8h + s; each 16 values have their own int8 scale. Levels 0-63
 // (the value is d scale (level - 32)): pair sums added in int16 two runs at a time (2 x 2 x 63 x 128
 // = 32256), times the rows' scales in a vpmaddwd; the 32 is taken off once a super-block.
-FOUNDRY_AVX2_TARGET inline __m256 q6_K_superblock(const uint8_t* p, const int32_t*, const uint8_t* yb, __m256 acc) {
+FOUNDRY_AVX2_TARGET inline __m256 q6_K_superblock(const uint8_t* p, const uint8_t* yb, __m256 acc) {
   const __m256i low_mask = _mm256_set1_epi8(0x0F);
   __m256i words[4];
   q6_K_scale_words(p, words);
@@ -566,15 +562,15 @@ FOUNDRY_VNNI_TARGET inline __m256 q6_K_superblock_wide(const uint8_t* p, const i
 }
 
 // y[0..8) for the K-quant group at w (kGroupBytes a super-block) against the q8_K row xq, a
-// super-block at a time (kSuperBlock), one stream prefetched ahead; `pairs`: the widened row
-// (WideActivation) for the AVX-512 super-block kernels.
+// super-block at a time (kSuperBlock), one stream prefetched ahead. The AVX-512 form's super-blocks
+// also read the widened row (`pairs`, WideActivation); a target of its own, so two drivers.
 template <auto kSuperBlock, int64_t kGroupBytes>
-FOUNDRY_AVX2_TARGET void group_dot_K(const uint8_t* w, const int32_t*, const uint8_t* xq, int64_t superblocks, float* y) {
+FOUNDRY_AVX2_TARGET void group_dot_K(const uint8_t* w, const uint8_t* xq, int64_t superblocks, float* y) {
   __m256 acc = _mm256_setzero_ps();
   int64_t next_prefetch = 0;
   for (int64_t b = 0; b < superblocks; ++b) {
     prefetch_stream(w, next_prefetch, (b + 1) * kGroupBytes);
-    acc = kSuperBlock(w + b * kGroupBytes, nullptr, xq + b * detail::kQ8_KBytes, acc);
+    acc = kSuperBlock(w + b * kGroupBytes, xq + b * detail::kQ8_KBytes, acc);
   }
   _mm256_storeu_ps(y, acc);
 }
@@ -591,18 +587,24 @@ FOUNDRY_VNNI_TARGET void group_dot_K_wide(const uint8_t* w, const int32_t* pairs
   _mm256_storeu_ps(y, acc);
 }
 
-// A K-quant group kernel (kDot over `kGroupBytes` a super-block of 8 rows) against the q8_K row xq,
-// whose super-block sums are already in it; `wide`: kDot takes the row widened (this thread's
-// WideActivation, built here once per product).
-template <auto kDot, int64_t kGroupBytes>
-GemvRowRange super_block_groups(const void* xq, int64_t k, bool wide) {
+// A K-quant's group kernel (kGroupBytes a super-block of 8 rows) against the q8_K row xq, whose
+// super-block sums are already in it: kSuperBlock (AVX2), or where `vnni` kWideSuperBlock against
+// the row widened once per product (this thread's WideActivation).
+template <auto kSuperBlock, auto kWideSuperBlock, int64_t kGroupBytes>
+GemvRowRange super_block_groups(bool vnni, const void* xq, int64_t k) {
   thread_local WideActivation a;
   const auto* x = static_cast<const uint8_t*>(xq);
   const int64_t superblocks = k / detail::kQK_K;
-  if (wide) widen_activation(x, superblocks, detail::kQ8_KBytes, 4, 32, a);
-  const int32_t* pairs = wide ? a.pairs.data() : nullptr;
+  if (!vnni)
+    return [x, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+      for (int64_t r = r0; r < r1; r += 8)
+        group_dot_K<kSuperBlock, kGroupBytes>(w + (r / 8) * superblocks * kGroupBytes, x, superblocks, y + r);
+    };
+  widen_activation(x, superblocks, detail::kQ8_KBytes, 4, 32, a);
+  const int32_t* pairs = a.pairs.data();
   return [x, pairs, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-    for (int64_t r = r0; r < r1; r += 8) kDot(w + (r / 8) * superblocks * kGroupBytes, pairs, x, superblocks, y + r);
+    for (int64_t r = r0; r < r1; r += 8)
+      group_dot_K_wide<kWideSuperBlock, kGroupBytes>(w + (r / 8) * superblocks * kGroupBytes, pairs, x, superblocks, y + r);
   };
 }
 
@@ -611,15 +613,10 @@ GemvRowRange super_block_groups(const void* xq, int64_t k, bool wide) {
 GemvRowRange gemv_group_rows(bool vnni, BlockFormat format, const void* xq, int64_t k) {
   constexpr int64_t kQ4K = KGroup<false>::kBytes, kQ5K = KGroup<true>::kBytes;
   switch (format) {
-    case BlockFormat::Q4_K:
-      return vnni ? super_block_groups<group_dot_K_wide<qK_superblock_wide<false>, kQ4K>, kQ4K>(xq, k, true)
-                  : super_block_groups<group_dot_K<qK_superblock<false>, kQ4K>, kQ4K>(xq, k, false);
-    case BlockFormat::Q5_K:
-      return vnni ? super_block_groups<group_dot_K_wide<qK_superblock_wide<true>, kQ5K>, kQ5K>(xq, k, true)
-                  : super_block_groups<group_dot_K<qK_superblock<true>, kQ5K>, kQ5K>(xq, k, false);
+    case BlockFormat::Q4_K: return super_block_groups<qK_superblock<false>, qK_superblock_wide<false>, kQ4K>(vnni, xq, k);
+    case BlockFormat::Q5_K: return super_block_groups<qK_superblock<true>, qK_superblock_wide<true>, kQ5K>(vnni, xq, k);
     case BlockFormat::Q6_K:
-      return vnni ? super_block_groups<group_dot_K_wide<q6_K_superblock_wide, kQ6KGroupBytes>, kQ6KGroupBytes>(xq, k, true)
-                  : super_block_groups<group_dot_K<q6_K_superblock, kQ6KGroupBytes>, kQ6KGroupBytes>(xq, k, false);
+      return super_block_groups<q6_K_superblock, q6_K_superblock_wide, kQ6KGroupBytes>(vnni, xq, k);
     default: break;
   }
   return with_byte_block_format(format, [&]<BlockFormat F>() { return prepared_groups<F>(xq, k, vnni); });
