@@ -200,6 +200,18 @@ TEST_P(EachTarget, BinaryAndReductions) {
     sum_rows_f32(m.data(), rows, K, got.data());
     for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(got[size_t(r)], float(sum_f32(m.data() + r * K, K))) << "K " << K << " row " << r;
   }
+  // A long sum (read as four streams) is its 2048-value blocks' sums added in order in double,
+  // each block exactly as a sum of that block alone gives it: lengths below, at and past the
+  // four-stream runs (32 blocks at least, 1024 a run), with a tail block.
+  for (int64_t n : {int64_t(2048 * 31 + 5), int64_t(2048 * 32), int64_t(2048 * 1030 + 777), int64_t(2048 * 2048)}) {
+    std::vector<float> a(static_cast<size_t>(n));
+    // Blocks of magnitudes 2^-30 to 2^30: their sums round in double, so the order shows.
+    for (size_t i = 0; i < a.size(); ++i)
+      a[i] = std::ldexp(float(std::sin(double(i) * 0.013)) * float(1 + i % 7) + 0.25f, int(i / 2048 * 7 % 61) - 30);
+    double in_order = 0;
+    for (int64_t b = 0; b < n; b += 2048) in_order += sum_f32(a.data() + b, std::min<int64_t>(2048, n - b));
+    ASSERT_EQ(sum_f32(a.data(), n), in_order) << "n " << n;
+  }
   EXPECT_EQ(max_f32(v.data(), 1000), *std::max_element(v.begin(), v.end()));
   EXPECT_EQ(min_f32(v.data(), 1000), *std::min_element(v.begin(), v.end()));
   v[500] = NAN;
