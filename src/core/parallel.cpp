@@ -328,6 +328,7 @@ class Pool {
  public:
   // Read by threads_in_use() from any thread; written under run_mu_.
   std::atomic<bool> alone_{false};
+  uint64_t jobs_published() const { return job_.load(std::memory_order_acquire); }
 
  private:
   std::chrono::steady_clock::time_point next_load_check_{};
@@ -379,6 +380,7 @@ void force_pool_alone(bool on) {
   forced_alone().store(on);
   pool().alone_.store(on, std::memory_order_relaxed);
 }
+uint64_t pool_jobs() { return pool().jobs_published(); }
 }  // namespace testing
 
 int threads_in_use() {

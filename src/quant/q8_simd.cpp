@@ -633,7 +633,7 @@ namespace {
 struct RowKernel {
   GemvRowRange rows;
   int64_t group = 1;            // the kernel's row group: chunks start at multiples of it
-  int64_t chunk_bytes = 65536;  // weight bytes per chunk: small products stay on one thread
+  int64_t chunk_bytes = 65536;  // weight bytes per chunk (below kMinParallelBytes, one chunk)
   // Many chunks a thread: the threads then end a product within one 64 KB chunk of each other (4 a
   // thread left the LM head's chunks at 1.7 MB; 2-thread q4_0 decode's caller waited for the worker
   // in 10.7% of its samples with 4, 6.1-6.9% with 64).
@@ -771,7 +771,10 @@ void run_rows(const RowKernel& kernel, int64_t row_bytes, std::span<const GemvTa
       first[i + 1] = first[i] + (rows + kernel.group - 1) / kernel.group;
     }
   }
-  const int64_t grain = std::max<int64_t>(1, kernel.chunk_bytes / std::max<int64_t>(unit_rows * row_bytes, 1));
+  int64_t grain = std::max<int64_t>(1, kernel.chunk_bytes / std::max<int64_t>(unit_rows * row_bytes, 1));
+  int64_t bytes = 0;
+  for (const GemvTarget& g : targets) bytes += g.rows * row_bytes;
+  if (bytes < kMinParallelBytes) grain = first.back();  // one chunk, on this thread
   parallel_for(0, first.back(), grain, kernel.chunks_per_thread, [&](int64_t b, int64_t e) {
     size_t i = size_t(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
     for (; b < e; ++i) {

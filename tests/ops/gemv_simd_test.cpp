@@ -6,11 +6,15 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
+#include "core/parallel_testing.h"
 #include "foundry/core/parallel.h"
+#include "foundry/quant/block_formats.h"
 #include "kernels/cpu/gemm.h"
+#include "quant/q8_kernels.h"
 #include "each_target.h"
 
 using namespace foundry;
@@ -153,3 +157,34 @@ TEST_P(GemvEachTarget, FourStreamRangesMatchRowsComputedAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Targets, GemvEachTarget, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
                          target_name);
+
+// A matrix-vector product reading less than kMinParallelBytes of weights runs on the calling
+// thread (a pool job costs more than a second thread saves on it); a larger one is split. Float32,
+// 16-bit (the four-stream form from 128 KB) and a block format, each just below and above.
+TEST(GemvThreads, SmallProductsStayOnTheCallingThread) {
+  const int saved = get_num_threads();
+  set_num_threads(2);
+  set_pool_adapts_to_load(false);  // a busy machine must not send the large products to one thread
+  const int64_t K = 256;
+  std::vector<float> A(size_t(4096 * K), 0.5f), x(size_t(K), 1.f), y(4096);
+  std::vector<uint16_t> A16(size_t(4096 * K), 0);
+  const auto& q4 = quant::traits("q4_0");
+  std::vector<uint8_t> wq(size_t(quant::quantized_bytes(q4, 4096, K)), 0), xq(size_t(quant::quantized_bytes(quant::traits("q8_0"), 1, K)), 0);
+  const auto jobs = [](const std::function<void(int64_t rows)>& product, int64_t rows) {
+    const uint64_t before = foundry::testing::pool_jobs();
+    product(rows);
+    return foundry::testing::pool_jobs() - before;
+  };
+  const auto f32 = [&](int64_t R) { kernels::gemv_rows_f32(A.data(), K, R, K, x.data(), y.data(), 1.f, 0.f, nullptr); };
+  const auto f16 = [&](int64_t R) { kernels::gemv_rows_16(false, A16.data(), K, R, K, x.data(), y.data()); };
+  const auto q4_0 = [&](int64_t R) { quant::gemv(q4, wq.data(), R, K, xq.data(), y.data()); };
+  const int64_t q4_row = quant::quantized_bytes(q4, 1, K);
+  EXPECT_EQ(jobs(f32, kMinParallelBytes / (4 * K)), 0u);        // 256 KB: one thread
+  EXPECT_GE(jobs(f32, 2 * kMinParallelBytes / (4 * K)), 1u);    // 512 KB: split
+  EXPECT_EQ(jobs(f16, kMinParallelBytes / (2 * K) - 8), 0u);    // 252 KB in four streams: one thread
+  EXPECT_GE(jobs(f16, kMinParallelBytes / (2 * K)), 1u);        // 256 KB: split
+  EXPECT_EQ(jobs(q4_0, kMinParallelBytes / q4_row - 8), 0u);
+  EXPECT_GE(jobs(q4_0, 2 * kMinParallelBytes / q4_row), 1u);
+  set_pool_adapts_to_load(true);
+  set_num_threads(saved);
+}

@@ -54,4 +54,10 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, int chunks_per_thre
 /// Elements of work below which an elementwise kernel stays on one thread.
 inline constexpr int64_t kGrainSize = 32768;
 
+/// Bytes a decode-time job (a matrix-vector product's weights, attention's cached rows) reads below
+/// which it stays on the calling thread: a job costs ~1.6 us at 2 threads however small, more than
+/// a second thread saves on a few 64 KB chunks, the more so when they sit in the caches (docs/
+/// decisions.md, "One thread pool": a 12-layer Llama of hidden size 256 decoded 1.32x faster).
+inline constexpr int64_t kMinParallelBytes = int64_t(256) << 10;
+
 }  // namespace foundry

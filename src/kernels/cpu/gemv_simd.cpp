@@ -331,8 +331,8 @@ HWY_EXPORT(GemvColsF16);
 HWY_EXPORT(SumRowsInOrder);
 
 namespace {
-// Work per thread chunk: at least ~64K multiply-adds so small products stay on one thread.
-constexpr int64_t kGemvGrainMacs = 65536;
+// Products of fewer float32 weights than kMinParallelBytes holds stay on one thread.
+constexpr int64_t kGemvGrainMacs = kMinParallelBytes / int64_t(sizeof(float));
 // The rows form: chunks of ~16K multiply-adds (24 rows of 768), 16 per thread. Its chunks cost
 // nothing to start, and the 4 default chunks of a 768 x 768 product (~300 KB each) left the first
 // thread done waiting up to a chunk's time at each of RWKV's 85 products per token (alternating
@@ -344,10 +344,12 @@ constexpr int kGemvChunksPerThread = 16;
 // Rows [0, R) over the threads as quarters: chunks of j in [0, Q), each j the rows j, Q + j, 2Q + j
 // and 3Q + j (quarters(first, stride, count)), so a thread's run of chunks reads four long streams;
 // then the last R % 4 rows (rows(r0, r1)). A row sums in the same order whichever call ran it.
+// `bytes`: the weights' size (below kMinParallelBytes, one chunk on this thread).
 template <class Quarters, class Rows>
-void rows_in_quarters(int64_t R, int64_t K, const Quarters& quarters, const Rows& rows) {
+void rows_in_quarters(int64_t R, int64_t K, int64_t bytes, const Quarters& quarters, const Rows& rows) {
   const int64_t Q = R / 4;
-  const int64_t grain = std::max<int64_t>(1, kGemvGrainRowMacs / std::max<int64_t>(4 * K, 1));
+  const int64_t grain = bytes < kMinParallelBytes ? std::max<int64_t>(Q, 1)
+                                                  : std::max<int64_t>(1, kGemvGrainRowMacs / std::max<int64_t>(4 * K, 1));
   parallel_for(0, Q, grain, kGemvChunksPerThread, [&](int64_t b, int64_t e) { quarters(b, Q, e - b); });
   rows(4 * Q, R);
 }
@@ -361,7 +363,7 @@ void gemv_rows_f32(const float* A, int64_t lda, int64_t R, int64_t K, const floa
     rows(0, R);
     return;
   }
-  rows_in_quarters(R, K, [&](int64_t first, int64_t stride, int64_t count) {
+  rows_in_quarters(R, K, R * K * int64_t(sizeof(float)), [&](int64_t first, int64_t stride, int64_t count) {
     HWY_DYNAMIC_DISPATCH(GemvQuartersF32)(A, lda, first, stride, count, K, x, y, alpha, beta, bias);
   }, rows);
 }
@@ -384,15 +386,15 @@ void gemv_quarters_16(bool bf16, const uint16_t* A, int64_t lda, int64_t first, 
 
 void gemv_rows_16(bool bf16, const uint16_t* A, int64_t lda, int64_t R, int64_t K, const float* x, float* y) {
   auto rows = [&](int64_t r0, int64_t r1) { (bf16 ? gemv_rows_bf16_range : gemv_rows_f16_range)(A, lda, r0, r1, K, x, y); };
-  if (R * K * int64_t(sizeof(uint16_t)) >= kGemvFourStreamsBytes) {
-    rows_in_quarters(R, K, [&](int64_t first, int64_t stride, int64_t count) {
-      gemv_quarters_16(bf16, A, lda, first, stride, count, K, x, y);
-    }, rows);
+  const int64_t bytes = R * K * int64_t(sizeof(uint16_t));
+  static_assert(kGemvFourStreamsBytes <= kMinParallelBytes, "a product too small for four streams stays on one thread");
+  if (bytes < kGemvFourStreamsBytes) {
+    rows(0, R);
     return;
   }
-  // Chunks of ~32 KB of weights, up to 16 per thread, as the float32 rows form.
-  const int64_t grain = std::max<int64_t>(1, kGemvGrainRowMacs / std::max<int64_t>(K, 1));
-  parallel_for(0, R, grain, kGemvChunksPerThread, [&](int64_t b, int64_t e) { rows(b, e); });
+  rows_in_quarters(R, K, bytes, [&](int64_t first, int64_t stride, int64_t count) {
+    gemv_quarters_16(bf16, A, lda, first, stride, count, K, x, y);
+  }, rows);
 }
 
 // Threads take blocks of whole rows (each a contiguous run of memory, where strips of columns

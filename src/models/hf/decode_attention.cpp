@@ -102,7 +102,10 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
       for (int64_t d = 0; d < D; ++d) o[d] *= inv;
     }
   };
-  parallel_for(0, groups * segments, 1, 64, [&](int64_t lo, int64_t hi) {
+  int64_t cached_bytes = 0;
+  for (int64_t b = 0; b < B; ++b) cached_bytes += layout.visible(b) * Hkv * 2 * row_bytes;
+  const int64_t grain = cached_bytes < kMinParallelBytes ? groups * segments : 1;  // small: one chunk
+  parallel_for(0, groups * segments, grain, 64, [&](int64_t lo, int64_t hi) {
     // The running thread's scratch, reused from chunk to chunk (each is filled before it is read).
     thread_local std::vector<float> ktile, vtile;
     if (!in_place) ktile.resize(size_t(kTile * D)), vtile.resize(size_t(kTile * D));
