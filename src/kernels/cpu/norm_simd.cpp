@@ -10,28 +10,12 @@
 #include <cmath>
 
 #include "kernels/cpu/norm.h"
+#include "kernels/cpu/simd_math-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace foundry::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-template <class D, typename T = hn::TFromD<D>>
-HWY_INLINE T RowSum(D d, const T* HWY_RESTRICT p, int64_t n) {
-  const int64_t N = int64_t(hn::Lanes(d));
-  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + 4 * N <= n; i += 4 * N) {
-    a0 = hn::Add(a0, hn::LoadU(d, p + i));
-    a1 = hn::Add(a1, hn::LoadU(d, p + i + N));
-    a2 = hn::Add(a2, hn::LoadU(d, p + i + 2 * N));
-    a3 = hn::Add(a3, hn::LoadU(d, p + i + 3 * N));
-  }
-  for (; i + N <= n; i += N) a0 = hn::Add(a0, hn::LoadU(d, p + i));
-  T s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-  for (; i < n; ++i) s += p[i];
-  return s;
-}
 
 // sum((p - m)^2), or sum(p^2) for m = 0.
 template <class D, typename T = hn::TFromD<D>>

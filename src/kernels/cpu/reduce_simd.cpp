@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/simd_math-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace foundry::kernels {
@@ -22,20 +23,7 @@ constexpr int64_t kSumBlock = 2048;
 
 template <typename T>
 T BlockSum(const T* p, int64_t bn) {
-  const hn::ScalableTag<T> d;
-  const int64_t N = int64_t(hn::Lanes(d));
-  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + 4 * N <= bn; i += 4 * N) {
-    a0 = hn::Add(a0, hn::LoadU(d, p + i));
-    a1 = hn::Add(a1, hn::LoadU(d, p + i + N));
-    a2 = hn::Add(a2, hn::LoadU(d, p + i + 2 * N));
-    a3 = hn::Add(a3, hn::LoadU(d, p + i + 3 * N));
-  }
-  for (; i + N <= bn; i += N) a0 = hn::Add(a0, hn::LoadU(d, p + i));
-  T s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-  for (; i < bn; ++i) s += p[i];
-  return s;
+  return RowSum(hn::ScalableTag<T>(), p, bn);
 }
 
 // A long sum reads four streams at once, one per quarter of a run of whole blocks, each prefetched

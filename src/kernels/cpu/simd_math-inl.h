@@ -14,6 +14,26 @@ namespace foundry::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Sum of n values across four vector accumulators (their lanes, then the scalar tail): the order
+// every plain row sum of the kernels follows (norms' means, reductions' 2048-value blocks), so the
+// two agree to the bit.
+template <class D, typename T = hn::TFromD<D>>
+HWY_INLINE T RowSum(D d, const T* HWY_RESTRICT p, int64_t n) {
+  const int64_t N = int64_t(hn::Lanes(d));
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    a0 = hn::Add(a0, hn::LoadU(d, p + i));
+    a1 = hn::Add(a1, hn::LoadU(d, p + i + N));
+    a2 = hn::Add(a2, hn::LoadU(d, p + i + 2 * N));
+    a3 = hn::Add(a3, hn::LoadU(d, p + i + 3 * N));
+  }
+  for (; i + N <= n; i += N) a0 = hn::Add(a0, hn::LoadU(d, p + i));
+  T s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) s += p[i];
+  return s;
+}
+
 // float32 lanes to bfloat16 bit patterns (in the low 16 bits of 32-bit lanes), rounded to nearest
 // even; NaN becomes a quiet NaN. BFloat16::from_float's rounding, a vector at a time.
 template <class DF, class VF>
