@@ -191,10 +191,9 @@ TEST_P(EachTarget, BinaryAndReductions) {
     exact += v[i];
   }
   EXPECT_NEAR(sum_f32(v.data(), int64_t(v.size())), exact, 1e-4);
-  // Row sums two rows at a time give each row exactly sum_f32's value (odd row counts, tails, and
-  // rows longer than one 2048-value block).
-  for (int64_t K : {1, 17, 1000, 2500}) {
-    const int64_t rows = 1000 / K + 3;
+  // Row sums give each row exactly sum_f32's value (odd row counts, tails, rows longer than one
+  // 2048-value block, and 256 KB or more of rows).
+  for (auto [K, rows] : {std::pair<int64_t, int64_t>{1, 1003}, {17, 61}, {1000, 4}, {2500, 3}, {1024, 67}, {77, 1003}}) {
     std::vector<float> m(static_cast<size_t>(rows * K)), got(static_cast<size_t>(rows));
     for (size_t i = 0; i < m.size(); ++i) m[i] = float(std::cos(double(i) * 0.37)) * float(1 + i % 5);
     sum_rows_f32(m.data(), rows, K, got.data());
