@@ -32,7 +32,8 @@ T BlockSum(const T* p, int64_t bn) {
 // exactly as BlockSum sums it and the block sums are added in order, so the result is the same
 // bits as reading one stream. A sum of 16M floats (bench_ops_vs_torch --only sum_all, 10
 // alternating pairs of processes on a noisy Zen 5): 2 threads 0.81 -> 0.68 ms median (best 0.62
-// -> 0.53), 1 thread 1.46 -> 1.47 median (best 1.28 -> 1.19).
+// -> 0.53), 1 thread 1.46 -> 1.47 median (best 1.28 -> 1.19); capped to AVX2 (16 registers, the
+// loads folded into the adds), 6 pairs: 1 thread 1.61 -> 1.37 ms, 2 threads 0.85 -> 0.73.
 constexpr int64_t kStreamAhead = 2048;
 constexpr int64_t kMinStreamBlocks = 8;    // a stream of at least 8 blocks (64 KB of floats)
 constexpr int64_t kMaxStreamBlocks = 256;  // block sums of one run kept on the stack
