@@ -760,9 +760,10 @@ void run_rows(const RowKernel& kernel, int64_t row_bytes, std::span<const GemvTa
   std::vector<int64_t>& quartered = quarter_units;
   first.assign(targets.size() + 1, 0);
   quartered.assign(targets.size(), 0);
-  int64_t unit_rows = kernel.group;
+  int64_t unit_rows = kernel.group, rows_total = 0;
   for (size_t i = 0; i < targets.size(); ++i) {
     const int64_t rows = targets[i].rows;
+    rows_total += rows;
     if (kernel.quarters && rows * row_bytes >= kernels::kGemvFourStreamsBytes) {
       quartered[i] = rows / 4;
       unit_rows = 4;
@@ -771,10 +772,9 @@ void run_rows(const RowKernel& kernel, int64_t row_bytes, std::span<const GemvTa
       first[i + 1] = first[i] + (rows + kernel.group - 1) / kernel.group;
     }
   }
-  int64_t grain = std::max<int64_t>(1, kernel.chunk_bytes / std::max<int64_t>(unit_rows * row_bytes, 1));
-  int64_t bytes = 0;
-  for (const GemvTarget& g : targets) bytes += g.rows * row_bytes;
-  if (bytes < kMinParallelBytes) grain = first.back();  // one chunk, on this thread
+  const int64_t grain = rows_total * row_bytes < kMinParallelBytes  // one chunk, on this thread
+                            ? first.back()
+                            : std::max<int64_t>(1, kernel.chunk_bytes / std::max<int64_t>(unit_rows * row_bytes, 1));
   parallel_for(0, first.back(), grain, kernel.chunks_per_thread, [&](int64_t b, int64_t e) {
     size_t i = size_t(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
     for (; b < e; ++i) {

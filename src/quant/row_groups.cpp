@@ -94,7 +94,6 @@ void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int6
                 "to_layout: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K or q6_K matrix of 8 rows or more, got {} [{}, {}]",
                 t.name, rows, k);
   // rows / 8 groups; the last rows % 8 rows stay as they are, in rows (rows_in_groups).
-
   const int64_t blocks = k / t.block_size, group_bytes = 8 * blocks * t.block_bytes;
   parallel_for(0, rows / 8, 1, [&](int64_t g0, int64_t g1) {
     std::vector<uint8_t> rows_copy(static_cast<size_t>(group_bytes));
@@ -321,15 +320,12 @@ GemvRowRange prepared_groups(const void* xq, int64_t k, bool wide) {
     }
   }
   if (wide) widen_activation(a.xq, a.blocks, kQ8Bytes, 2, 4, a.wide);
-  const GroupActivation* pa = &a;  // the only capture: std::function keeps it without allocating
-  if (wide)
-    return [pa](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-      const int64_t group_bytes = pa->blocks * G::kBytes;
-      for (int64_t r = r0; r < r1; r += 8) group_dot_wide<F>(w + (r / 8) * group_bytes, *pa, y + r);
-    };
-  return [pa](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+  // Two pointers, the only captures: std::function keeps them without allocating.
+  const GroupActivation* pa = &a;
+  void (*const dot)(const uint8_t*, const GroupActivation&, float*) = wide ? group_dot_wide<F> : group_dot<F>;
+  return [pa, dot](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
     const int64_t group_bytes = pa->blocks * G::kBytes;
-    for (int64_t r = r0; r < r1; r += 8) group_dot<F>(w + (r / 8) * group_bytes, *pa, y + r);
+    for (int64_t r = r0; r < r1; r += 8) dot(w + (r / 8) * group_bytes, *pa, y + r);
   };
 }
 

@@ -68,8 +68,11 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
   // threads, 3 paired runs: the caller's pool share 8.4-9.2% -> 6.7-8.4%). The segments are fixed
   // by position, not by the thread count: the sums are the same bits however many threads run.
   const int64_t groups = B * Hkv;
-  int64_t longest = 0;
-  for (int64_t b = 0; b < B; ++b) longest = std::max(longest, layout.visible(b));
+  int64_t longest = 0, cached_rows = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    longest = std::max(longest, layout.visible(b));
+    cached_rows += layout.visible(b);
+  }
   const int64_t segments = std::max<int64_t>(1, (longest + kSegment - 1) / kSegment);
   thread_local std::vector<float> part_m, part_l, part_acc;  // the caller's, one slot a chunk
   part_m.resize(size_t(groups * segments * rep));
@@ -102,9 +105,8 @@ Tensor streaming_attention(const Tensor& q, const Tensor& bias, int64_t Hkv, int
       for (int64_t d = 0; d < D; ++d) o[d] *= inv;
     }
   };
-  int64_t cached_bytes = 0;
-  for (int64_t b = 0; b < B; ++b) cached_bytes += layout.visible(b) * Hkv * 2 * row_bytes;
-  const int64_t grain = cached_bytes < kMinParallelBytes ? groups * segments : 1;  // small: one chunk
+  // The keys and values it reads: below kMinParallelBytes, one chunk on this thread.
+  const int64_t grain = cached_rows * Hkv * 2 * row_bytes < kMinParallelBytes ? groups * segments : 1;
   parallel_for(0, groups * segments, grain, 64, [&](int64_t lo, int64_t hi) {
     // The running thread's scratch, reused from chunk to chunk (each is filled before it is read).
     thread_local std::vector<float> ktile, vtile;
