@@ -4,13 +4,14 @@ work outside the weight products).
 
 Runs `bench_infer` on the Llama-110M shape of bench/quant_decode (random weights, tied output;
 written to /tmp if absent) under `perf record` (Debian's linux-perf), decoding DECODE tokens after
-a 32-token prompt, with the recording delayed past load and prefill, at 1 and 2 threads. Each
+a 32-token prompt, at 1 and 2 threads, recording the decode loop alone (bench_infer opens and
+closes perf's window through its control pipes: --control fd:CTL,ACK). Each
 thread's samples are classed by symbol: the weight products (matrix-vector kernels and the
 activation quantization), attention over the KV cache (its 16-bit narrowing included), the small
 compute kernels (norms, rotary, SwiGLU, adds, argmax, and a 16-bit model's widening of its rows and
 norm weights), the pool (a thread waiting for a job or for the other thread's chunks), and
 overhead: everything else (allocation, op dispatch, tensor bookkeeping). Samples of load-time work
-inside the window (page faults, weight quantization) are left out. The caller's row is the step's
+(page faults, weight quantization) are left out should any fall inside the window. The caller's row is the step's
 critical path; the worker's idle share is time the caller spent on serial work. "overhead
 us/token" puts the overhead share in time (share x the step of the run without perf): ~80-140 us
 a token on Llama-110M, and ~80 on a 6 MB q4_0 model of the same 12 layers and ops, so it is mostly
@@ -80,11 +81,20 @@ def profile(binary, folder, fmt, threads, decode, data):
         args += ["--model", f"{folder}_{fmt.split()[0]}", "--dtype", "native"]
     else:
         args += ["--model", folder] + (["--quantize", fmt] if fmt != "f32" else [])
-    # A first run without perf gives the load and prefill time to skip.
+    # A run without perf gives the step's time; under perf, bench_infer opens the recording at the
+    # first new token and closes it after the last (perf's control pipes), so load, prefill and
+    # the prompt's pass stay out whatever their length.
     first = infer.run(args, threads)
-    delay_ms = int(1000 * (first["load_s"] + 0.5)) + 500
-    subprocess.run(["perf", "record", "-q", "-F", os.environ.get("PERF_HZ", "2000"), "-D", str(delay_ms), "-o", data, "--", *args], check=True,
-                   capture_output=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    ctl_r, ctl_w = os.pipe()
+    ack_r, ack_w = os.pipe()
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), FOUNDRY_PERF_CTL_FD=str(ctl_w), FOUNDRY_PERF_ACK_FD=str(ack_r))
+    try:
+        subprocess.run(["perf", "record", "-q", "-F", os.environ.get("PERF_HZ", "2000"), "-D", "-1",
+                        "--control", f"fd:{ctl_r},{ack_w}", "-o", data, "--", *args], check=True,
+                       capture_output=True, env=env, pass_fds=(ctl_r, ctl_w, ack_r, ack_w))
+    finally:
+        for fd in (ctl_r, ctl_w, ack_r, ack_w):
+            os.close(fd)
     report = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "pid,sym", "--stdio", "-F",
                              "sample,pid,sym"], check=True, capture_output=True, text=True).stdout
     per = collections.defaultdict(collections.Counter)

@@ -9,6 +9,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -20,6 +24,39 @@
 #include "foundry/ops/ops.h"
 
 using namespace foundry;
+
+namespace {
+
+// perf's control pipes, named by FOUNDRY_PERF_CTL_FD / FOUNDRY_PERF_ACK_FD when perf runs this
+// program with --control fd:CTL,ACK: each command waits for perf's "ack", so the window's edges
+// are where the program says. Without them, nothing happens.
+class PerfWindow {
+ public:
+  PerfWindow() : ctl_(fd("FOUNDRY_PERF_CTL_FD")), ack_(fd("FOUNDRY_PERF_ACK_FD")) {}
+  void enable() {
+    if (!on_) on_ = command("enable\n");
+  }
+  void disable() {
+    if (on_) on_ = !command("disable\n");
+  }
+
+ private:
+  static int fd(const char* name) {
+    const char* v = std::getenv(name);
+    return v ? std::atoi(v) : -1;
+  }
+  bool command(const char* text) const {
+    if (ctl_ < 0 || ack_ < 0) return false;
+    if (::write(ctl_, text, std::strlen(text)) < 0) throw std::runtime_error("perf control pipe: write failed");
+    char reply[16] = {};
+    if (::read(ack_, reply, sizeof reply - 1) <= 0) throw std::runtime_error("perf control pipe: no ack");
+    return true;
+  }
+  int ctl_, ack_;
+  bool on_ = false;
+};
+
+}  // namespace
 
 static int run(int argc, char** argv) {
   std::string dir, quantize, dtype = "float32", quantized_prefill = "auto", kv_cache;
@@ -113,7 +150,12 @@ static int run(int argc, char** argv) {
   g.max_new_tokens = decode;
   g.ignore_eos = true;
   std::vector<int64_t> p(ids.begin(), ids.begin() + prompt);
+  // Under `perf record --control fd:CTL,ACK -D -1` (bench/decode_profile), perf samples the decode
+  // loop alone: from the first new token (the prompt's pass done) to the last.
+  PerfWindow window;
+  g.on_token = [&window](int64_t, int64_t) { window.enable(); };
   models::GenerationResult r = models::generate(*model, {p}, g);
+  window.disable();
   // The first new token comes from the prompt's pass; the decode loop ran the other decode - 1.
   const double decode_tps = double(r.decode_steps) / r.decode_seconds;
   std::printf("{\"load_s\": %.4f, \"prefill_tps\": %.1f, \"decode_tps\": %.2f, \"peak_rss_mb\": %.1f}\n", load_s,

@@ -471,6 +471,43 @@ TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
 // prefill's GEMMs (AVX2, VNNI, AMX) give the bits they give over the same rows in the row layout
 // (the same panels; 40 rows end in a VNNI panel of one group). A block of top levels against
 // activations of one sign reaches the largest int16 sums the kernels hold.
+// Each thread builds the activation the group kernels read on its first chunk of a product
+// (row_groups.cpp); products large enough for both threads, one after another from the same
+// activation buffer with new levels each time, must each read their own row.
+TEST(QuantKernels, GroupProductsReadEachProductsActivation) {
+  namespace q = foundry::quant;
+  if (!q::avx2_available()) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int threads_before = foundry::get_num_threads();
+  foundry::set_num_threads(2);
+  for (const char* name : {"q4_0", "q5_1", "q8_0", "q4_K", "q6_K"}) {
+    const auto& t = q::traits(name);
+    const auto& act = q::traits(t.dot_format);
+    const int64_t rows = 1024, k = 768;  // 430-630 KB of weights: above kMinParallelBytes
+    const int64_t row_bytes = q::quantized_bytes(t, 1, k), act_bytes = q::quantized_bytes(act, 1, k);
+    ASSERT_GE(rows * row_bytes, foundry::kMinParallelBytes) << name;
+    std::vector<float> w(static_cast<size_t>(rows * k)), x(static_cast<size_t>(k));
+    for (float& v : w) v = nd(rng);
+    std::vector<uint8_t> rows_layout(static_cast<size_t>(rows * row_bytes)), xq(static_cast<size_t>(act_bytes));
+    for (int64_t r = 0; r < rows; ++r) t.quantize(w.data() + r * k, rows_layout.data() + r * row_bytes, k);
+    std::vector<uint8_t> groups = rows_layout;
+    q::to_layout(t, q::WeightLayout::Groups8, groups.data(), rows, k);
+    for (int product = 0; product < 3; ++product) {
+      for (float& v : x) v = nd(rng) * float(1 + 3 * product);
+      act.quantize(x.data(), xq.data(), k);  // the same buffer each time
+      std::vector<float> y(size_t(rows), -1.f);
+      const q::GemvTarget target{groups.data(), rows, y.data()};
+      q::gemv_many(t, k, xq.data(), std::span<const q::GemvTarget>(&target, 1), q::WeightLayout::Groups8);
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_NEAR(y[size_t(r)], t.dot(rows_layout.data() + r * row_bytes, xq.data(), k),
+                    1e-4f * (1.f + std::fabs(y[size_t(r)])))
+            << name << " product " << product << " row " << r;
+    }
+  }
+  foundry::set_num_threads(threads_before);
+}
+
 TEST(QuantKernels, GroupsOfEightRowsMatchTheRowLayout) {
   namespace q = foundry::quant;
   if (!q::avx2_available()) GTEST_SKIP() << "no AVX2 on this CPU";
