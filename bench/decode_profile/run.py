@@ -11,8 +11,8 @@ activation quantization), attention over the KV cache (its 16-bit narrowing incl
 compute kernels (norms, rotary, SwiGLU, adds, argmax, and a 16-bit model's widening of its rows and
 norm weights), the pool (a thread waiting for a job or for the other thread's chunks), and
 overhead: everything else (allocation, op dispatch, tensor bookkeeping). Samples of load-time work
-(page faults, weight quantization) are left out should any fall inside the window. The caller's row is the step's
-critical path; the worker's idle share is time the caller spent on serial work. "overhead
+(page faults, weight quantization) are left out should any fall inside the window. The caller's
+row is the step's critical path; the worker's idle share is time the caller spent on serial work. "overhead
 us/token" puts the overhead share in time (share x the step of the run without perf): ~80-140 us
 a token on Llama-110M, and ~80 on a 6 MB q4_0 model of the same 12 layers and ops, so it is mostly
 the ops' own cost (the rest their records evicted by the weight stream), and a faster step shows a

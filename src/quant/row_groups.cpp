@@ -342,7 +342,8 @@ GemvRowRange prepared_groups(const void* xq, int64_t k, bool wide) {
   using G = GroupBlock<F>;
   const uint64_t product = next_product_id();
   const auto* x = static_cast<const uint8_t*>(xq);
-  // Plain values, the only captures: std::function keeps them without allocating.
+  // Captured by value (std::function allocates one block for them a product); read through a
+  // pointer to this thread's thread_local instead they measured slower (docs/benchmarks.md).
   return [product, x, k, wide](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
     const GroupActivation& a = group_activation<F>(product, x, k, wide);
     void (*const dot)(const uint8_t*, const GroupActivation&, float*) = wide ? group_dot_wide<F> : group_dot<F>;
