@@ -159,17 +159,33 @@ struct GroupActivation {
   std::vector<float> scales, level_sums;
   std::vector<int32_t> offsets;
   WideActivation wide;
-  uint64_t product = 0;  // the product it was built for (next_product_id)
 };
 
 // Numbers each prepared product. A thread builds the activation a product's kernels read, in a
-// thread_local of its own, when it runs its first chunk of that product: were one thread to build it
-// for all, the others would read its lines, and its rewrite for the next product would first take
-// them back from their caches (2-thread q4_0 decode on a Zen 5: the caller's widening stalled on
-// its stores, 2.1% of its samples, against nothing at 1 thread).
+// thread_local of its own, when it runs its first chunk of that product (thread_copy): were one
+// thread to build it for all, the others would read its lines, and its rewrite for the next
+// product would first take them back from their caches (2-thread q4_0 decode on a Zen 5: the
+// caller's widening stalled on its stores, 2.1% of its samples, against nothing at 1 thread).
 uint64_t next_product_id() {
   static std::atomic<uint64_t> id{0};
   return id.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+// This thread's T for `product`, build(T&) called first unless it was built for it already (a
+// buffer reused with new levels by the next product gets a new number). One T per thread and
+// call site: each caller's lambda type instantiates its own thread_local.
+template <class T, class Build>
+const T& thread_copy(uint64_t product, Build&& build) {
+  struct Copy {
+    T value;
+    uint64_t product = 0;
+  };
+  thread_local Copy copy;
+  if (copy.product != product) {
+    build(copy.value);
+    copy.product = product;
+  }
+  return copy.value;
 }
 
 // Prefetches the weight stream at w from `next` through `end` bytes, kStreamAhead ahead: the group
@@ -309,14 +325,10 @@ FOUNDRY_VNNI_TARGET void group_dot_wide(const uint8_t* w, const GroupActivation&
   _mm256_storeu_ps(y, _mm256_add_ps(even, odd));
 }
 
-// The activation for format F's group kernels (`wide`: the AVX-512 VNNI one) from the q8_0 row xq,
-// built on this thread for product `product` unless it already is.
+// The activation for format F's group kernels (`wide`: the AVX-512 VNNI one) from the q8_0 row xq.
 template <BlockFormat F>
-const GroupActivation& group_activation(uint64_t product, const uint8_t* xq, int64_t k, bool wide) {
+void build_group_activation(const uint8_t* xq, int64_t k, bool wide, GroupActivation& a) {
   using G = GroupBlock<F>;
-  thread_local GroupActivation a;
-  if (a.product == product) return a;
-  a.product = product;
   a.xq = xq;
   a.blocks = k / 32;
   const int32_t offset = wide ? wide_offset<F>() : G::kOffset;
@@ -334,7 +346,6 @@ const GroupActivation& group_activation(uint64_t product, const uint8_t* xq, int
     }
   }
   if (wide) widen_activation(a.xq, a.blocks, kQ8Bytes, 2, 4, a.wide);
-  return a;
 }
 
 template <BlockFormat F>
@@ -345,7 +356,8 @@ GemvRowRange prepared_groups(const void* xq, int64_t k, bool wide) {
   // Captured by value (std::function allocates one block for them a product); read through a
   // pointer to this thread's thread_local instead they measured slower (docs/benchmarks.md).
   return [product, x, k, wide](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-    const GroupActivation& a = group_activation<F>(product, x, k, wide);
+    const GroupActivation& a =
+        thread_copy<GroupActivation>(product, [&](GroupActivation& built) { build_group_activation<F>(x, k, wide, built); });
     void (*const dot)(const uint8_t*, const GroupActivation&, float*) = wide ? group_dot_wide<F> : group_dot<F>;
     const int64_t group_bytes = a.blocks * G::kBytes;
     for (int64_t r = r0; r < r1; r += 8) dot(w + (r / 8) * group_bytes, a, y + r);
@@ -621,12 +633,8 @@ GemvRowRange super_block_groups(bool vnni, const void* xq, int64_t k) {
   // Widened on each thread that runs a chunk (next_product_id says why).
   const uint64_t product = next_product_id();
   return [x, product, superblocks](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
-    thread_local WideActivation a;
-    thread_local uint64_t built = 0;
-    if (built != product) {
-      widen_activation(x, superblocks, detail::kQ8_KBytes, 4, 32, a);
-      built = product;
-    }
+    const WideActivation& a = thread_copy<WideActivation>(
+        product, [&](WideActivation& built) { widen_activation(x, superblocks, detail::kQ8_KBytes, 4, 32, built); });
     for (int64_t r = r0; r < r1; r += 8)
       group_dot_K_wide<kWideSuperBlock, kGroupBytes>(w + (r / 8) * superblocks * kGroupBytes, a.pairs.data(), x,
                                                      superblocks, y + r);
