@@ -18,6 +18,20 @@ endif()
 add_library(foundry_warnings INTERFACE)
 target_compile_options(foundry_warnings INTERFACE -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 
+# Code generation of the library's own objects (libfoundry and the tokenizers' object library).
+# Its thread_locals (grad mode, the tensor object cache, the pool's region flag, the kernels'
+# per-thread rows) are read many times a decoded token; in a shared library each read called
+# __tls_get_addr. TLS descriptors (-mtls-dialect=gnu2) resolve to a load of the variable's offset
+# when the library is loaded with the program, and stay correct under dlopen (Python):
+# ~2-4% more tokens/s on a model whose step is all fixed cost (docs/benchmarks.md). GCC only
+# (clang 14 has no such flag); a compiler without it keeps the default dialect.
+add_library(foundry_codegen INTERFACE)
+include(CheckCXXCompilerFlag)
+check_cxx_compiler_flag(-mtls-dialect=gnu2 FOUNDRY_HAVE_TLS_DESCRIPTORS)
+if(FOUNDRY_HAVE_TLS_DESCRIPTORS)
+  target_compile_options(foundry_codegen INTERFACE -mtls-dialect=gnu2)
+endif()
+
 if(FOUNDRY_SANITIZE)
   # Every UB report stops the program, except float-to-int casts, which stay recoverable so that
   # tests/sanitize/ubsan.supp can silence the one in Highway's own EMU128 ConvertTo (NaN lanes in

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "foundry/core/allocator.h"
 #include "foundry/core/cpu.h"
 #include "foundry/core/parallel.h"
 #include "foundry/autograd/grad_mode.h"
@@ -153,13 +154,21 @@ static int run(int argc, char** argv) {
   // Under `perf record --control fd:CTL,ACK -D -1` (bench/decode_profile), perf samples the decode
   // loop alone: from the first new token (the prompt's pass done) to the last.
   PerfWindow window;
-  g.on_token = [&window](int64_t, int64_t) { window.enable(); };
+  int64_t allocs_at_first_token = -1;
+  g.on_token = [&](int64_t, int64_t) {
+    if (allocs_at_first_token < 0) allocs_at_first_token = allocator::stats().num_allocs;
+    window.enable();
+  };
   models::GenerationResult r = models::generate(*model, {p}, g);
   window.disable();
+  // The allocator's blocks taken a decode step (tensors' storage; cache hits included): the
+  // step's per-token bookkeeping, beside its time (bench/decode_profile).
+  const double allocs_per_token = r.decode_steps > 0 && allocs_at_first_token >= 0
+      ? double(allocator::stats().num_allocs - allocs_at_first_token) / double(r.decode_steps) : 0.0;
   // The first new token comes from the prompt's pass; the decode loop ran the other decode - 1.
   const double decode_tps = double(r.decode_steps) / r.decode_seconds;
-  std::printf("{\"load_s\": %.4f, \"prefill_tps\": %.1f, \"decode_tps\": %.2f, \"peak_rss_mb\": %.1f}\n", load_s,
-              prefill_tps, decode_tps, bench::peak_rss_mb());
+  std::printf("{\"load_s\": %.4f, \"prefill_tps\": %.1f, \"decode_tps\": %.2f, \"allocs_per_token\": %.1f, \"peak_rss_mb\": %.1f}\n",
+              load_s, prefill_tps, decode_tps, allocs_per_token, bench::peak_rss_mb());
   return 0;
 }
 
