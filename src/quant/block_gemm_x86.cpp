@@ -974,14 +974,18 @@ FOUNDRY_AMX_TARGET __attribute__((always_inline)) inline void scale_block(__m512
   }
 }
 
-// tile_vnni's product with each block's (half block's) int32 sums from the tiles. The sums
-// go through a thread's buffer, not the stack: with the tile stores' asm writing a stack array,
-// GCC 12 kept the accumulators in memory (a load and a store each per block); with this buffer it
-// moves them through the stack once per pair of blocks.
+// tile_amx's int32 sums from the tiles, a thread's buffer, not the stack: with the tile stores'
+// asm writing a stack array, GCC 12 kept the accumulators in memory (a load and a store each per
+// block); with this buffer it moves them through the stack once per pair of blocks. One for every
+// instantiation (a thread runs one tile at a time): a function-local one was 2 KB of every
+// thread's TLS block for each of the 96 (192 of the library's 207 KB).
+alignas(64) thread_local int32_t t_amx_sums[2][16][16];
+
+// tile_vnni's product with each block's (half block's) int32 sums from the tiles.
 template <class Tiles, int N, int kHalves, bool kMins>
 FOUNDRY_AMX_TARGET void tile_amx(Tiles& tiles, const Panel& p, const Tile& x, float* y, int64_t y_stride,
                                  __mmask16 mask) {
-  alignas(64) static thread_local int32_t sums[2][16][16];
+  int32_t (&sums)[2][16][16] = t_amx_sums;
   __m512 acc[N];
   for (int c = 0; c < N; ++c) acc[c] = _mm512_setzero_ps();
   const auto levels = [&](int64_t b) { return p.levels.data() + b * kStepsPerBlock * 64; };
