@@ -182,6 +182,6 @@ int main(int argc, char** argv) {
       "       bench_infer --products FMT [--threads N] [--rounds N]   (decode's products over one token of\n"
       "                   Llama-110M's weights in FMT beside a plain sum of as many bytes, alternating; medians;\n"
       "                   where FMT's matrices are kept in groups of 8 rows, the row layout too: rows_layout_gb_s)\n"
-      "Prints one JSON line: load_s, prefill_tps, decode_tps, peak_rss_mb (an encoder folder: load_s, seq_per_s,\n"
-      "peak_rss_mb).\n", [&] { return run(argc, argv); });
+      "Prints one JSON line: load_s, prefill_tps, decode_tps, allocs_per_token (the allocator's blocks a decode\n"
+      "step), peak_rss_mb (an encoder folder: load_s, seq_per_s, peak_rss_mb).\n", [&] { return run(argc, argv); });
 }
