@@ -30,6 +30,12 @@ using namespace foundry::kernels;
 
 namespace {
 
+// The pool's thread count for a scope, restored on the way out (an ASSERT that fails returns early).
+struct ThreadsGuard {
+  int saved = foundry::get_num_threads();
+  ~ThreadsGuard() { foundry::set_num_threads(saved); }
+};
+
 // Distance in units in the last place between two floats (0 for equal, also for NaN == NaN).
 int64_t ulp_distance(float a, float b) {
   if (std::isnan(a) && std::isnan(b)) return 0;
@@ -465,12 +471,6 @@ TEST(QuantKernels, X86BlockGemmMatchesScalarReference) {
   if (kernels == 0) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this CPU";
 }
 
-// q4_0, q4_1, q5_0, q5_1, q8_0 and the K-quants in groups of 8 rows (WeightLayout::Groups8): every row reads back as the row
-// layout wrote it; decode's kernel over the groups gives the scalar reference's dots (within float
-// order), threads splitting the groups, and through gemv_many beside a matrix of other rows; the
-// prefill's GEMMs (AVX2, VNNI, AMX) give the bits they give over the same rows in the row layout
-// (the same panels; 40 rows end in a VNNI panel of one group). A block of top levels against
-// activations of one sign reaches the largest int16 sums the kernels hold.
 // Each thread builds the activation the group kernels read on its first chunk of a product
 // (row_groups.cpp); products large enough for both threads, one after another from the same
 // activation buffer with new levels each time, must each read their own row.
@@ -479,7 +479,7 @@ TEST(QuantKernels, GroupProductsReadEachProductsActivation) {
   if (!q::avx2_available()) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.f, 1.f);
-  const int threads_before = foundry::get_num_threads();
+  ThreadsGuard restore;
   foundry::set_num_threads(2);
   for (const char* name : {"q4_0", "q5_1", "q8_0", "q4_K", "q6_K"}) {
     const auto& t = q::traits(name);
@@ -505,9 +505,14 @@ TEST(QuantKernels, GroupProductsReadEachProductsActivation) {
             << name << " product " << product << " row " << r;
     }
   }
-  foundry::set_num_threads(threads_before);
 }
 
+// q4_0, q4_1, q5_0, q5_1, q8_0 and the K-quants in groups of 8 rows (WeightLayout::Groups8): every row reads back as the row
+// layout wrote it; decode's kernel over the groups gives the scalar reference's dots (within float
+// order), threads splitting the groups, and through gemv_many beside a matrix of other rows; the
+// prefill's GEMMs (AVX2, VNNI, AMX) give the bits they give over the same rows in the row layout
+// (the same panels; 40 rows end in a VNNI panel of one group). A block of top levels against
+// activations of one sign reaches the largest int16 sums the kernels hold.
 TEST(QuantKernels, GroupsOfEightRowsMatchTheRowLayout) {
   namespace q = foundry::quant;
   if (!q::avx2_available()) GTEST_SKIP() << "no AVX2 on this CPU";
@@ -538,27 +543,28 @@ TEST(QuantKernels, GroupsOfEightRowsMatchTheRowLayout) {
     for (int64_t r = 0; r < rows; ++r)
       ASSERT_EQ(0, std::memcmp(q::row_of(t, q::WeightLayout::Groups8, groups.data(), rows, k, r, row.data()),
                                rows_layout.data() + r * row_bytes, size_t(row_bytes))) << "row " << r;
-    const int threads_before = foundry::get_num_threads();
-    for (int threads : {1, 2}) {
-      foundry::set_num_threads(threads);
-      for (int64_t i = 0; i < m; ++i) {
-        const uint8_t* xi = xq.data() + i * act_bytes;
-        std::vector<float> y(size_t(rows), -1.f), other(8, -1.f);
-        const q::GemvTarget targets[] = {{groups.data(), rows, y.data()}, {groups.data(), 8, other.data()}};
-        q::gemv_many(t, k, xi, targets, q::WeightLayout::Groups8);
-        for (int64_t r = 0; r < rows; ++r) {
-          float scale = 0.f;
-          for (int64_t j = 0; j < k; ++j) scale += std::fabs(w[size_t(r * k + j)] * x[size_t(i * k + j)]);
-          ASSERT_NEAR(y[size_t(r)], t.dot(rows_layout.data() + r * row_bytes, xi, k), 1e-5f * scale)
-              << name << " rows " << rows << " k " << k << " activation row " << i << " weight row " << r
-              << " threads " << threads;
-          if (r < 8) {
-            ASSERT_EQ(y[size_t(r)], other[size_t(r)]);
+    {  // decode's kernel at 1 and 2 threads; the checks below at the suite's count
+      ThreadsGuard restore;
+      for (int threads : {1, 2}) {
+        foundry::set_num_threads(threads);
+        for (int64_t i = 0; i < m; ++i) {
+          const uint8_t* xi = xq.data() + i * act_bytes;
+          std::vector<float> y(size_t(rows), -1.f), other(8, -1.f);
+          const q::GemvTarget targets[] = {{groups.data(), rows, y.data()}, {groups.data(), 8, other.data()}};
+          q::gemv_many(t, k, xi, targets, q::WeightLayout::Groups8);
+          for (int64_t r = 0; r < rows; ++r) {
+            float scale = 0.f;
+            for (int64_t j = 0; j < k; ++j) scale += std::fabs(w[size_t(r * k + j)] * x[size_t(i * k + j)]);
+            ASSERT_NEAR(y[size_t(r)], t.dot(rows_layout.data() + r * row_bytes, xi, k), 1e-5f * scale)
+                << name << " rows " << rows << " k " << k << " activation row " << i << " weight row " << r
+                << " threads " << threads;
+            if (r < 8) {
+              ASSERT_EQ(y[size_t(r)], other[size_t(r)]);
+            }
           }
         }
       }
     }
-    foundry::set_num_threads(threads_before);
     // The group kernels of both widths (the AVX-512 ones where this CPU has them) give the same bits.
     const int64_t grouped = rows / 8 * 8;
     for (int64_t i = 0; i < m; ++i) {
@@ -799,7 +805,7 @@ TEST_P(EachTarget, GemvManyEqualsGemvPerMatrix) {
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.f, 1.f);
   const std::vector<int64_t> row_counts = {37, 0, 8, 130, 3};
-  const int saved = foundry::get_num_threads();
+  ThreadsGuard restore;
   for (const int64_t k : {int64_t(512), int64_t(203)})
   for (const char* name : {"q8_0", "q4_0", "q4_K", "q6_K", "nf4", "f16", "bf16", "q5_1"}) {
     const auto& t = foundry::quant::traits(name);
@@ -843,7 +849,6 @@ TEST_P(EachTarget, GemvManyEqualsGemvPerMatrix) {
       else ASSERT_EQ(many, at_one_thread) << name << " k " << k << " threads " << threads;
     }
   }
-  foundry::set_num_threads(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, EachTarget, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), target_name);
