@@ -27,6 +27,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,7 +50,7 @@ namespace {
 // prologue, a quantized product's activation layout) is noise. (16 for every kernel measured 3-6%
 // slower q4_0 decode and Mamba prefill, and 5-8% faster float32 decode: that caller asks for it.)
 constexpr int kChunksPerThread = 4;
-// A job's chunk numbers fit a 20-bit field of a group's claim word (Pool::Group).
+// A job's chunk numbers fit a 20-bit field of a group's claim word and of the job word (Pool).
 constexpr int64_t kMaxChunks = (int64_t(1) << 20) - 1;
 // How long an idle worker polls for the next job before sleeping: longer than the serial gap
 // between two kernels of a model's step (a bench_infer run slept 40 times in 3314 jobs), shorter
@@ -120,64 +121,85 @@ class Pool {
     begin_ = begin;
     end_ = end;
     chunk_ = chunk;
-    fn_ = &fn;
+    fn_.emplace(fn);
     error_ = nullptr;
-    done_.store(0, std::memory_order_relaxed);
-    const uint64_t job = ++jobs_;
-    for (int g = 0; g < threads_; ++g) {
-      const int64_t first = nchunks * g / threads_;
-      groups_[g].claim.store(pack(job, first, nchunks * (g + 1) / threads_), std::memory_order_release);
+    const uint32_t word = job_word(++jobs_, nchunks);
+    // The groups' claim words are set by their first claim in the job (claim()); every
+    // kRefreshJobs jobs here, so that no word is left a whole tag cycle behind.
+    if (refresh_ || jobs_ % kRefreshJobs == 0) {
+      for (int g = 0; g < threads_; ++g) groups_[g].claim.store(initial_claim(word, g), std::memory_order_relaxed);
+      refresh_ = false;
     }
+    const int64_t done_at = done_target_ += nchunks;
     // seq_cst with the sleepers_ load: either a worker going to sleep sees this job, or this
     // thread sees it going to sleep and wakes it.
-    job_.store(uint32_t(job), std::memory_order_seq_cst);
+    job_.store(word, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) job_.notify_all();
     // oneDNN and OpenBLAS called from a chunk must stay on this thread (as in the workers): they
     // size their OpenMP teams from this thread's count.
     const int omp_threads = omp_get_max_threads();
     if (omp_threads != 1) omp_set_num_threads(1);
     tls_in_region = true;
-    work(job, 0);
+    work(word, 0);
     tls_in_region = false;
     if (omp_threads != 1) omp_set_num_threads(omp_threads);
     // Chunks still out are being run by a worker now.
-    for (int spins = 0; done_.load(std::memory_order_acquire) < nchunks; ++spins) {
+    for (int spins = 0; done_.load(std::memory_order_acquire) < done_at; ++spins) {
       if (spins < 4096) FOUNDRY_CPU_RELAX();
       else std::this_thread::yield();
     }
-    fn_ = nullptr;
+    fn_.reset();
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
-  // A group's unclaimed chunks [front, back) and the job they belong to, in one word so that a
-  // claim meant for an earlier job fails: job (low 24 bits) << 40 | front << 20 | back.
+  // The job word, what idle workers watch: the job's tag (its number's low 12 bits) << 20 | its
+  // chunk count. A worker learns both in the one line it must fetch anyway.
+  static constexpr uint64_t kField = uint64_t(kMaxChunks);
+  static uint32_t job_word(uint64_t job, int64_t nchunks) { return uint32_t(((job & 0xfff) << 20) | uint64_t(nchunks)); }
+  static uint64_t tag_of(uint32_t word) { return word >> 20; }
+  static int64_t chunks_of(uint32_t word) { return int64_t(word & kField); }
+  // Jobs between the caller's writes of every claim word: a word no claim touched for 4096 jobs
+  // would carry the current tag with an old job's (empty) range, and its chunks would never run.
+  static constexpr uint64_t kRefreshJobs = 1024;
+
+  // A group's unclaimed chunks [front, back) and the tag of the job they belong to, in one word so
+  // that a claim meant for another job fails: tag << 40 | front << 20 | back.
   struct alignas(64) Group {
     std::atomic<uint64_t> claim{0};
   };
-  static constexpr uint64_t kField = uint64_t(kMaxChunks);
-  static uint64_t pack(uint64_t job, int64_t front, int64_t back) {
-    return ((job & 0xffffff) << 40) | (uint64_t(front) << 20) | uint64_t(back);
+  static uint64_t pack(uint64_t tag, int64_t front, int64_t back) {
+    return (tag << 40) | (uint64_t(front) << 20) | uint64_t(back);
   }
-  static bool of_job(uint64_t c, uint64_t job) { return (c >> 40) == (job & 0xffffff); }
   static int64_t front_of(uint64_t c) { return int64_t((c >> 20) & kField); }
   static int64_t back_of(uint64_t c) { return int64_t(c & kField); }
+  // Group g's chunks when the job starts: the g-th of threads_ consecutive runs.
+  uint64_t initial_claim(uint32_t word, int g) const {
+    const int64_t n = chunks_of(word);
+    return pack(tag_of(word), n * g / threads_, n * (g + 1) / threads_);
+  }
 
-  // Claims a chunk of group g for job `job`: its owner from the front, another thread from the
-  // back. -1: none to take.
-  int64_t claim(Group& g, uint64_t job, bool owner) {
-    uint64_t c = g.claim.load(std::memory_order_acquire);
-    while (of_job(c, job)) {
-      const int64_t front = front_of(c), back = back_of(c);
-      if (front >= back) return -1;
-      if (owner) {
-        if (g.claim.compare_exchange_weak(c, c + (uint64_t(1) << 20), std::memory_order_acq_rel))
-          return front;
-      } else {
-        if (g.claim.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel)) return back - 1;
+  // Claims a chunk of group g for the job `word`: its owner from the front, another thread from
+  // the back. -1: none to take. The caller does not write the groups' words when it starts a job
+  // (that took the worker's line to the caller's core and back at every job); a word still
+  // tagged with an earlier job is that group's untouched initial range, provided the job is still
+  // the current one: a word's last writer saw the job word it tagged, so a worker that saw this
+  // job late finds a later job word here. Nor can the job end while a group it had chunks for
+  // holds a word of an earlier job.
+  int64_t claim(int g, uint32_t word, bool owner) {
+    std::atomic<uint64_t>& w = groups_[g].claim;
+    uint64_t c = w.load(std::memory_order_acquire);
+    for (;;) {
+      uint64_t cur = c;
+      if ((c >> 40) != tag_of(word)) {
+        if (job_.load(std::memory_order_acquire) != word) return -1;
+        cur = initial_claim(word, g);
       }
+      const int64_t front = front_of(cur), back = back_of(cur);
+      if (front >= back) return -1;
+      if (w.compare_exchange_weak(c, owner ? cur + (uint64_t(1) << 20) : cur - 1, std::memory_order_acq_rel))
+        return owner ? front : back - 1;
     }
-    return -1;
   }
 
   static void run_serial(int64_t begin, int64_t end, const RangeFn& fn) {
@@ -240,11 +262,10 @@ class Pool {
   // does not overwrite them) before every claimed chunk is counted done.
   // The chunks a thread ran are counted once, when it finds none left to claim: a count per
   // chunk moved the counter's line between the cores at every chunk.
-  void work(uint64_t job, int me) {
+  void work(uint32_t word, int me) {
     int64_t ran = 0;
     for (int i = 0; i < threads_; ++i) {
-      Group& g = groups_[(me + i) % threads_];
-      for (int64_t k; (k = claim(g, job, i == 0)) >= 0; ++ran) {
+      for (int64_t k; (k = claim((me + i) % threads_, word, i == 0)) >= 0; ++ran) {
         const int64_t b = begin_ + k * chunk_, e = std::min(end_, b + chunk_);
         try {
           (*fn_)(b, e);
@@ -263,7 +284,7 @@ class Pool {
     omp_set_num_threads(1);  // BLAS or oneDNN called from a chunk stays on this thread
     tls_in_region = true;
     while (!stopping_.load()) {
-      uint32_t job = job_.load(std::memory_order_acquire);
+      uint32_t job = job_.load(std::memory_order_acquire);  // the job word
       const auto until = std::chrono::steady_clock::now() + kSpin;
       for (int spins = 1; job == seen && !stopping_.load(); ++spins) {
         FOUNDRY_CPU_RELAX();
@@ -286,6 +307,7 @@ class Pool {
     taken_once_ = false;
     alone_.store(false);
     groups_ = std::make_unique<Group[]>(size_t(threads_));
+    refresh_ = true;
     stopping_ = false;
     const uint32_t seen = job_.load(std::memory_order_acquire);
     for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i, seen] { worker(i, seen); });
@@ -301,7 +323,7 @@ class Pool {
 
   void stop() {
     stopping_ = true;
-    job_.store(uint32_t(++jobs_), std::memory_order_seq_cst);  // a number the next workers start from
+    job_.store(job_word(++jobs_, 0), std::memory_order_seq_cst);  // a word the next workers start from
     job_.notify_all();
     for (auto& t : workers_) t.join();
     workers_.clear();
@@ -320,6 +342,8 @@ class Pool {
   std::unique_ptr<Group[]> groups_;
   alignas(64) std::mutex run_mu_;  // one job at a time
   uint64_t jobs_ = 0;              // jobs started (under run_mu_)
+  int64_t done_target_ = 0;        // done_ when the jobs started so far have all ended (under run_mu_)
+  bool refresh_ = true;            // the next job writes every group's claim word (under run_mu_)
   // cores_taken()'s state (under run_mu_): the machine's cores, whether to run jobs on the caller
   // alone, whether the last look found the cores taken, and when to look next.
   int cores_ = 1;
@@ -333,12 +357,14 @@ class Pool {
  private:
   std::chrono::steady_clock::time_point next_load_check_{};
   std::exception_ptr error_;
-  alignas(64) std::atomic<uint32_t> job_{0};  // the latest job's number: what idle workers watch
+  alignas(64) std::atomic<uint32_t> job_{0};  // the latest job's word (job_word): what idle workers watch
   std::atomic<bool> stopping_{false};
   std::atomic<int> sleepers_{0};
   int64_t begin_ = 0, end_ = 0, chunk_ = 1;  // the job: written before job_ is published
-  const RangeFn* fn_ = nullptr;
-  alignas(64) std::atomic<int64_t> done_{0};  // chunks finished, counted by whoever ran them
+  // A copy (two pointers) rather than a pointer to the caller's: one line fewer for a worker to
+  // fetch from the caller's core before its first chunk.
+  std::optional<RangeFn> fn_;
+  alignas(64) std::atomic<int64_t> done_{0};  // chunks finished since the pool started, counted by whoever ran them
   alignas(64) std::mutex error_mu_;
 
  public:

@@ -77,6 +77,20 @@ TEST(ThreadPool, ManySmallJobsInARow) {
   EXPECT_EQ(total.load(), 20000 * 64);
 }
 
+
+TEST(ThreadPool, GroupsIdleForThousandsOfJobsStillRunTheirChunks) {
+  // A group's claim word is set by the job's first claim on it; jobs of 2 chunks on 4 threads give
+  // groups 0 and 2 none, so their words go untouched while the job tag (12 bits) wraps around. A
+  // job of every group after 4094-4098 such jobs (one of them lands on a whole tag cycle) must still
+  // run each index once, not find an old job's spent range under its own tag and wait forever.
+  ThreadsScope scope(4);
+  for (int idle_jobs = 4094; idle_jobs <= 4098; ++idle_jobs) {
+    std::atomic<int64_t> small{0};
+    for (int job = 0; job < idle_jobs; ++job) parallel_for(0, 2, 1, 1, [&](int64_t b, int64_t e) { small += e - b; });
+    ASSERT_EQ(small.load(), 2 * idle_jobs);
+    expect_each_index_once(0, 64, 1);
+  }
+}
 // The threads that ran chunks of jobs of 8 chunks of 5 ms each, after workers went to sleep.
 size_t threads_taking_part(int rounds) {
   std::mutex mu;
