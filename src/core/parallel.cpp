@@ -148,7 +148,8 @@ class Pool {
       if (spins < 4096) FOUNDRY_CPU_RELAX();
       else std::this_thread::yield();
     }
-    fn_.reset();
+    // fn_ stays as it is until the next job: a write here would take the job's line back from
+    // the idle workers polling it, and the unlock below would wait for that.
     if (error_) std::rethrow_exception(error_);
   }
 
