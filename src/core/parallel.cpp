@@ -123,10 +123,11 @@ class Pool {
     chunk_ = chunk;
     fn_.emplace(fn);
     error_ = nullptr;
-    const uint32_t word = job_word(++jobs_, nchunks);
+    const uint64_t job = next_job();
+    const uint32_t word = job_word(job, nchunks);
     // The groups' claim words are set by their first claim in the job (claim()); every
     // kRefreshJobs jobs here, so that no word is left a whole tag cycle behind.
-    if (refresh_ || jobs_ % kRefreshJobs == 0) {
+    if (refresh_ || job % kRefreshJobs == 0) {
       for (int g = 0; g < threads_; ++g) groups_[g].claim.store(initial_claim(word, g), std::memory_order_relaxed);
       refresh_ = false;
     }
@@ -324,7 +325,7 @@ class Pool {
 
   void stop() {
     stopping_ = true;
-    job_.store(job_word(++jobs_, 0), std::memory_order_seq_cst);  // a word the next workers start from
+    job_.store(job_word(next_job(), 0), std::memory_order_seq_cst);  // a word the next workers start from
     job_.notify_all();
     for (auto& t : workers_) t.join();
     workers_.clear();
@@ -342,7 +343,14 @@ class Pool {
   std::vector<std::vector<std::thread>> orphans_;
   std::unique_ptr<Group[]> groups_;
   alignas(64) std::mutex run_mu_;  // one job at a time
-  uint64_t jobs_ = 0;              // jobs started (under run_mu_)
+  // Jobs started: written under run_mu_ (a plain load and store, no locked instruction), read
+  // by testing::pool_jobs from the thread that ran them.
+  std::atomic<uint64_t> jobs_{0};
+  uint64_t next_job() {
+    const uint64_t job = jobs_.load(std::memory_order_relaxed) + 1;
+    jobs_.store(job, std::memory_order_relaxed);
+    return job;
+  }
   int64_t done_target_ = 0;        // done_ when the jobs started so far have all ended (under run_mu_)
   bool refresh_ = true;            // the next job writes every group's claim word (under run_mu_)
   // cores_taken()'s state (under run_mu_): the machine's cores, whether to run jobs on the caller
@@ -353,7 +361,7 @@ class Pool {
  public:
   // Read by threads_in_use() from any thread; written under run_mu_.
   std::atomic<bool> alone_{false};
-  uint64_t jobs_published() const { return job_.load(std::memory_order_acquire); }
+  uint64_t jobs_published() const { return jobs_.load(std::memory_order_relaxed); }
 
  private:
   std::chrono::steady_clock::time_point next_load_check_{};
