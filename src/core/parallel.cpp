@@ -126,10 +126,10 @@ class Pool {
     const uint64_t job = next_job();
     const uint32_t word = job_word(job, nchunks);
     // The groups' claim words are set by their first claim in the job (claim()); every
-    // kRefreshJobs jobs here, so that no word is left a whole tag cycle behind.
-    if (refresh_ || job % kRefreshJobs == 0) {
+    // kRefreshJobs jobs here, so that no word is left a whole tag cycle behind. (A new pool's
+    // words are 0, tag 0, which only jobs that write them all here carry.)
+    if (job % kRefreshJobs == 0) {
       for (int g = 0; g < threads_; ++g) groups_[g].claim.store(initial_claim(word, g), std::memory_order_relaxed);
-      refresh_ = false;
     }
     const int64_t done_at = done_target_ += nchunks;
     // seq_cst with the sleepers_ load: either a worker going to sleep sees this job, or this
@@ -158,12 +158,14 @@ class Pool {
   // The job word, what idle workers watch: the job's tag (its number's low 12 bits) << 20 | its
   // chunk count. A worker learns both in the one line it must fetch anyway.
   static constexpr uint64_t kField = uint64_t(kMaxChunks);
-  static uint32_t job_word(uint64_t job, int64_t nchunks) { return uint32_t(((job & 0xfff) << 20) | uint64_t(nchunks)); }
+  static constexpr uint64_t kTags = 4096;
+  static uint32_t job_word(uint64_t job, int64_t nchunks) { return uint32_t(((job % kTags) << 20) | uint64_t(nchunks)); }
   static uint64_t tag_of(uint32_t word) { return word >> 20; }
   static int64_t chunks_of(uint32_t word) { return int64_t(word & kField); }
-  // Jobs between the caller's writes of every claim word: a word no claim touched for 4096 jobs
+  // Jobs between the caller's writes of every claim word: a word no claim touched for kTags jobs
   // would carry the current tag with an old job's (empty) range, and its chunks would never run.
   static constexpr uint64_t kRefreshJobs = 1024;
+  static_assert(kTags % kRefreshJobs == 0, "the jobs of tag 0 write every word (a new pool's words are tag 0)");
 
   // A group's unclaimed chunks [front, back) and the tag of the job they belong to, in one word so
   // that a claim meant for another job fails: tag << 40 | front << 20 | back.
@@ -309,7 +311,6 @@ class Pool {
     taken_once_ = false;
     alone_.store(false);
     groups_ = std::make_unique<Group[]>(size_t(threads_));
-    refresh_ = true;
     stopping_ = false;
     const uint32_t seen = job_.load(std::memory_order_acquire);
     for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i, seen] { worker(i, seen); });
@@ -352,7 +353,6 @@ class Pool {
     return job;
   }
   int64_t done_target_ = 0;        // done_ when the jobs started so far have all ended (under run_mu_)
-  bool refresh_ = true;            // the next job writes every group's claim word (under run_mu_)
   // cores_taken()'s state (under run_mu_): the machine's cores, whether to run jobs on the caller
   // alone, whether the last look found the cores taken, and when to look next.
   int cores_ = 1;

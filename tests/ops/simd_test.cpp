@@ -16,6 +16,7 @@
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
 #include "foundry/core/tensor.h"
+#include "core/parallel_testing.h"
 #include "kernels/cpu/binary.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/unary.h"
@@ -29,12 +30,6 @@ using namespace foundry;
 using namespace foundry::kernels;
 
 namespace {
-
-// The pool's thread count for a scope, restored on the way out (an ASSERT that fails returns early).
-struct ThreadsGuard {
-  int saved = foundry::get_num_threads();
-  ~ThreadsGuard() { foundry::set_num_threads(saved); }
-};
 
 // Distance in units in the last place between two floats (0 for equal, also for NaN == NaN).
 int64_t ulp_distance(float a, float b) {
@@ -479,7 +474,7 @@ TEST(QuantKernels, GroupProductsReadEachProductsActivation) {
   if (!q::avx2_available()) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.f, 1.f);
-  ThreadsGuard restore;
+  foundry::testing::ThreadCountScope restore;
   foundry::set_num_threads(2);
   for (const char* name : {"q4_0", "q5_1", "q8_0", "q4_K", "q6_K"}) {
     const auto& t = q::traits(name);
@@ -544,7 +539,7 @@ TEST(QuantKernels, GroupsOfEightRowsMatchTheRowLayout) {
       ASSERT_EQ(0, std::memcmp(q::row_of(t, q::WeightLayout::Groups8, groups.data(), rows, k, r, row.data()),
                                rows_layout.data() + r * row_bytes, size_t(row_bytes))) << "row " << r;
     {  // decode's kernel at 1 and 2 threads; the checks below at the suite's count
-      ThreadsGuard restore;
+      foundry::testing::ThreadCountScope restore;
       for (int threads : {1, 2}) {
         foundry::set_num_threads(threads);
         for (int64_t i = 0; i < m; ++i) {
@@ -805,7 +800,7 @@ TEST_P(EachTarget, GemvManyEqualsGemvPerMatrix) {
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.f, 1.f);
   const std::vector<int64_t> row_counts = {37, 0, 8, 130, 3};
-  ThreadsGuard restore;
+  foundry::testing::ThreadCountScope restore;
   for (const int64_t k : {int64_t(512), int64_t(203)})
   for (const char* name : {"q8_0", "q4_0", "q4_K", "q6_K", "nf4", "f16", "bf16", "q5_1"}) {
     const auto& t = foundry::quant::traits(name);

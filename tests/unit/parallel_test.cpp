@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/parallel_testing.h"
 #include "foundry/core/parallel.h"
 
 using namespace foundry;
@@ -26,15 +27,9 @@ namespace {
 // A pool of n threads that uses them whatever else runs on the machine (ctest runs two test
 // programs at once; the tests below count the threads that took part).
 struct ThreadsScope {
-  int saved = get_num_threads();
-  explicit ThreadsScope(int n, bool adapts_to_load = false) {
-    set_num_threads(n);
-    set_pool_adapts_to_load(adapts_to_load);
-  }
-  ~ThreadsScope() {
-    set_num_threads(saved);
-    set_pool_adapts_to_load(true);
-  }
+  foundry::testing::ThreadCountScope threads;
+  explicit ThreadsScope(int n, bool adapts_to_load = false) : threads(n) { set_pool_adapts_to_load(adapts_to_load); }
+  ~ThreadsScope() { set_pool_adapts_to_load(true); }
 };
 
 // Checks that each index of [begin, end) is visited once, and that no chunk but the last is
