@@ -19,7 +19,10 @@ the ops' own cost (the rest their records evicted by the weight stream), and a f
 larger share of it.
 
 Usage: /usr/bin/python3 bench/decode_profile/run.py [build/bin/bench_infer] [--format q4_0|f32|...]
-       [--decode N] [--threads 1,2]
+       [--decode N] [--threads 1,2] [--repeats N]
+--repeats (default 3) profiles each thread count N times and closes with the median of the caller's
+overhead share and time: on this shared host one run's share moved between 3.4% and 7.8% with the
+same build (2026-12-07, q4_K, 2 threads), so a single run does not settle a 5% line.
 --format "f16 native" / "bf16 native" profiles an f16 / bf16 checkpoint of the same weights
 computed in its own dtype (`--dtype native`, the folder bench/quant_decode writes beside it).
 PERF_HZ (default 2000) sets perf's sampling rate: a fast decode gives few samples at 2000 (a 1000-
@@ -34,6 +37,7 @@ import collections
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -117,7 +121,10 @@ def main():
     ap.add_argument("--format", default="q4_0")
     ap.add_argument("--decode", type=int, default=1000)
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
+    if a.repeats < 1:
+        sys.exit("decode_profile: error: --repeats must be at least 1")
     if not os.path.exists(a.binary):
         sys.exit(f"decode_profile: error: no bench_infer at {a.binary} (build it: ninja -C build bench_infer)")
     if not shutil.which("perf"):
@@ -130,18 +137,30 @@ def main():
     print(f"Llama-110M (tied), {a.format}, decode {a.decode} tokens after a 32-token prompt, f16 KV cache\n")
     print("| threads | thread | samples | " + " | ".join(SHOWN) + " | overhead us/token | top overhead symbols |")
     print("|---|---|---|" + "---|" * len(SHOWN) + "---|---|")
+    medians = []
     with tempfile.TemporaryDirectory() as tmp:
         for threads in (int(t) for t in a.threads.split(",")):
-            tps, per, overhead = profile(a.binary, folder, a.format, threads, a.decode, os.path.join(tmp, "perf.data"))
-            busy = sorted(per, key=lambda t: -sum(per[t].values()))[:threads]
-            for rank, tid in enumerate(sorted(busy, key=int)):  # the caller starts first: lowest tid
-                step = sum(v for k, v in per[tid].items() if k != "load")
-                shares = " | ".join(f"{100.0 * per[tid][c] / step:.1f}%" for c in SHOWN)
-                top = "; ".join(f"{s} {n}" for s, n in overhead[tid].most_common(4))
-                role = "caller" if rank == 0 else f"worker {rank}"
-                # The share in time: the same per-token work is a larger share of a faster step.
-                us = 1e6 / tps * per[tid]["overhead"] / step
-                print(f"| {threads} ({tps:.0f} tok/s) | {role} | {step} | {shares} | {us:.0f} | {top} |")
+            caller = []  # (overhead share, us a token) of each run's caller
+            for _ in range(a.repeats):
+                tps, per, overhead = profile(a.binary, folder, a.format, threads, a.decode, os.path.join(tmp, "perf.data"))
+                busy = sorted(per, key=lambda t: -sum(per[t].values()))[:threads]
+                for rank, tid in enumerate(sorted(busy, key=int)):  # the caller starts first: lowest tid
+                    step = sum(v for k, v in per[tid].items() if k != "load")
+                    shares = " | ".join(f"{100.0 * per[tid][c] / step:.1f}%" for c in SHOWN)
+                    top = "; ".join(f"{s} {n}" for s, n in overhead[tid].most_common(4))
+                    role = "caller" if rank == 0 else f"worker {rank}"
+                    # The share in time: the same per-token work is a larger share of a faster step.
+                    us = 1e6 / tps * per[tid]["overhead"] / step
+                    if rank == 0:
+                        caller.append((100.0 * per[tid]["overhead"] / step, us))
+                    print(f"| {threads} ({tps:.0f} tok/s) | {role} | {step} | {shares} | {us:.0f} | {top} |", flush=True)
+            medians.append((threads, caller))
+    print()
+    for threads, caller in medians:
+        shares = sorted(c[0] for c in caller)
+        print(f"{threads} thread{'s' if threads > 1 else ''}: the caller's overhead, median of {len(caller)} runs: "
+              f"{statistics.median(shares):.1f}% of the step ({shares[0]:.1f}-{shares[-1]:.1f}%), "
+              f"{statistics.median(c[1] for c in caller):.0f} us a token")
 
 
 if __name__ == "__main__":
