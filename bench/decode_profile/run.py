@@ -21,8 +21,8 @@ larger share of it.
 Usage: /usr/bin/python3 bench/decode_profile/run.py [build/bin/bench_infer] [--format q4_0|f32|...]
        [--decode N] [--threads 1,2] [--repeats N]
 --repeats (default 3) profiles each thread count N times and closes with the median of the caller's
-overhead share and time: on this shared host one run's share moved between 3.4% and 7.8% with the
-same build (2026-12-07, q4_K, 2 threads), so a single run does not settle a 5% line.
+overhead share and time: on this shared host one run's share moved between 4.5% and 7.8% with the
+same build (2026-12-07, q4_K, 2 threads, six runs), so a single run does not settle a 5% line.
 --format "f16 native" / "bf16 native" profiles an f16 / bf16 checkpoint of the same weights
 computed in its own dtype (`--dtype native`, the folder bench/quant_decode writes beside it).
 PERF_HZ (default 2000) sets perf's sampling rate: a fast decode gives few samples at 2000 (a 1000-
