@@ -330,10 +330,12 @@ float DotNF4Q8(const uint8_t* x, const uint8_t* y, const float* y_scales, const 
   }
 }
 
-// A float row to q8_0: d = amax / 127 per block, levels x / d rounded. kTiesToEven: to nearest
-// even, as llama.cpp's SIMD quantize_row_q8_0 (activations are not compared byte for byte, and
-// this runs for every product of every decode step); otherwise half away from zero, the
-// reference's std::round (weights quantized at load: the same bytes as the table's quantizer).
+// A float row to q8_0: d = amax / 127 per block, levels x / d rounded. kTiesToEven: llama.cpp's
+// SIMD quantize_row_q8_0 (activations: every product of every decode step), x times 127 / amax
+// rounded to nearest even; otherwise its reference (weights quantized at load: the same bytes as
+// the table's quantizer), x times 1 / d rounded half away from zero. The two multipliers differ in
+// the last bit for about a quarter of amax values, which moves about two levels in a million
+// (where x / d lies within an ulp of a half); with 127 / amax the activations are llama.cpp's.
 template <bool kTiesToEven>
 void QuantizeRowQ8_0Rounding(const float* x, uint8_t* y, int64_t k) {
   const hn::CappedTag<float, 16> df;
@@ -349,7 +351,7 @@ void QuantizeRowQ8_0Rounding(const float* x, uint8_t* y, int64_t k) {
     const float d = m / 127.f;
     const uint16_t h = Half::from_float(d);
     std::memcpy(y, &h, 2);
-    const auto id = hn::Set(df, d != 0.f ? 1.0f / d : 0.0f);
+    const auto id = hn::Set(df, kTiesToEven ? (m != 0.f ? 127.f / m : 0.0f) : (d != 0.f ? 1.0f / d : 0.0f));
     auto* q = reinterpret_cast<int8_t*>(y + 2);
     for (int64_t o = 0; o < kBlock; o += N) {
       const auto v = hn::Mul(hn::LoadU(df, x + o), id);
