@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "foundry/core/error.h"
+#include "foundry/models/gguf.h"
 #include "foundry/text/tokenizer.h"
 #include "foundry/io/json_depth.h"
 
@@ -21,6 +22,11 @@ text::Tokenizer load(const std::string& path, const std::string& encoding) {
   if (!encoding.empty()) {
     if (!is_tiktoken) raise<ValueError>("--tiktoken-encoding applies to .tiktoken rank files, not '{}'", path);
     return text::Tokenizer::from_tiktoken(path, text::tiktoken_encoding(encoding));
+  }
+  if (models::is_gguf_file(path)) {  // the tokenizer a llama.cpp model file carries
+    std::unique_ptr<text::Tokenizer> tok = models::load_gguf_tokenizer(path);
+    if (!tok) raise<ValueError>("{}: the GGUF file has no tokenizer (no tokenizer.ggml.model)", path);
+    return std::move(*tok);
   }
   return text::Tokenizer::from_file(path);
 }
@@ -84,7 +90,8 @@ void add_tokenize_command(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--tokenizer", o->tokenizer,
-                  "tokenizer.json, SentencePiece .model, GPT-2 encoder.json (vocab.bpe beside it) or a .tiktoken file")
+                  "tokenizer.json, SentencePiece .model, GPT-2 encoder.json (vocab.bpe beside it), a .tiktoken file, or a "
+                  "GGUF model file (its llama.cpp tokenizer)")
       ->required();
   cmd->add_option("--input", o->input,
                   "JSON Lines: a string or {\"text\", \"pair\"} per line (with --decode: an array of ids or "

@@ -121,6 +121,40 @@ void sentencepiece_metadata(const std::string& model_path, std::vector<std::pair
   md.push_back({"tokenizer.ggml.add_space_prefix", std::move(prefix)});
 }
 
+// The split patterns of llama.cpp's pre-tokenizer types (llama-vocab.cpp), as Hugging Face's
+// tokenizer.json files write them: Llama 3's (digits in runs of up to 3) and Qwen 2's (single digits).
+constexpr const char* kLlama3Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kQwen2Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// llama.cpp's `tokenizer.ggml.pre` for a byte-level BPE tokenizer that splits text as one of its
+// pre-tokenizer types does, or "" where none does (llama.cpp then could not load the file's
+// vocabulary as this tokenizer encodes): GPT-2's ByteLevel regex ("gpt-2"), or a Split by Llama 3's
+// pattern ("llama-bpe", which also takes whole pre-tokens found in the vocabulary, ignore_merges)
+// or Qwen 2's ("qwen2") before a ByteLevel without one.
+std::string llama_cpp_pre_tokenizer(const nlohmann::json& pre, const nlohmann::json& model) {
+  const auto byte_level = [](const nlohmann::json& p, bool regex) {
+    return p.is_object() && p.value("type", "") == "ByteLevel" && !p.value("add_prefix_space", false) &&
+           p.value("use_regex", true) == regex;
+  };
+  if (byte_level(pre, true)) return "gpt-2";
+  if (!pre.is_object() || pre.value("type", "") != "Sequence" || !pre.contains("pretokenizers")) return "";
+  const nlohmann::json& steps = pre["pretokenizers"];
+  if (!steps.is_array() || steps.size() != 2 || !byte_level(steps[1], false)) return "";
+  const nlohmann::json& split = steps[0];
+  if (!split.is_object() || split.value("type", "") != "Split" || split.value("behavior", "") != "Isolated" ||
+      split.value("invert", false) || !split.contains("pattern") || !split["pattern"].is_object())
+    return "";
+  const std::string regex = split["pattern"].value("Regex", "");
+  const bool ignore_merges = model.value("ignore_merges", false);
+  if (regex == kLlama3Split && ignore_merges) return "llama-bpe";
+  if (regex == kQwen2Split && !ignore_merges) return "qwen2";
+  return "";
+}
+
 bool tokenizer_metadata(const std::string& dir, std::vector<std::pair<std::string, GGUFValue>>& md) {
   namespace fs = std::filesystem;
   std::unique_ptr<text::Tokenizer> tok;
@@ -141,9 +175,8 @@ bool tokenizer_metadata(const std::string& dir, std::vector<std::pair<std::strin
   md.push_back({"tokenizer.huggingface.json", str(json_text)});
   const nlohmann::json j = nlohmann::json::parse(json_text);
   const auto& model = j["model"];
-  const auto& pre = j["pre_tokenizer"];
-  const bool byte_level = pre.is_object() && pre.value("type", "") == "ByteLevel";
-  if (model.value("type", "") != "BPE" || !byte_level) return true;
+  const std::string pre = llama_cpp_pre_tokenizer(j["pre_tokenizer"], model);
+  if (model.value("type", "") != "BPE" || model.value("byte_fallback", false) || pre.empty()) return true;
   std::map<int64_t, std::string> by_id;
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) by_id[it.value().get<int64_t>()] = it.key();
   std::map<int64_t, int64_t> types;
@@ -168,10 +201,17 @@ bool tokenizer_metadata(const std::string& dir, std::vector<std::pair<std::strin
   token_type.value = std::move(tt);
   for (const auto& m : model["merges"])
     merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  // Whether encoding adds a BOS in front (a TemplateProcessing post-processor): llama.cpp's switch.
+  const text::Encoding plain = tok->encode("a", false), special = tok->encode("a", true);
+  GGUFValue add_bos;
+  add_bos.type = GGUFValue::BOOL;
+  add_bos.value = special.ids.size() == plain.ids.size() + 1 && special.ids.back() == plain.ids.back();
   md.push_back({"tokenizer.ggml.model", str("gpt2")});
+  md.push_back({"tokenizer.ggml.pre", str(pre)});
   md.push_back({"tokenizer.ggml.tokens", string_array(std::move(tokens))});
   md.push_back({"tokenizer.ggml.token_type", std::move(token_type)});
   md.push_back({"tokenizer.ggml.merges", string_array(std::move(merges))});
+  md.push_back({"tokenizer.ggml.add_bos_token", std::move(add_bos)});
   return true;
 }
 
@@ -203,6 +243,17 @@ std::unique_ptr<text::Tokenizer> load_gguf_tokenizer(const std::string& path) {
   const GGUFValue* merges = find(f, "tokenizer.ggml.merges");
   if (!tokens || !merges) raise<ValueError>("{}: gpt2 tokenizer without tokens or merges", path);
   const GGUFValue* types = find(f, "tokenizer.ggml.token_type");
+  // The pre-tokenizer llama.cpp's type names (llama-vocab.cpp): GPT-2's regex in ByteLevel, or a
+  // Split by Llama 3's or Qwen 2's pattern first. A file without the key is one Foundry wrote before
+  // it wrote the key, always GPT-2's.
+  const GGUFValue* pre_key = find(f, "tokenizer.ggml.pre");
+  const std::string pre = pre_key ? pre_key->as_string() : "gpt-2";
+  const bool llama3 = pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3";
+  const bool qwen2 = pre == "qwen2" || pre == "deepseek-r1-qwen";
+  if (!llama3 && !qwen2 && pre != "gpt-2" && pre != "phi-2")
+    raise<NotImplementedError>("{}: GGUF pre-tokenizer '{}' is not supported (gpt-2, phi-2, llama-bpe, llama3, qwen2 "
+                               "are); put the model's tokenizer.json beside it and pass that instead",
+                               path, pre);
   nlohmann::json vocab = nlohmann::json::object(), merge_list = nlohmann::json::array(),
                  added = nlohmann::json::array();
   const auto& tl = tokens->as_array();
@@ -216,13 +267,38 @@ std::unique_ptr<text::Tokenizer> load_gguf_tokenizer(const std::string& path) {
   for (const auto& m : merges->as_array()) merge_list.push_back(m.as_string());
   const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
                                      {"use_regex", true}};
+  nlohmann::json pre_tokenizer = byte_level;
+  if (llama3 || qwen2) {
+    nlohmann::json bytes = byte_level;
+    bytes["use_regex"] = false;
+    const nlohmann::json split = {{"type", "Split"},
+                                  {"pattern", {{"Regex", llama3 ? kLlama3Split : kQwen2Split}}},
+                                  {"behavior", "Isolated"},
+                                  {"invert", false}};
+    pre_tokenizer = {{"type", "Sequence"}, {"pretokenizers", nlohmann::json::array({split, bytes})}};
+  }
+  // BOS in front where llama.cpp adds it: the file's switch, else its default for the type (Llama 3's).
+  nlohmann::json post_processor = nullptr;
+  const GGUFValue* add_bos_key = find(f, "tokenizer.ggml.add_bos_token");
+  const bool add_bos = add_bos_key && add_bos_key->type == GGUFValue::BOOL ? std::get<bool>(add_bos_key->value) : llama3;
+  if (const GGUFValue* bos = find(f, "tokenizer.ggml.bos_token_id"); add_bos && bos && bos->as_int() >= 0 &&
+                                                                      size_t(bos->as_int()) < tl.size()) {
+    const std::string bos_text = tl[size_t(bos->as_int())].as_string();
+    const nlohmann::json bos_piece = {{"SpecialToken", {{"id", bos_text}, {"type_id", 0}}}};
+    post_processor = {
+        {"type", "TemplateProcessing"},
+        {"single", {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair", {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, bos_piece,
+                  {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+        {"special_tokens", {{bos_text, {{"id", bos_text}, {"ids", {bos->as_int()}}, {"tokens", {bos_text}}}}}}};
+  }
   nlohmann::json j = {{"version", "1.0"},         {"truncation", nullptr},  {"padding", nullptr},
-                      {"added_tokens", added},    {"normalizer", nullptr},  {"pre_tokenizer", byte_level},
-                      {"post_processor", nullptr}, {"decoder", byte_level},
+                      {"added_tokens", added},    {"normalizer", nullptr},  {"pre_tokenizer", pre_tokenizer},
+                      {"post_processor", post_processor}, {"decoder", byte_level},
                       {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
                                  {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                                 {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
-                                 {"merges", merge_list}}}};
+                                 {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", llama3},
+                                 {"vocab", vocab}, {"merges", merge_list}}}};
   return std::make_unique<text::Tokenizer>(text::Tokenizer::from_json(j.dump()));
 }
 

@@ -501,3 +501,45 @@ def test_gguf_model_state_dict_holds_the_values_it_computes_with(tmp_path):
     assert 0 < np.abs(sd["model.layers.0.self_attn.q_proj.weight"] - q).max() < 0.01 * np.abs(q).max()
     with pytest.raises(ValueError, match="'model.layers.0.self_attn.q_proj.weight' is held quantized"):
         model.load_state_dict({"model.layers.0.self_attn.q_proj.weight": foundry.tensor(q)}, strict=False)
+
+
+def test_gguf_byte_level_tokenizer_by_pre_tokenizer_key(tmp_path):
+    """A GGUF's "gpt2" tokenizer keys alone (as llama.cpp's converter writes them): the split follows
+    tokenizer.ggml.pre (GPT-2's regex keeps " 123456" one pre-token, Llama 3's cuts digits in threes,
+    Qwen 2's one by one), add_bos_token puts BOS in front, and a split Foundry does not know is
+    refused by name rather than guessed. (llama.cpp's own reading: test_llama_cpp_reference.py.)"""
+    import test_pretrained as tp
+    if not os.path.exists(tp.FOUNDRY):
+        pytest.skip("foundry CLI not built at " + tp.FOUNDRY)
+    # Byte-level pieces: "Ġ" is the space; the merges build "Ġ1", "12", "123", "1234", ... from digits.
+    digits = [str(d) for d in range(10)]
+    pieces = ["<s>", "Ġ"] + digits + ["Ġ1", "12", "123", "Ġ12", "Ġ123", "45", "456", "1234", "12345", "Ġ1234", "Ġ12345",
+                                      "123456", "Ġ123456"]
+    merges = ["Ġ 1", "1 2", "12 3", "Ġ1 2", "Ġ12 3", "Ġ123 4", "Ġ1234 5", "Ġ12345 6", "4 5", "45 6", "123 4", "1234 5",
+              "12345 6"]
+    texts = str(tmp_path / "t.jsonl")
+    with open(texts, "w") as f:
+        f.write(json.dumps(" 123456") + "\n")
+
+    def tokens(pre, add_bos=None):
+        md = [("general.architecture", "string", "llama"), ("tokenizer.ggml.model", "string", "gpt2"),
+              ("tokenizer.ggml.tokens", "array:string", pieces), ("tokenizer.ggml.merges", "array:string", merges),
+              ("tokenizer.ggml.token_type", "array:int32", [3] + [1] * (len(pieces) - 1)),
+              ("tokenizer.ggml.bos_token_id", "uint32", 0)]
+        if pre is not None:
+            md.append(("tokenizer.ggml.pre", "string", pre))
+        if add_bos is not None:
+            md.append(("tokenizer.ggml.add_bos_token", "bool", add_bos))
+        path = str(tmp_path / "tok.gguf")
+        foundry.gguf.write(path, md, [])
+        p = subprocess.run([tp.FOUNDRY, "tokenize", "--tokenizer", path, "--input", texts, "--add-special-tokens"],
+                           capture_output=True, text=True)
+        return json.loads(p.stdout)["tokens"] if p.returncode == 0 else p
+
+    assert tokens("gpt-2") == tokens(None) == ["Ġ123456"]
+    assert tokens("llama-bpe") == ["<s>", "Ġ", "123", "456"]  # Llama 3's default: BOS in front
+    assert tokens("llama-bpe", add_bos=False) == ["Ġ", "123", "456"]
+    assert tokens("qwen2") == ["Ġ", "1", "2", "3", "4", "5", "6"]
+    assert tokens("gpt-2", add_bos=True) == ["<s>", "Ġ123456"]
+    refused = tokens("falcon")
+    assert refused.returncode == 1 and "pre-tokenizer 'falcon' is not supported" in refused.stderr

@@ -17,6 +17,7 @@ code; these run the real tools:
   3.4e-4, measured 2026-12-07) and agree to ~1e-6 where they are float32.
 """
 import glob
+import json
 import os
 import re
 import struct
@@ -187,3 +188,108 @@ def test_foundry_computes_llama_perplexitys_log_probs(tmp_path, typ):
         assert worst < 5e-3 and same_top == 1.0
     else:
         assert same_top >= 0.95
+
+
+# ---- tokenizers: `foundry tokenize --tokenizer file.gguf` against `llama-tokenize` --------------
+
+TOKENIZERS = os.path.join(SHARED_DATA, "tokenizers")
+TOKENIZER_FOLDERS = {  # name: (files linked into the folder, vocabulary, BOS, EOS)
+    "llama2": ([("sentencepiece/llama2.tokenizer.model", "tokenizer.model")], 32000, 1, 2),
+    "gpt2": ([("gpt2/encoder.json", "vocab.json"), ("gpt2/vocab.bpe", "merges.txt")], 50257, 50256, 50256),
+    "llama3": ([("llama3/tokenizer.json", "tokenizer.json")], 128256, 128000, 128001),
+}
+
+
+def tokenizer_text(tmp):
+    """Tiny Shakespeare's opening, then accents, an emoji, CJK, tabs, runs of spaces and newlines,
+    numbers of several lengths, contractions in both cases and a CRLF."""
+    with open(CORPUS, encoding="utf-8") as f:
+        text = f.read()[:3000]
+    text += ("\nÜnïcödé 😀 你好 and\ttabs,  two  spaces\n\n\nnumbers 12345 3.14159 1,000,000; I'LL we've DON'T "
+             "it's\r\n  trailing   \n")
+    path = os.path.join(tmp, "text.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(os.path.join(tmp, "text.jsonl"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(text) + "\n")
+    return path
+
+
+def llama_tokenize(gguf, text, bos):
+    out = run(os.path.join(LLAMA, "llama-tokenize"), "-m", gguf, "-f", text, "--ids", "--log-disable", "--no-escape",
+              *([] if bos else ["--no-bos"])).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def foundry_tokenize(gguf, text, special):
+    out = run(FOUNDRY, "tokenize", "--tokenizer", gguf, "--input", text[:-len(".txt")] + ".jsonl",
+              *(["--add-special-tokens"] if special else [])).stdout
+    return json.loads(out.strip().splitlines()[-1])["ids"]
+
+
+def without_keys(gguf, out, drop=(), changes=None):
+    """A copy of gguf without the metadata keys `drop` and with `changes` (key: value of the same
+    type) applied: llama.cpp's keys alone, as its own converter writes them."""
+    info = foundry.gguf.read(gguf)
+    keep = [(k, info["types"][k], (changes or {}).get(k, v)) for k, v in info["metadata"].items() if k not in drop]
+    keep += [(k, "string" if isinstance(v, str) else "bool", v) for k, v in (changes or {}).items()
+             if k not in info["metadata"]]
+    tensors = [(t["name"], t["shape"], 0, foundry.gguf.tensor(gguf, t["name"]).numpy().tobytes())
+               for t in info["tensors"]]
+    foundry.gguf.write(out, keep, tensors)
+    return out
+
+
+def tokenizer_gguf(tmp, name):
+    import torch
+    import test_pretrained as tp
+    files, vocab, bos, eos = TOKENIZER_FOLDERS[name]
+    cfg, make_weights, _ = tp.CASES["llama"]
+    cfg = dict(cfg, hidden_size=32, intermediate_size=32, num_attention_heads=2, num_key_value_heads=2,
+               num_hidden_layers=1, vocab_size=vocab, bos_token_id=bos, eos_token_id=eos)
+    folder = os.path.join(tmp, name)
+    tp.write_folder(folder, cfg, make_weights(cfg, torch.Generator().manual_seed(1)))
+    for src, dst in files:
+        os.symlink(os.path.join(TOKENIZERS, src), os.path.join(folder, dst))
+    gguf = os.path.join(tmp, name + ".gguf")
+    run(FOUNDRY, "convert", "--model", folder, "--to", gguf, "--type", "f32")
+    return gguf
+
+
+@needs_shared("tokenizers", "llama3", "tokenizer.json")
+@pytest.mark.parametrize("name,pre", [("llama2", None), ("gpt2", "gpt-2"), ("llama3", "llama-bpe")])
+def test_foundry_tokenizes_gguf_files_as_llama_tokenize(tmp_path, name, pre):
+    """`foundry convert` writes llama.cpp's tokenizer keys (for byte-level BPE: tokenizer.ggml.pre
+    naming the split, add_bos_token), and Foundry reading those keys alone (without the stored
+    tokenizer.json, as in llama.cpp's own files) encodes as llama-tokenize does, BOS included."""
+    if not os.path.exists(os.path.join(LLAMA, "llama-tokenize")):
+        pytest.skip("llama-tokenize is not in " + LLAMA)
+    text = tokenizer_text(str(tmp_path))
+    gguf = tokenizer_gguf(str(tmp_path), name)
+    md = foundry.gguf.read(gguf)["metadata"]
+    assert md.get("tokenizer.ggml.pre") == pre
+    keys_only = without_keys(gguf, str(tmp_path / "keys.gguf"), drop=("tokenizer.huggingface.json",))
+    for bos in (False, True):
+        want = llama_tokenize(gguf, text, bos)
+        assert len(want) > 700
+        for path in (gguf, keys_only):
+            assert foundry_tokenize(path, text, bos) == want, (path, bos)
+
+
+@needs_shared("tokenizers", "llama3", "tokenizer.json")
+def test_gguf_pre_tokenizer_and_bos_switch_as_llama_cpp_reads_them(tmp_path):
+    """Llama 3's vocabulary under llama.cpp's "qwen2" split (single digits, whole pre-tokens merged),
+    and with tokenizer.ggml.add_bos_token on: Foundry's tokenizer from the keys encodes as
+    llama-tokenize does."""
+    if not os.path.exists(os.path.join(LLAMA, "llama-tokenize")):
+        pytest.skip("llama-tokenize is not in " + LLAMA)
+    text = tokenizer_text(str(tmp_path))
+    gguf = tokenizer_gguf(str(tmp_path), "llama3")
+    drop = ("tokenizer.huggingface.json",)
+    qwen2 = without_keys(gguf, str(tmp_path / "qwen2.gguf"), drop, {"tokenizer.ggml.pre": "qwen2"})
+    want = llama_tokenize(qwen2, text, False)
+    assert want != llama_tokenize(gguf, text, False)  # the digits split differently
+    assert foundry_tokenize(qwen2, text, False) == want
+    with_bos = without_keys(gguf, str(tmp_path / "bos.gguf"), drop, {"tokenizer.ggml.add_bos_token": True})
+    want = llama_tokenize(with_bos, text, True)
+    assert want[0] == 128000 and foundry_tokenize(with_bos, text, True) == want
