@@ -15,6 +15,10 @@ code; these run the real tools:
   level now and then, so two correct programs differ where the weights are quantized (llama.cpp
   against itself: mean KL 3e-3 for Q8_0, 7e-3 for Q4_K_M; Foundry against llama.cpp 1.9e-4 and
   3.4e-4, measured 2026-12-07) and agree to ~1e-6 where they are float32.
+- `foundry tokenize --tokenizer file.gguf` against `llama-tokenize` on the same file: Llama 2's
+  SentencePiece model, GPT-2's BPE and Llama 3's tokenizer.json as `foundry convert` stores them,
+  read from llama.cpp's keys alone and from the stored tokenizer.json, with and without BOS; and
+  llama.cpp's "qwen2" split and add_bos_token switch on Llama 3's vocabulary.
 """
 import glob
 import json
