@@ -3,6 +3,8 @@
 // back to the interleaved one, as llama.cpp's converter does), and loading such files into the
 // shared decoder (the permutation undone, quantized tensors dequantized to the compute dtype).
 #include <cctype>
+#include <cmath>
+#include <numbers>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -302,6 +304,35 @@ std::unique_ptr<text::Tokenizer> load_gguf_tokenizer(const std::string& path) {
   return std::make_unique<text::Tokenizer>(text::Tokenizer::from_json(j.dump()));
 }
 
+namespace {
+
+// Llama 3's RoPE scaling as llama.cpp stores it (its converter's rope_freqs.weight): for each
+// frequency, the factor its inverse frequency is divided by: 1 above the high-frequency cut, the
+// scaling factor below the low one, 1 / ((1 - s) / factor + s) between them, s the smoothing.
+io::GGUFTensorData rope_frequency_factors(const ModelConfig& c) {
+  const int64_t half = c.head_dim / 2;
+  const double old = double(c.rope_original_max_positions);
+  const double low_wavelen = old / c.rope_low_freq_factor, high_wavelen = old / c.rope_high_freq_factor;
+  std::vector<float> factors(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    const double freq = 1.0 / std::pow(c.rope_theta, double(2 * i) / double(c.head_dim));
+    const double wavelen = 2 * std::numbers::pi / freq;
+    double factor = 1.0;
+    if (wavelen > low_wavelen) {
+      factor = c.rope_factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (old / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
+      factor = 1.0 / ((1 - smooth) / c.rope_factor + smooth);
+    }
+    factors[size_t(i)] = float(factor);
+  }
+  io::GGUFTensorData t{"rope_freqs.weight", {half}, 0, {}};
+  t.bytes.assign(reinterpret_cast<const char*>(factors.data()), factors.size() * sizeof(float));
+  return t;
+}
+
+}  // namespace
+
 void convert_to_gguf(const std::string& dir, const std::string& out, const std::string& type) {
   autograd::NoGradGuard no_grad;
   const ModelConfig c = read_config(dir);
@@ -336,9 +367,12 @@ void convert_to_gguf(const std::string& dir, const std::string& out, const std::
       {"llama.rope.freq_base", f32(c.rope_theta)},
       {"llama.attention.layer_norm_rms_epsilon", f32(c.norm_eps)},
   };
+  std::vector<io::GGUFTensorData> tensors;
   if (c.rope_type == "linear") {
     md.push_back({"llama.rope.scaling.type", str("linear")});
     md.push_back({"llama.rope.scaling.factor", f32(c.rope_factor)});
+  } else if (c.rope_type == "llama3") {
+    tensors.push_back(rope_frequency_factors(c));
   } else if (!c.rope_type.empty()) {
     raise<NotImplementedError>("convert: rope_scaling '{}' is not supported yet", c.rope_type);
   }
@@ -346,7 +380,6 @@ void convert_to_gguf(const std::string& dir, const std::string& out, const std::
   if (!c.eos_token_ids.empty()) md.push_back({"tokenizer.ggml.eos_token_id", u32(c.eos_token_ids[0])});
   if (c.bos_token_id) md.push_back({"tokenizer.ggml.bos_token_id", u32(*c.bos_token_id)});
   tokenizer_metadata(dir, md);
-  std::vector<io::GGUFTensorData> tensors;
   for (const std::string& name : st.names()) {
     auto [gname, perm] = gguf_name(name);
     Tensor w = st.get(name).to(DType::Float32).contiguous();
@@ -417,6 +450,16 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
     if (rs->as_string() != "linear") raise<NotImplementedError>("{}: rope scaling '{}' is not supported", path, rs->as_string());
     c.rope_type = "linear";
     c.rope_factor = req("llama.rope.scaling.factor").as_double();
+  }
+  if (f.contains("rope_freqs.weight")) {  // llama.cpp's per-frequency factors (Llama 3's RoPE scaling)
+    Tensor factors = f.tensor("rope_freqs.weight").to(DType::Float32).contiguous();
+    FOUNDRY_CHECK_AS(ValueError, factors.dim() == 1 && factors.size(0) == c.head_dim / 2,
+                     "{}: rope_freqs.weight has shape {}, where head_dim {} has {} rotary frequencies", path,
+                     shape_str(factors.sizes()), c.head_dim, c.head_dim / 2);
+    c.rope_freq_factors.assign(factors.data<float>(), factors.data<float>() + factors.numel());
+    for (float v : c.rope_freq_factors)
+      FOUNDRY_CHECK_AS(ValueError, std::isfinite(v) && v > 0, "{}: rope_freqs.weight holds {}, not a positive factor",
+                       path, v);
   }
   c.vocab_size = f.info("token_embd.weight").shape()[0];
   c.tie_word_embeddings = !f.contains("output.weight");

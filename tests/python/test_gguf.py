@@ -543,3 +543,56 @@ def test_gguf_byte_level_tokenizer_by_pre_tokenizer_key(tmp_path):
     assert tokens("gpt-2", add_bos=True) == ["<s>", "Ġ123456"]
     refused = tokens("falcon")
     assert refused.returncode == 1 and "pre-tokenizer 'falcon' is not supported" in refused.stderr
+
+
+def test_llama3_rope_scaling_travels_as_llama_cpp_frequency_factors(tmp_path):
+    """A folder with Llama 3's rope_scaling converts to llama.cpp's rope_freqs.weight (one factor per
+    rotary frequency, as its converter computes them), and a GGUF with that tensor computes the
+    PyTorch reference's logits at positions where the scaled frequencies matter; a rope_freqs.weight
+    of the wrong length or with a non-positive factor is refused."""
+    import torch
+    import test_pretrained as tp
+    if not os.path.exists(tp.FOUNDRY):
+        pytest.skip("foundry CLI not built at " + tp.FOUNDRY)
+    cfg, make_weights, forward = tp.CASES["llama3_rope"]
+    # original_max_position_embeddings 64: low / high cuts at wavelengths 64 and 16, so of head_dim
+    # 16's 8 frequencies (wavelengths 6.3, 20, 63, 199, ...) one is kept, two smoothed, five scaled.
+    cfg = dict(cfg, rope_scaling=dict(cfg["rope_scaling"], original_max_position_embeddings=64),
+               rope_theta=10000.0, max_position_embeddings=64, tie_word_embeddings=False)
+    w = make_weights(cfg, torch.Generator().manual_seed(3))
+    folder = str(tmp_path / "hf")
+    tp.write_folder(folder, cfg, w)
+    out = str(tmp_path / "m.gguf")
+    tp.run("convert", "--model", folder, "--to", out, "--type", "f32")
+    factors = foundry.gguf.tensor(out, "rope_freqs.weight").numpy()
+    head_dim = cfg["hidden_size"] // cfg["num_attention_heads"]
+    freqs = 1.0 / cfg["rope_theta"] ** (np.arange(0, head_dim, 2) / head_dim)
+    wavelen = 2 * np.pi / freqs
+    smooth = (64 / wavelen - 1.0) / (4.0 - 1.0)
+    want = np.where(wavelen < 16, 1.0, np.where(wavelen > 64, 8.0, 1 / ((1 - smooth) / 8.0 + smooth)))
+    assert factors.shape == (head_dim // 2,) and np.allclose(factors, want, rtol=1e-6)
+    assert (factors == 1).any() and (factors == 8).any() and ((factors > 1) & (factors < 8)).any()
+    ids = [[(7 * i + 3) % cfg["vocab_size"] for i in range(40)]]
+    with torch.no_grad():
+        ref = forward(cfg, w, torch.tensor(ids), torch.ones(1, 40, dtype=torch.long)).numpy()
+    got = foundry.models.from_pretrained(out)(foundry.tensor(ids)).numpy()
+    assert np.abs(got - ref).max() < 1e-4
+    # Without the factors the model is another one: the test can tell.
+    info = foundry.gguf.read(out)
+    md = [(k, info["types"][k], v) for k, v in info["metadata"].items()]
+    tensors = {t["name"]: (t["shape"], foundry.gguf.tensor(out, t["name"]).numpy()) for t in info["tensors"]}
+
+    def variant(name, rope):
+        items = [(n, s, 0, a.tobytes()) for n, (s, a) in tensors.items() if n != "rope_freqs.weight"]
+        if rope is not None:
+            items.append(("rope_freqs.weight", [len(rope)], 0, np.asarray(rope, np.float32).tobytes()))
+        path = str(tmp_path / name)
+        foundry.gguf.write(path, md, items)
+        return path
+
+    plain = foundry.models.from_pretrained(variant("plain.gguf", None))(foundry.tensor(ids)).numpy()
+    assert np.abs(plain - ref).max() > 1e-2
+    with pytest.raises(ValueError, match="rope_freqs.weight has shape"):
+        foundry.models.from_pretrained(variant("short.gguf", factors[:-1]))
+    with pytest.raises(ValueError, match="not a positive factor"):
+        foundry.models.from_pretrained(variant("zero.gguf", np.where(np.arange(len(factors)) == 2, 0, factors)))

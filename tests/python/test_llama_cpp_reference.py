@@ -147,14 +147,22 @@ def kl_to(base_log_probs, log_probs):
 
 
 @needs_shared("tokenizers", "sentencepiece", "llama2.tokenizer.model")
-@pytest.mark.parametrize("typ", ["F32", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"])
-def test_foundry_computes_llama_perplexitys_log_probs(tmp_path, typ):
+@pytest.mark.parametrize("typ,rope", [("F32", None), ("F32", "llama3"), ("Q8_0", None), ("Q4_0", None),
+                                      ("Q4_K_M", None), ("Q6_K", None)])
+def test_foundry_computes_llama_perplexitys_log_probs(tmp_path, typ, rope):
+    """rope "llama3": Llama 3's RoPE scaling (cuts at wavelengths 64 and 16 of head_dim 64's 32
+    frequencies), which the file carries as llama.cpp's rope_freqs.weight."""
     if not os.path.exists(os.path.join(LLAMA, "llama-perplexity")):
         pytest.skip("llama-perplexity is not in " + LLAMA)
     tokenizer = os.path.join(SHARED_DATA, "tokenizers", "sentencepiece", "llama2.tokenizer.model")
-    folder = write_llama(tmp_path / "hf", 7, tokenizer, vocab_size=32000, bos_token_id=1, eos_token_id=2)
+    scaling = {} if rope is None else {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                        "high_freq_factor": 4.0,
+                                                        "original_max_position_embeddings": 64}}
+    folder = write_llama(tmp_path / "hf", 7, tokenizer, vocab_size=32000, bos_token_id=1, eos_token_id=2, **scaling)
     f32 = str(tmp_path / "f32.gguf")
     run(FOUNDRY, "convert", "--model", folder, "--to", f32, "--type", "f32")
+    if rope:
+        assert "rope_freqs.weight" in {t["name"] for t in foundry.gguf.read(f32)["tensors"]}
     model = f32
     if typ != "F32":
         model = str(tmp_path / f"{typ}.gguf")
@@ -185,7 +193,7 @@ def test_foundry_computes_llama_perplexitys_log_probs(tmp_path, typ):
     kl = kl_to(theirs, ours)
     same_top = float(np.mean(np.argmax(ours, -1) == np.argmax(theirs, -1)))
     worst = float(np.max(np.abs(np.where(kept, ours - theirs, 0.0))))
-    print(f"{typ}: mean KL(llama.cpp || Foundry) {kl:.3g}, llama.cpp's flash attention against its own "
+    print(f"{typ}{' rope ' + rope if rope else ''}: mean KL(llama.cpp || Foundry) {kl:.3g}, llama.cpp's flash attention against its own "
           f"{own_kl:.3g}; same top token {same_top:.3f}; largest log-prob difference {worst:.3g}")
     assert kl < max(own_kl, 1e-5), f"{typ}: KL {kl:.3g} to llama.cpp, more than llama.cpp's own {own_kl:.3g}"
     if typ == "F32":  # no quantized activations: the same numbers to float32's rounding

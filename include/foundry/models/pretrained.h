@@ -43,6 +43,9 @@ struct ModelConfig {
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
   int64_t rope_original_max_positions = 0;
+  /// llama.cpp's per-frequency RoPE factors (a GGUF's rope_freqs.weight, rot_dim / 2 of them):
+  /// inverse frequency i is divided by factor i, after any scaling above. Empty: none.
+  std::vector<float> rope_freq_factors;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  ///< q/k/v/o projections carry biases
   bool mlp_bias = false;

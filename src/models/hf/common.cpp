@@ -372,6 +372,8 @@ namespace {
 // The rotary inverse frequencies of a base and a config's scaling, HF's numbers.
 std::vector<float> inverse_frequencies(const ModelConfig& c, double base, int64_t rot_dim) {
   const int64_t half = rot_dim / 2;
+  FOUNDRY_CHECK_AS(ValueError, c.rope_freq_factors.empty() || int64_t(c.rope_freq_factors.size()) == half,
+                   "{} RoPE frequency factors for {} rotary frequencies", c.rope_freq_factors.size(), half);
   std::vector<float> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
     // As HF: base ** (arange(0, dim, 2).float() / dim) in float32.
@@ -388,6 +390,7 @@ std::vector<float> inverse_frequencies(const ModelConfig& c, double base, int64_
         f = float((1 - smooth) * double(f) / c.rope_factor + smooth * double(f));
       }
     }
+    if (!c.rope_freq_factors.empty()) f = f / c.rope_freq_factors[size_t(i)];
     inv[size_t(i)] = f;
   }
   return inv;
@@ -401,12 +404,13 @@ const std::vector<float>& cached_inverse_frequencies(const ModelConfig& c, doubl
     double base, factor, low, high;
     int64_t rot_dim, original;
     std::string type;
+    std::vector<float> freq_factors;
     bool operator==(const Key&) const = default;
   };
   thread_local std::optional<Key> last;
   thread_local std::vector<float> inv;
   Key key{base, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, rot_dim,
-          c.rope_original_max_positions, c.rope_type};
+          c.rope_original_max_positions, c.rope_type, c.rope_freq_factors};
   if (!last || !(*last == key)) {
     inv = inverse_frequencies(c, base, rot_dim);
     last = std::move(key);
