@@ -446,6 +446,21 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
                                    c.num_heads % c.num_kv_heads == 0,
                    "{}: inconsistent head counts in the GGUF metadata", path);
   c.head_dim = c.hidden_size / c.num_heads;
+  // What llama.cpp's llama files may carry that this loader does not compute: refused by name
+  // rather than run as another model.
+  if (const GGUFValue* rot = find(f, "llama.rope.dimension_count"); rot && rot->as_int() != c.head_dim)
+    raise<NotImplementedError>("{}: rotary embedding over {} of each head's {} dimensions (llama.rope.dimension_count) "
+                               "is not supported",
+                               path, rot->as_int(), c.head_dim);
+  for (const char* key : {"llama.attention.key_length", "llama.attention.value_length"})
+    if (const GGUFValue* len = find(f, key); len && len->as_int() != c.head_dim)
+      raise<NotImplementedError>("{}: heads of {} dimensions ({}) where embedding_length / head_count is {} are not "
+                                 "supported",
+                                 path, len->as_int(), key, c.head_dim);
+  if (const GGUFValue* experts = find(f, "llama.expert_count"); experts && experts->as_int() > 0)
+    raise<NotImplementedError>("{}: a mixture of experts in a llama GGUF ({} experts, llama.expert_count) is not "
+                               "supported; load the Hugging Face folder (Mixtral is)",
+                               path, experts->as_int());
   if (const GGUFValue* rs = find(f, "llama.rope.scaling.type"); rs && rs->as_string() != "none") {
     if (rs->as_string() != "linear") raise<NotImplementedError>("{}: rope scaling '{}' is not supported", path, rs->as_string());
     c.rope_type = "linear";

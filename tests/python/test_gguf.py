@@ -596,3 +596,26 @@ def test_llama3_rope_scaling_travels_as_llama_cpp_frequency_factors(tmp_path):
         foundry.models.from_pretrained(variant("short.gguf", factors[:-1]))
     with pytest.raises(ValueError, match="not a positive factor"):
         foundry.models.from_pretrained(variant("zero.gguf", np.where(np.arange(len(factors)) == 2, 0, factors)))
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("llama.rope.dimension_count", 8, "rotary embedding over 8 of each head's 16 dimensions"),
+    ("llama.attention.key_length", 32, "heads of 32 dimensions"),
+    ("llama.expert_count", 8, "a mixture of experts in a llama GGUF"),
+])
+def test_llama_gguf_features_foundry_does_not_compute_are_refused(tmp_path, key, value, message):
+    """Keys of llama.cpp's llama files that would change the computation (partial rotary, head sizes
+    apart from embedding_length / head_count, experts) stop the load with their name; the same
+    file without them loads."""
+    import test_pretrained as tp
+    cfg, w, _, folder = llama_folder(tmp_path, 5, hidden_size=64, tie_word_embeddings=False)
+    out = str(tmp_path / "m.gguf")
+    tp.run("convert", "--model", folder, "--to", out, "--type", "f32")
+    info = foundry.gguf.read(out)
+    md = [(k, info["types"][k], v) for k, v in info["metadata"].items() if k != key] + [(key, "uint32", value)]
+    tensors = [(t["name"], t["shape"], 0, foundry.gguf.tensor(out, t["name"]).numpy().tobytes()) for t in info["tensors"]]
+    bad = str(tmp_path / "bad.gguf")
+    foundry.gguf.write(bad, md, tensors)
+    foundry.models.from_pretrained(out)
+    with pytest.raises(NotImplementedError, match=message):
+        foundry.models.from_pretrained(bad)
