@@ -16,9 +16,9 @@ code; these run the real tools:
   against itself: mean KL 3e-3 for Q8_0, 7e-3 for Q4_K_M; Foundry against llama.cpp 1.9e-4 and
   3.4e-4, measured 2026-12-07) and agree to ~1e-6 where they are float32.
 - `foundry tokenize --tokenizer file.gguf` against `llama-tokenize` on the same file: Llama 2's
-  SentencePiece model, GPT-2's BPE and Llama 3's tokenizer.json as `foundry convert` stores them,
-  read from llama.cpp's keys alone and from the stored tokenizer.json, with and without BOS; and
-  llama.cpp's "qwen2" split and add_bos_token switch on Llama 3's vocabulary.
+  SentencePiece model, GPT-2's BPE, Llama 3's and Phi-2's tokenizer.json as `foundry convert`
+  stores them, read from llama.cpp's keys alone and from the stored tokenizer.json, with and
+  without BOS; and llama.cpp's "qwen2" split and add_bos_token switch on Llama 3's vocabulary.
 """
 import glob
 import json
@@ -193,7 +193,8 @@ def test_foundry_computes_llama_perplexitys_log_probs(tmp_path, typ, rope):
     kl = kl_to(theirs, ours)
     same_top = float(np.mean(np.argmax(ours, -1) == np.argmax(theirs, -1)))
     worst = float(np.max(np.abs(np.where(kept, ours - theirs, 0.0))))
-    print(f"{typ}{' rope ' + rope if rope else ''}: mean KL(llama.cpp || Foundry) {kl:.3g}, llama.cpp's flash attention against its own "
+    label = typ + (" rope " + rope if rope else "")
+    print(f"{label}: mean KL(llama.cpp || Foundry) {kl:.3g}, llama.cpp's flash attention against its own "
           f"{own_kl:.3g}; same top token {same_top:.3f}; largest log-prob difference {worst:.3g}")
     assert kl < max(own_kl, 1e-5), f"{typ}: KL {kl:.3g} to llama.cpp, more than llama.cpp's own {own_kl:.3g}"
     if typ == "F32":  # no quantized activations: the same numbers to float32's rounding
@@ -209,16 +210,18 @@ TOKENIZER_FOLDERS = {  # name: (files linked into the folder, vocabulary, BOS, E
     "llama2": ([("sentencepiece/llama2.tokenizer.model", "tokenizer.model")], 32000, 1, 2),
     "gpt2": ([("gpt2/encoder.json", "vocab.json"), ("gpt2/vocab.bpe", "merges.txt")], 50257, 50256, 50256),
     "llama3": ([("llama3/tokenizer.json", "tokenizer.json")], 128256, 128000, 128001),
+    # GPT-2's split with 38 added tokens of runs of spaces (CodeGen's), matched before the split.
+    "phi2": ([("phi-2/tokenizer.json", "tokenizer.json")], 50295, 50256, 50256),
 }
 
 
 def tokenizer_text(tmp):
     """Tiny Shakespeare's opening, then accents, an emoji, CJK, tabs, runs of spaces and newlines,
-    numbers of several lengths, contractions in both cases and a CRLF."""
+    numbers of several lengths, contractions in both cases, a CRLF and indented code."""
     with open(CORPUS, encoding="utf-8") as f:
         text = f.read()[:3000]
     text += ("\nÜnïcödé 😀 你好 and\ttabs,  two  spaces\n\n\nnumbers 12345 3.14159 1,000,000; I'LL we've DON'T "
-             "it's\r\n  trailing   \n")
+             "it's\r\n  trailing   \ndef f(x):\n        return  x   +    1\n")
     path = os.path.join(tmp, "text.txt")
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
@@ -268,8 +271,9 @@ def tokenizer_gguf(tmp, name):
     return gguf
 
 
+@needs_shared("tokenizers", "phi-2", "tokenizer.json")
 @needs_shared("tokenizers", "llama3", "tokenizer.json")
-@pytest.mark.parametrize("name,pre", [("llama2", None), ("gpt2", "gpt-2"), ("llama3", "llama-bpe")])
+@pytest.mark.parametrize("name,pre", [("llama2", None), ("gpt2", "gpt-2"), ("llama3", "llama-bpe"), ("phi2", "gpt-2")])
 def test_foundry_tokenizes_gguf_files_as_llama_tokenize(tmp_path, name, pre):
     """`foundry convert` writes llama.cpp's tokenizer keys (for byte-level BPE: tokenizer.ggml.pre
     naming the split, add_bos_token), and Foundry reading those keys alone (without the stored
