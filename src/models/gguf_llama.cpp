@@ -4,7 +4,6 @@
 // shared decoder (the permutation undone, quantized tensors dequantized to the compute dtype).
 #include <cctype>
 #include <cmath>
-#include <numbers>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -306,26 +305,13 @@ std::unique_ptr<text::Tokenizer> load_gguf_tokenizer(const std::string& path) {
 
 namespace {
 
-// Llama 3's RoPE scaling as llama.cpp stores it (its converter's rope_freqs.weight): for each
-// frequency, the factor its inverse frequency is divided by: 1 above the high-frequency cut, the
-// scaling factor below the low one, 1 / ((1 - s) / factor + s) between them, s the smoothing.
+// Llama 3's RoPE scaling as llama.cpp stores it (its converter's rope_freqs.weight): each
+// frequency's divisor (hf::llama3_rope_divisor).
 io::GGUFTensorData rope_frequency_factors(const ModelConfig& c) {
   const int64_t half = c.head_dim / 2;
-  const double old = double(c.rope_original_max_positions);
-  const double low_wavelen = old / c.rope_low_freq_factor, high_wavelen = old / c.rope_high_freq_factor;
   std::vector<float> factors(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    const double freq = 1.0 / std::pow(c.rope_theta, double(2 * i) / double(c.head_dim));
-    const double wavelen = 2 * std::numbers::pi / freq;
-    double factor = 1.0;
-    if (wavelen > low_wavelen) {
-      factor = c.rope_factor;
-    } else if (wavelen >= high_wavelen) {
-      const double smooth = (old / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
-      factor = 1.0 / ((1 - smooth) / c.rope_factor + smooth);
-    }
-    factors[size_t(i)] = float(factor);
-  }
+  for (int64_t i = 0; i < half; ++i)
+    factors[size_t(i)] = float(hf::llama3_rope_divisor(c, 1.0 / std::pow(c.rope_theta, double(2 * i) / double(c.head_dim))));
   io::GGUFTensorData t{"rope_freqs.weight", {half}, 0, {}};
   t.bytes.assign(reinterpret_cast<const char*>(factors.data()), factors.size() * sizeof(float));
   return t;

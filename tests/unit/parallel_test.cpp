@@ -72,7 +72,6 @@ TEST(ThreadPool, ManySmallJobsInARow) {
   EXPECT_EQ(total.load(), 20000 * 64);
 }
 
-
 TEST(ThreadPool, GroupsIdleForThousandsOfJobsStillRunTheirChunks) {
   // A group's claim word is set by the job's first claim on it; jobs of 2 chunks on 4 threads give
   // groups 0 and 2 none, so their words go untouched while the job tag (12 bits) wraps around. A
@@ -86,6 +85,7 @@ TEST(ThreadPool, GroupsIdleForThousandsOfJobsStillRunTheirChunks) {
     expect_each_index_once(0, 64, 1);
   }
 }
+
 // The threads that ran chunks of jobs of 8 chunks of 5 ms each, after workers went to sleep.
 size_t threads_taking_part(int rounds) {
   std::mutex mu;

@@ -367,6 +367,16 @@ Tensor attention_bias(const Tensor& mask, int64_t T, int64_t window, DType dtype
   return where(allowed, zeros({}, dtype), lowest).unsqueeze(1);
 }
 
+double llama3_rope_divisor(const ModelConfig& c, double inv_freq) {
+  const double old = double(c.rope_original_max_positions);
+  const double low_wavelen = old / c.rope_low_freq_factor, high_wavelen = old / c.rope_high_freq_factor;
+  const double wavelen = 2 * std::numbers::pi / inv_freq;
+  if (wavelen > low_wavelen) return c.rope_factor;
+  if (wavelen < high_wavelen) return 1.0;
+  const double smooth = (old / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
+  return 1.0 / ((1 - smooth) / c.rope_factor + smooth);
+}
+
 namespace {
 
 // The rotary inverse frequencies of a base and a config's scaling, HF's numbers.
@@ -379,17 +389,7 @@ std::vector<float> inverse_frequencies(const ModelConfig& c, double base, int64_
     // As HF: base ** (arange(0, dim, 2).float() / dim) in float32.
     float f = float(1.0 / std::pow(base, double(float(2 * i) / float(rot_dim))));
     if (c.rope_type == "linear") f = float(f / c.rope_factor);
-    if (c.rope_type == "llama3") {
-      const double old = double(c.rope_original_max_positions);
-      const double low_wavelen = old / c.rope_low_freq_factor, high_wavelen = old / c.rope_high_freq_factor;
-      const double wavelen = 2 * std::numbers::pi / double(f);
-      if (wavelen > low_wavelen) {
-        f = float(f / c.rope_factor);
-      } else if (wavelen >= high_wavelen) {
-        double smooth = (old / wavelen - c.rope_low_freq_factor) / (c.rope_high_freq_factor - c.rope_low_freq_factor);
-        f = float((1 - smooth) * double(f) / c.rope_factor + smooth * double(f));
-      }
-    }
+    if (c.rope_type == "llama3") f = float(double(f) / llama3_rope_divisor(c, f));
     if (!c.rope_freq_factors.empty()) f = f / c.rope_freq_factors[size_t(i)];
     inv[size_t(i)] = f;
   }
@@ -399,21 +399,22 @@ std::vector<float> inverse_frequencies(const ModelConfig& c, double base, int64_
 // inverse_frequencies, remembered for the last base and scaling this thread asked for: a decode step
 // asks again every token (its pow calls were ~0.1% of a q4_0 step).
 const std::vector<float>& cached_inverse_frequencies(const ModelConfig& c, double base, int64_t rot_dim) {
-  // Everything inverse_frequencies reads.
+  // Everything inverse_frequencies reads (the frequency factors compared in place: a copy in the
+  // key would allocate every token).
   struct Key {
     double base, factor, low, high;
     int64_t rot_dim, original;
     std::string type;
-    std::vector<float> freq_factors;
     bool operator==(const Key&) const = default;
   };
   thread_local std::optional<Key> last;
-  thread_local std::vector<float> inv;
+  thread_local std::vector<float> last_factors, inv;
   Key key{base, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, rot_dim,
-          c.rope_original_max_positions, c.rope_type, c.rope_freq_factors};
-  if (!last || !(*last == key)) {
+          c.rope_original_max_positions, c.rope_type};
+  if (!last || !(*last == key) || last_factors != c.rope_freq_factors) {
     inv = inverse_frequencies(c, base, rot_dim);
     last = std::move(key);
+    last_factors = c.rope_freq_factors;
   }
   return inv;
 }

@@ -213,6 +213,11 @@ Tensor attention_bias(const Tensor& mask, int64_t T, int64_t window, DType dtype
 /// Rotary embedding tables for `positions` [B, T]: cos, sin [B, 1, T, rot_dim] (HF's layout,
 /// cat(freqs, freqs)), with the config's rope scaling.
 std::pair<Tensor, Tensor> rope_tables(const ModelConfig& c, const Tensor& positions, int64_t rot_dim, DType dtype);
+/// Llama 3's RoPE scaling (rope_type "llama3") of one rotary frequency, as the number its inverse
+/// frequency is divided by: the factor below the low-frequency cut, 1 above the high one, and
+/// 1 / ((1 - s) / factor + s) between, s the smoothing. llama.cpp stores these divisors as a
+/// GGUF's rope_freqs.weight.
+double llama3_rope_divisor(const ModelConfig& c, double inv_freq);
 /// x * cos + rotate_half(x) * sin on the first rot_dim features of x [B, H, T, D].
 Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 
