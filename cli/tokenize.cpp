@@ -41,7 +41,9 @@ json encoding_json(const text::Encoding& e, bool offsets) {
   return out;
 }
 
-// One input line: a JSON string, or {"text": ..., "pair": ...}; `pair` is required with --pair.
+// One input line: a JSON string, an object {"text": ..., "pair": ...} (the pair optional), or a
+// two-string array [text, pair] (what HF's encode_batch takes for a pair). With --pair every line
+// must carry a pair; without it a line that carries one is still encoded as the pair it states.
 std::pair<std::string, std::optional<std::string>> parse_text_line(const std::string& line, size_t lineno, bool pair) {
   io::check_json_depth(line, "input line " + std::to_string(lineno));
   json j = json::parse(line, nullptr, false);
@@ -50,13 +52,18 @@ std::pair<std::string, std::optional<std::string>> parse_text_line(const std::st
   };
   if (j.is_discarded()) return bad("not JSON");
   if (j.is_string()) {
-    if (pair) return bad("--pair needs an object {\"text\": ..., \"pair\": ...}");
+    if (pair) return bad("--pair needs an object {\"text\": ..., \"pair\": ...} or an array [text, pair]");
     return {j.get<std::string>(), std::nullopt};
   }
+  if (j.is_array()) {
+    if (j.size() != 2 || !j[0].is_string() || !j[1].is_string())
+      return bad("an array line must be two strings [text, pair]");
+    return {j[0].get<std::string>(), j[1].get<std::string>()};
+  }
   if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
-    return bad("expected a JSON string or an object with a string \"text\"");
+    return bad("expected a JSON string, an object with a string \"text\", or an array [text, pair]");
   std::optional<std::string> second;
-  if (j.contains("pair")) {
+  if (j.contains("pair") && !j["pair"].is_null()) {
     if (!j["pair"].is_string()) return bad("\"pair\" must be a string");
     second = j["pair"].get<std::string>();
   } else if (pair) {
@@ -94,14 +101,16 @@ void add_tokenize_command(CLI::App& app) {
                   "GGUF model file (its llama.cpp tokenizer)")
       ->required();
   cmd->add_option("--input", o->input,
-                  "JSON Lines: a string or {\"text\", \"pair\"} per line (with --decode: an array of ids or "
+                  "JSON Lines: a string, {\"text\", \"pair\"} or [text, pair] per line (with --decode: an array of ids or "
                   "{\"ids\": [...]}); '-' = stdin");
   cmd->add_option("--output", o->output, "where to write the JSON Lines (default: stdout)");
   cmd->add_option("--text", o->text, "encode this one text instead of --input");
   cmd->add_flag("--add-special-tokens", o->add_special,
                 "add the tokenizer's special tokens (BOS, [CLS]/[SEP], ...); for .tiktoken files: encode "
                 "special-token text as special tokens (allowed_special=\"all\"), else as ordinary text");
-  cmd->add_flag("--pair", o->pair, "every line is {\"text\": A, \"pair\": B}: encode the pair");
+  cmd->add_flag("--pair", o->pair,
+                "every line is a pair, {\"text\": A, \"pair\": B} or [A, B] (a line that carries a pair is encoded "
+                "as one without this flag too; with it, a line without one is an error)");
   cmd->add_flag("--offsets", o->offsets, "also write each token's character offsets [start, end)");
   cmd->add_flag("--decode", o->decode, "decode lines of ids into JSON strings");
   cmd->add_flag("--keep-special-tokens", o->keep_special, "with --decode: keep special tokens in the text");
@@ -144,20 +153,12 @@ void add_tokenize_command(CLI::App& app) {
         for (size_t i = 0; i < lines.size(); ++i) ids.push_back(parse_ids_line(lines[i], first_lineno + i));
         for (auto& t : tok.decode_batch(ids, !o->keep_special)) emit(json(t));
       } else {
-        std::vector<std::string> a;
-        std::vector<std::pair<std::string, std::string>> pairs;
-        for (size_t i = 0; i < lines.size(); ++i) {
-          auto [x, y] = parse_text_line(lines[i], first_lineno + i, o->pair);
-          if (o->pair) pairs.emplace_back(std::move(x), std::move(*y));
-          else if (y) raise<ValueError>("input line {}: \"pair\" given without --pair", first_lineno + i);
-          else a.push_back(std::move(x));
-        }
+        std::vector<std::pair<std::string, std::optional<std::string>>> texts;
+        for (size_t i = 0; i < lines.size(); ++i) texts.push_back(parse_text_line(lines[i], first_lineno + i, o->pair));
         // One line in, one line out: each is encoded alone, so a "longest" padding setting never
         // depends on which lines share a batch.
-        if (o->pair)
-          for (auto& [x, y] : pairs) emit(encoding_json(tok.encode_pair(x, y, o->add_special), o->offsets));
-        else
-          for (auto& x : a) emit(encoding_json(tok.encode(x, o->add_special), o->offsets));
+        for (auto& [x, y] : texts)
+          emit(encoding_json(y ? tok.encode_pair(x, *y, o->add_special) : tok.encode(x, o->add_special), o->offsets));
       }
       first_lineno += lines.size();
       lines.clear();

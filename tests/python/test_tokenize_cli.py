@@ -121,3 +121,23 @@ def test_bad_input_lines_and_options_give_clear_errors(tmp_path):
     p = tokenize("--tokenizer", os.path.join(REF, "cl100k_base.tiktoken"), "--tiktoken-encoding", "x50k",
                  "--text", "a")
     assert p.returncode == 1 and "unknown tiktoken encoding 'x50k'" in p.stderr
+
+
+def test_pair_lines_without_the_flag_and_as_arrays():
+    # A line that states a pair is encoded as that pair with or without --pair; [text, pair] arrays
+    # are pairs too. The --pair runs are the ones checked against HF above.
+    path = os.path.join(REF, "bert-cased.tokenizer.json")
+    single, a, b = "Hello there", "A question?", "Its context."
+    mixed = "".join(json.dumps(x) + "\n" for x in [single, {"text": a, "pair": b}, [a, b], {"text": single, "pair": None}])
+    p = tokenize("--tokenizer", path, "--add-special-tokens", "--input", "-", stdin=mixed)
+    assert p.returncode == 0, p.stderr
+    got = [json.loads(line) for line in p.stdout.splitlines()]
+    as_pair = tokenize("--tokenizer", path, "--add-special-tokens", "--pair", "--input", "-",
+                       stdin=json.dumps({"text": a, "pair": b}) + "\n")
+    alone = tokenize("--tokenizer", path, "--add-special-tokens", "--input", "-", stdin=json.dumps(single) + "\n")
+    assert as_pair.returncode == 0 and alone.returncode == 0, (as_pair.stderr, alone.stderr)
+    want_pair, want_single = json.loads(as_pair.stdout), json.loads(alone.stdout)
+    assert want_pair["tokens"].count("[SEP]") == 2 and want_single["tokens"].count("[SEP]") == 1
+    assert got == [want_single, want_pair, want_pair, want_single]
+    p = tokenize("--tokenizer", path, "--input", "-", stdin=json.dumps(["only one"]) + "\n")
+    assert p.returncode == 1 and "two strings" in p.stderr
