@@ -21,13 +21,18 @@ inline std::string_view text(const uint8_t* data, size_t size) {
 }
 
 /// A folder of this process's own under $TMPDIR (scripts/fuzz.sh points it at /dev/shm).
+/// Removed when the fuzzer exits normally (libFuzzer's end of run; a crash keeps it to look at).
 inline const std::filesystem::path& scratch() {
-  static const std::filesystem::path dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("foundry-fuzz-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+  struct Scratch {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() / ("foundry-fuzz-" + std::to_string(::getpid()));
+    Scratch() { std::filesystem::create_directories(dir); }
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static const Scratch scratch;
+  return scratch.dir;
 }
 
 /// Writes `bytes` to scratch()/name and returns the path.

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include "foundry/io/safetensors.h"
 #include "foundry/ops/ops.h"
@@ -17,8 +19,18 @@ namespace foundry::testing {
 // A 2-layer Llama with GQA (heads / 2 kv heads) and random weights, written as an HF folder.
 inline std::string llama_folder(const std::string& tag, int64_t hidden, int64_t heads, int64_t ffn, double scale,
                          uint64_t seed, const std::string& extra_config = "") {
+  // Removed when the test process exits (each ctest case is a process of its own).
+  struct RemovedAtExit {
+    std::vector<std::filesystem::path> dirs;
+    ~RemovedAtExit() {
+      std::error_code ec;
+      for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+    }
+  };
+  static RemovedAtExit made;
   std::filesystem::path d = std::filesystem::temp_directory_path() / ("foundry_models_test_" + tag + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(d);
+  made.dirs.push_back(d);
   const int64_t kv = hidden / heads * (heads / 2);
   std::ofstream(d / "config.json") << fmt::format(
       R"({{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 61, "hidden_size": {},
