@@ -145,6 +145,24 @@ class CharOffsets {
   std::vector<uint32_t> map_;
 };
 
+// One model token into a single sequence's encoding, at byte span `bo` of word `word`.
+void append_token(Encoding& e, Token& t, Span bo, const CharOffsets& conv, size_t word) {
+  e.ids.push_back(t.id);
+  e.tokens.push_back(std::move(t.value));
+  e.byte_offsets.push_back(bo);
+  e.offsets.push_back(conv.convert(bo));
+  e.word_ids.push_back(static_cast<int32_t>(word));
+}
+
+// The per-token fields a single sequence has before post-processing.
+void finish_single(Encoding& e, uint32_t type_id) {
+  const size_t m = e.ids.size();
+  e.type_ids.assign(m, type_id);
+  e.sequence_ids.assign(m, 0);
+  e.special_tokens_mask.assign(m, 0);
+  e.attention_mask.assign(m, 1);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -234,18 +252,10 @@ Encoding TokenizerImpl::encode_single_fast(const std::string& text, uint32_t typ
         while (bo.first > 0 && is_cont(bo.first)) --bo.first;
         while (is_cont(bo.second)) ++bo.second;
       }
-      e.ids.push_back(t.id);
-      e.tokens.push_back(std::move(t.value));
-      e.byte_offsets.push_back(bo);
-      e.offsets.push_back(conv.convert(bo));
-      e.word_ids.push_back(static_cast<int32_t>(idx - first));
+      append_token(e, t, bo, conv, idx - first);
     }
   }
-  size_t m = e.ids.size();
-  e.type_ids.assign(m, type_id);
-  e.sequence_ids.assign(m, 0);
-  e.special_tokens_mask.assign(m, 0);
-  e.attention_mask.assign(m, 1);
+  finish_single(e, type_id);
   return e;
 }
 
@@ -336,18 +346,10 @@ Encoding TokenizerImpl::encode_single(const std::string& text, uint32_t type_id)
         bo = {shift + r->first, shift + r->second};
       else
         bo = t.offsets;
-      e.ids.push_back(t.id);
-      e.tokens.push_back(std::move(t.value));
-      e.byte_offsets.push_back(bo);
-      e.offsets.push_back(conv.convert(bo));
-      e.word_ids.push_back(static_cast<int32_t>(idx - first));
+      append_token(e, t, bo, conv, idx - first);
     }
   }
-  size_t m = e.ids.size();
-  e.type_ids.assign(m, type_id);
-  e.sequence_ids.assign(m, 0);
-  e.special_tokens_mask.assign(m, 0);
-  e.attention_mask.assign(m, 1);
+  finish_single(e, type_id);
   return e;
 }
 
