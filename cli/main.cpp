@@ -1,5 +1,6 @@
 // foundry: the command-line front end of the framework.
 #include <cstdio>
+#include <new>
 #include <exception>
 #include <string>
 
@@ -38,6 +39,9 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const foundry::Error& e) {
     std::fprintf(stderr, "foundry: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "foundry: error: out of memory (the request needs more memory than the machine gives)\n");
     return 1;
   } catch (const std::exception& e) {  // a library's own exception (JSON, filesystem, ...): never terminate
     std::fprintf(stderr, "foundry: error: %s\n", e.what());

@@ -15,6 +15,7 @@
 // next job, as a model's next kernel is usually microseconds away, then sleep on a futex.
 #include "foundry/core/parallel.h"
 #include "core/parallel_testing.h"
+#include "foundry/core/error.h"
 
 #include <omp.h>
 #include <pthread.h>
@@ -29,6 +30,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -306,6 +308,14 @@ class Pool {
   }
 
   void start(int threads) {
+    // Far past any machine's cores; tens of thousands of threads exhausted the process table
+    // before the system refused one.
+    constexpr int kMaxThreads = 1024;
+    if (threads > kMaxThreads) {
+      threads_ = 1;
+      groups_ = std::make_unique<Group[]>(1);
+      raise<Error>("thread pool: {} threads asked for, at most {} (--threads, OMP_NUM_THREADS)", threads, kMaxThreads);
+    }
     threads_ = std::max(1, threads);
     cores_ = std::max(1, int(std::thread::hardware_concurrency()));
     taken_once_ = false;
@@ -313,7 +323,19 @@ class Pool {
     groups_ = std::make_unique<Group[]>(size_t(threads_));
     stopping_ = false;
     const uint32_t seen = job_.load(std::memory_order_acquire);
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i, seen] { worker(i, seen); });
+    for (int i = 1; i < threads_; ++i) {
+      try {
+        workers_.emplace_back([this, i, seen] { worker(i, seen); });
+      } catch (const std::system_error& e) {
+        // Out of threads (ulimit -u, memory): join those started and stay usable with one.
+        const int wanted = threads_;
+        stop();
+        threads_ = 1;
+        groups_ = std::make_unique<Group[]>(1);
+        raise<Error>("thread pool: the system refused thread {} of the {} asked for ({}); ask for fewer threads "
+                     "(--threads, OMP_NUM_THREADS)", i + 1, wanted, e.what());
+      }
+    }
   }
 
   // A fork()ed child has none of the parent's workers (a job still completes: the caller claims
@@ -388,7 +410,13 @@ int default_threads() {
 // Never destroyed: workers may still be asleep in it when the program exits.
 Pool& pool() {
   static Pool* p = [] {
-    auto* created = new Pool(default_threads());
+    Pool* created = nullptr;
+    try {
+      created = new Pool(default_threads());
+    } catch (const Error& e) {  // OMP_NUM_THREADS asked for more threads than the system gives
+      std::fprintf(stderr, "[foundry] %s: running on 1 thread\n", e.what());
+      created = new Pool(1);
+    }
     pthread_atfork(nullptr, nullptr, [] { pool().forked_ = true; });
     return created;
   }();

@@ -488,8 +488,13 @@ GenerationResult sample_rows(CausalLM& model, const std::vector<std::vector<int6
 // and NaN anywhere: a sampler given them returned tokens from meaningless scores.
 void check_settings(const GenerationConfig& cfg) {
   const auto in = [](double v, double lo, double hi) { return v >= lo && v <= hi; };  // false for NaN
-  FOUNDRY_CHECK_AS(ValueError, cfg.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
-  FOUNDRY_CHECK_AS(ValueError, cfg.num_beams >= 1, "generate: num_beams must be >= 1");
+  // Bounds far past any context, so that the prompt plus them stays a count of positions (a
+  // sum that wrapped around sized the KV cache from a negative or tiny number).
+  constexpr int64_t kMaxNewTokens = int64_t(1) << 31, kMaxBeams = 1 << 16;
+  FOUNDRY_CHECK_AS(ValueError, cfg.max_new_tokens >= 0 && cfg.max_new_tokens <= kMaxNewTokens,
+                   "generate: max_new_tokens must be in 0..{}, got {}", kMaxNewTokens, cfg.max_new_tokens);
+  FOUNDRY_CHECK_AS(ValueError, cfg.num_beams >= 1 && cfg.num_beams <= kMaxBeams,
+                   "generate: num_beams must be in 1..{}, got {}", kMaxBeams, cfg.num_beams);
   FOUNDRY_CHECK_AS(ValueError, in(cfg.temperature, 0, HUGE_VAL),
                    "generate: temperature must be 0 (greedy) or more, got {}", cfg.temperature);
   FOUNDRY_CHECK_AS(ValueError, cfg.top_k >= 0, "generate: top_k must be 0 (off) or more, got {}", cfg.top_k);

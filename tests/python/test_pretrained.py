@@ -981,6 +981,12 @@ def test_python_from_pretrained(tmp_path):
             model.generate(prompt, max_new_tokens=2, do_sample=True, **bad)
         with pytest.raises(ValueError, match=f"generate: {name} must be"):
             model.generate(prompt, max_new_tokens=2, draft_model=model, **bad)
+    # Counts whose sum with the prompt wrapped around once sized the KV cache from a tiny number
+    # (heap corruption at 2**62 new tokens); beams by the hundred thousand ran out of memory unnamed.
+    for bad, name in [(dict(max_new_tokens=2**62), "max_new_tokens"), (dict(max_new_tokens=2**63 - 2), "max_new_tokens"),
+                      (dict(max_new_tokens=-1), "max_new_tokens"), (dict(num_beams=100000), "num_beams")]:
+        with pytest.raises(ValueError, match=f"generate: {name} must be in"):
+            model.generate(prompt, **{"max_new_tokens": 2, **bad})
     edges = model.generate(prompt, max_new_tokens=2, do_sample=True, top_p=1.0, min_p=0.0, typical_p=1.0, top_k=0,
                            temperature=0.0, ignore_eos=True)
     assert edges == [seq[len(prompt):len(prompt) + 2]]  # temperature 0: greedy

@@ -79,6 +79,15 @@ TEST(Models, QuantizedKVCacheHoldsTheFormatsValues) {
     EXPECT_TRUE(equal(k3.narrow(0, 0, 1).narrow(2, 0, 4), k.narrow(0, 1, 1))) << format;
   }
   EXPECT_THROW(models::KVCache(1, 1, 1, 4, 48, DType::Float32, "q8_0"), ValueError);  // 48: not whole blocks
+  // Sizes whose byte count wraps around (it once allocated a tiny buffer decode wrote past).
+  for (int64_t capacity : {int64_t(1) << 62, int64_t(1) << 58, int64_t(1) << 50}) {
+    try {
+      models::KVCache(12, 1, 8, capacity, 64, DType::Float32);
+      ADD_FAILURE() << capacity << " positions were accepted";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("more memory than can be addressed"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Decoding streams attention over the cache (KVCache::append_and_attend): with an f16 cache and,

@@ -3,6 +3,7 @@
 // resizing, and a fork()ed child.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,11 +14,13 @@
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <string>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "core/parallel_testing.h"
+#include "foundry/core/error.h"
 #include "foundry/core/parallel.h"
 
 using namespace foundry;
@@ -226,6 +229,53 @@ TEST(ThreadPool, ForkedChildRunsJobs) {
     set_num_threads(3);
     parallel_for(0, 100000, 1, [&](int64_t b, int64_t e) { total += e - b; });
     _exit(total.load() == 200000 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// Too many threads, or threads the system refuses, give an error naming the count; the pool stays
+// usable at one thread and can be resized again (OMP_NUM_THREADS=100000 ended in `terminate`).
+TEST(ThreadPool, ThreadsTheSystemRefusesAreAnErrorAndThePoolStaysUsable) {
+  foundry::testing::ThreadCountScope restore;
+  auto total_of_a_job = [] {
+    std::atomic<int64_t> total{0};
+    parallel_for(0, 100000, 1, [&](int64_t b, int64_t e) { total += e - b; });
+    return total.load();
+  };
+  try {
+    set_num_threads(5000);
+    FAIL() << "5000 threads were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("5000 threads asked for, at most 1024"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(get_num_threads(), 1);
+  EXPECT_EQ(total_of_a_job(), 100000);
+  set_num_threads(2);
+  EXPECT_EQ(total_of_a_job(), 100000);
+  // A child whose address space leaves no room for another thread's stack.
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rlimit as{};
+    getrlimit(RLIMIT_AS, &as);
+    size_t vm_kb = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      size_t pages = 0;
+      if (std::fscanf(f, "%zu", &pages) == 1) vm_kb = pages * size_t(sysconf(_SC_PAGESIZE)) / 1024;
+      std::fclose(f);
+    }
+    as.rlim_cur = rlim_t(vm_kb + 64 * 1024) * 1024;  // 64 MB more: a few 8 MB stacks
+    if (setrlimit(RLIMIT_AS, &as) != 0) _exit(3);
+    bool refused = false;
+    try {
+      set_num_threads(64);
+    } catch (const Error& e) {
+      refused = std::string(e.what()).find("the system refused thread") != std::string::npos;
+    }
+    _exit(!refused ? 1 : get_num_threads() == 1 && total_of_a_job() == 100000 ? 0 : 2);
   }
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
