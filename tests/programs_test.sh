@@ -42,6 +42,16 @@ done
 [ -x "$bin/tokenize_bench" ] && check tokenize_bench 1 gpt2=/nonexistent/tokenizer.json -- /nonexistent/corpus.txt
 [ -x "$bin/bench_prefill_loop" ] && check bench_prefill_loop 1 /nonexistent/model q4_0 1 8 2
 [ -x "$bin/bench_prefill_loop" ] && check bench_prefill_loop 1
+# --dir is where bench_track_log makes a scratch folder of its own: what is there survives (it once
+# removed the folder named, whole).
+if [ -x "$bin/bench_track_log" ]; then
+  keep=$(mktemp -d); echo kept > "$keep/mine.txt"
+  timeout 60 "$bin/bench_track_log" --calls 10 --reps 1 --dir "$keep" >/dev/null 2>&1 ||
+    { echo "FAIL: bench_track_log --dir $keep -> status $?"; fail=1; }
+  [ "$(cat "$keep/mine.txt" 2>/dev/null)" = kept ] && [ "$(ls "$keep")" = mine.txt ] ||
+    { echo "FAIL: bench_track_log --dir removed or left files in $keep: $(ls "$keep")"; fail=1; }
+  rm -rf "$keep"
+fi
 # A malformed number is named, not reported as the parser's own exception ("stoi").
 numcheck() {  # numcheck NAME ARGS...
   local name=$1; shift

@@ -38,20 +38,24 @@ double best_us_per_call(int reps, int calls, F&& body) {
 int main(int argc, char** argv) {
   const char* usage =
       "Usage: bench_track_log [--calls N] [--reps R] [--dir DIR]\n"
-      "Microseconds per logged step: foundry::track Run::log vs JSONL+flush and SQLite INSERT+COMMIT.\n";
+      "Microseconds per logged step: foundry::track Run::log vs JSONL+flush and SQLite INSERT+COMMIT.\n"
+      "--dir: where the bench makes (and at its end removes) a scratch folder of its own (default: the\n"
+      "system's temporary folder); nothing already there is touched.\n";
   return foundry::bench::guarded_main(argc, argv, usage, [&] {
     int calls = 20000, reps = 5;
-    std::string dir = fs::temp_directory_path() / ("foundry_bench_track_" + std::to_string(::getpid()));
+    fs::path parent = fs::temp_directory_path();
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
       if (a == "--calls") calls = int(foundry::bench::integer_option(argc, argv, i, 1));
       else if (a == "--reps") reps = int(foundry::bench::integer_option(argc, argv, i, 1));
-      else if (a == "--dir") dir = foundry::bench::option_value(argc, argv, i);
+      else if (a == "--dir") parent = foundry::bench::option_value(argc, argv, i);
       else foundry::bench::unknown_option(a);
     }
     if (calls < 1 || reps < 1) throw std::invalid_argument("--calls and --reps must be positive");
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    fs::create_directories(parent);
+    // A folder of its own, new: --dir once named the folder itself, which was removed whole.
+    const std::string dir = parent / ("foundry_bench_track_" + std::to_string(::getpid()));
+    if (!fs::create_directory(dir)) throw std::runtime_error("'" + dir + "' exists already; not touching it");
 
     foundry::track::InitOptions o;
     o.dir = dir + "/track";
