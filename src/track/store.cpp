@@ -177,6 +177,14 @@ void with_busy_retries(sqlite3* db, const std::function<void()>& step) {
 Store Store::open(const std::string& dir, bool create) {
   fs::path db_file = fs::path(dir) / "foundry.db";
   if (!create && !fs::exists(db_file)) raise<IOError>("no tracking database at '{}'", db_file.string());
+  // SQLite takes an empty file for a new database; beside stored artifacts it is one that lost its
+  // contents (truncated, a failed copy), and `runs gc` would then delete every artifact as unreferenced.
+  std::error_code ec;
+  if (fs::is_regular_file(db_file, ec) && fs::file_size(db_file, ec) == 0 && !ec &&
+      fs::exists(fs::path(dir) / "artifacts", ec))
+    raise<IOError>("tracking database '{}' is empty (0 bytes) beside stored artifacts: it lost its contents; it was "
+                   "left untouched (restore it, or move the folder's artifacts away to start a new one)",
+                   db_file.string());
   if (create) fs::create_directories(dir);
   Store s;
   s.dir_ = dir;

@@ -293,6 +293,29 @@ def test_corrupt_or_foreign_database_is_refused_and_left_untouched(tmp_path):
         assert p.returncode == 1 and "corrupt" in p.stderr and "Traceback" not in p.stderr
 
 
+def test_empty_database_beside_artifacts_is_refused(tmp_path):
+    # SQLite takes a 0-byte file for a new database; `runs gc` then deleted every stored artifact.
+    run = make_run(tmp_path)
+    art = tmp_path / "ckpt.bin"
+    art.write_bytes(b"123")
+    run.log_artifact(art, type="model")
+    run.finish()
+    d = tmp_path / "runs"
+    stored = sorted(p for p in (d / "artifacts").rglob("*") if p.is_file())
+    assert stored
+    (d / "foundry.db").write_bytes(b"")
+    for f in d.glob("foundry.db-*"):
+        f.unlink()
+    with pytest.raises(OSError, match="is empty .0 bytes. beside stored artifacts"):
+        foundry.track.init(dir=d)
+    if os.path.exists(FOUNDRY):
+        for args in (["gc"], ["list"]):
+            p = cli("runs", "--dir", d, *args, check=False)
+            assert p.returncode == 1 and "0 bytes" in p.stderr, p.stderr
+    assert sorted(p for p in (d / "artifacts").rglob("*") if p.is_file()) == stored
+    assert (d / "foundry.db").stat().st_size == 0
+
+
 def test_exports_jsonl_csv_tensorboard_mlflow(tmp_path):
     run = make_run(tmp_path)
     run.log({"nan": float("nan")}, step=20)
