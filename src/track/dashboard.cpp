@@ -70,7 +70,8 @@ double number_at(const json& row, size_t i, const char* where) {
 RunRecord run_from_payload(const json& r, const std::string& origin) {
   RunRecord rec;
   rec.id = field(r, "id", json::value_t::string, "run").get<std::string>();
-  if (rec.id.empty() || rec.id.size() > 64) throw HttpError(400, "run: bad id");
+  if (!safe_run_id(rec.id))
+    throw HttpError(400, "run: bad id (1-64 of A-Z a-z 0-9 _ . -, not starting with '.')");
   rec.project = field(r, "project", json::value_t::string, "run").get<std::string>();
   rec.name = field(r, "name", json::value_t::string, "run").get<std::string>();
   rec.status = field(r, "status", json::value_t::string, "run").get<std::string>();

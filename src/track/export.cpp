@@ -180,6 +180,8 @@ std::string export_run(Store& store, const RunRecord& run, const std::string& fo
     return out;
   }
   fs::path dir = out.empty() ? fs::path(".") : fs::path(out);
+  if (!safe_run_id(run.id))  // a database synced before ids were checked
+    raise<ValueError>("run id '{}' is not safe as a folder name; not exporting it as files", run.id);
   if (format == "tensorboard") return tensorboard(store, run, dir);
   if (format == "mlflow") return mlflow(store, run, dir);
   raise<ValueError>("unknown export format '{}': expected jsonl, csv, tensorboard or mlflow", format);

@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <functional>
@@ -403,7 +404,16 @@ std::vector<ArtifactRecord> Store::artifacts(const std::string& run_id) {
   return out;
 }
 
+bool safe_run_id(const std::string& id) {
+  if (id.empty() || id.size() > 64 || id[0] == '.') return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+  });
+}
+
 void Store::insert_run(const RunRecord& r) {
+  if (!safe_run_id(r.id))
+    raise<ValueError>("run id '{}' must be 1-64 of A-Z a-z 0-9 _ . - and not start with '.'", r.id);
   Stmt(db_, fmt::format("INSERT INTO runs({}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", kRunColumns).c_str())
       .bind(1, r.id).bind(2, r.project).bind(3, r.name).bind(4, r.status).bind(5, r.created_at)
       .bind(6, r.updated_at).bind(7, r.finished_at).bind(8, r.exit_code).bind(9, r.host).bind(10, r.pid)

@@ -122,6 +122,11 @@ def test_bad_requests_get_json_errors_and_the_server_keeps_running(tracked):
                                                   "summary": {}}, "scalars": [["x"]]}).encode(), 400, "scalars row"),
             (b"x" * 20000, 413, "too large"),
         ]
+        # Run ids name folders in exports: one that climbs out of them is refused.
+        for bad_id in ["../../../tmp/x", "..", ".hidden", "a/b", "a\\b", "x" * 65, ""]:
+            run = {"id": bad_id, "project": "p", "name": "n", "status": "running", "created_at": 1,
+                   "updated_at": 1, "config": {}, "tags": [], "summary": {}}
+            cases.append((json.dumps({"origin": "x", "run": run}).encode(), 400, "bad id"))
         for raw, code, words in cases:
             status, body, ctype = dash.request("/api/ingest", raw=raw, token=TOKEN, method="POST")
             assert status == code, (raw[:80], status, body[:200])

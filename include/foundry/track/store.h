@@ -57,6 +57,10 @@ struct ArtifactRecord {
 enum class Series { Scalars, Histograms, Texts, Images };
 const char* series_table(Series s);
 
+/// A run id names folders in exports (TensorBoard, MLflow) and comes from other machines through
+/// sync: 1-64 of [A-Za-z0-9_.-], not starting with '.', so that none climbs out of a folder.
+bool safe_run_id(const std::string& id);
+
 class Store {
  public:
   /// Opens <dir>/foundry.db; `create` makes the directory and database when missing. A file that
@@ -89,7 +93,7 @@ class Store {
 
   // ---- writes (each call is its own transaction unless inside transaction())
   void transaction(const std::function<void()>& body);
-  void insert_run(const RunRecord& r);
+  void insert_run(const RunRecord& r);  ///< refuses an id that is not safe_run_id()
   void update_run(const RunRecord& r);
   void insert_scalar(const std::string& run_id, const std::string& key, const ScalarPoint& p);
   void insert_histogram(const std::string& run_id, const std::string& key, const HistogramPoint& p);
