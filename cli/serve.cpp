@@ -34,17 +34,23 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--adapter", o->adapter, "a LoRA adapter folder (PEFT)");
   cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", o->port, "port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on every request");
+  cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on every request")
+      ->check([](const std::string& k) {
+        // An unset shell variable ("--api-key $KEY") would otherwise leave the server open, unannounced.
+        return k.empty() ? std::string("--api-key is empty: give the key, or leave the option out for no key") : "";
+      });
   cmd->add_option("--parallel", o->parallel, "sequences decoded together (default 4)");
   cmd->add_option("--ctx-size", o->ctx_size, "each sequence's context in tokens (default: the model's maximum positions)");
   cmd->add_option("--quantize", o->quantize, "weight format of the products (q8_0, q4_K, ...)");
   cmd->add_option("--kv-cache", o->kv_cache, "KV cache format (f16, bf16, q8_0, ...; default: the model's dtype)");
   cmd->add_option("--served-model-name", o->name, "the model id clients use (default: the folder's name)");
   cmd->add_option("--max-queue", o->max_queue, "waiting requests beyond which the server answers 429 (default 64)");
-  cmd->add_option("--timeout", o->timeout, "seconds after which a request is cancelled (default 600)");
+  cmd->add_option("--timeout", o->timeout, "seconds after which a request is cancelled (default 600)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--block-size", o->block_size, "positions per KV cache block (default 16)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per prefill forward (default 128)");
-  cmd->add_option("--max-body", o->max_body, "largest request body in bytes (default 8 MiB; larger: 413)");
+  cmd->add_option("--max-body", o->max_body, "largest request body in bytes (default 8 MiB; larger: 413)")
+      ->check(CLI::Range(size_t(1), size_t(1) << 40));
   add_threads_option(cmd);
   cmd->callback([o] {
     ChatModel m = load_chat_model(o->model, o->quantize, o->adapter, "serve");

@@ -32,6 +32,15 @@ done
 [ -x "$bin/foundry" ] && check foundry 1 attribute --presence /nonexistent.csv --scores /nonexistent.csv --out /tmp/x.json
 [ -x "$bin/foundry" ] && check foundry 1 memorization --model /nonexistent/model --corpus /nonexistent.txt --out /tmp/x.json
 [ -x "$bin/foundry" ] && check foundry 1 ops --dump-samples "${TMPDIR:-/tmp}/foundry-no-samples-$$" --only no_such_op
+# An empty key or token (an unset shell variable) would leave the server open: refused by name.
+if [ -x "$bin/foundry" ]; then
+  for args in "serve --model /nonexistent/model --api-key=" "dashboard --dir /nonexistent --token=" \
+              "serve --model /nonexistent/model --max-body -1" "dashboard --dir /nonexistent --max-body-mb nan"; do
+    out=$(timeout 20 "$bin/foundry" $args 2>&1); status=$?
+    opt=$(echo "$args" | grep -o -- '--[a-z-]*[=]\?[ ]*[^ ]*$' | sed 's/[= ].*//')
+    { [ $status -eq 1 ] && echo "$out" | grep -q -- "$opt"; } || { echo "FAIL: foundry $args -> status $status: $out"; fail=1; }
+  done
+fi
 [ -x "$bin/bench_infer" ] && check bench_infer 1 --model /nonexistent/model
 [ -x "$bin/bench_infer" ] && check bench_infer 1 --model
 [ -x "$bin/bench_finetune" ] && check bench_finetune 1 --model /nonexistent/model
