@@ -2,6 +2,7 @@
 // `foundry merge` (an adapter merged into its base, written as an ordinary HF folder).
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "commands.h"
 #include "foundry/core/error.h"
@@ -90,6 +91,13 @@ void add_merge(CLI::App& app) {
   cmd->add_option("--adapter", *adapter, "adapter folder (adapter_config.json + adapter_model.safetensors)")->required();
   cmd->add_option("--out", *out, "output folder (config.json, model.safetensors, tokenizer files)")->required();
   cmd->callback([=] {
+    // Written over the base (or into the adapter's folder), a failed or unwanted merge loses the
+    // original; `quantize` refuses the same.
+    std::error_code ec;
+    for (const std::string* source : {model.get(), adapter.get()})
+      if (std::filesystem::equivalent(*source, *out, ec))
+        raise<ValueError>("merge: --out {} is the {} folder; write the merged model elsewhere", *out,
+                          source == model.get() ? "--model" : "--adapter");
     models::LoadOptions o;
     o.dtype = std::nullopt;  // merged in the checkpoint's own dtype, written in it
     auto merged = load_model(*model, o, *adapter, /*merge=*/true);

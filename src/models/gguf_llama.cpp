@@ -321,6 +321,15 @@ io::GGUFTensorData rope_frequency_factors(const ModelConfig& c) {
 
 void convert_to_gguf(const std::string& dir, const std::string& out, const std::string& type) {
   autograd::NoGradGuard no_grad;
+  {
+    // A GGUF written over one of the folder's own files (--to DIR/model.safetensors) destroyed the source.
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+      FOUNDRY_CHECK_AS(ValueError, !std::filesystem::equivalent(entry.path(), out, ec),
+                       "convert: --to {} is the model folder's own {}; write the GGUF elsewhere", out,
+                       entry.path().filename().string());
+    FOUNDRY_CHECK_AS(ValueError, !std::filesystem::equivalent(dir, out, ec), "convert: --to {} is the model folder", out);
+  }
   const ModelConfig c = read_config(dir);
   if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM")
     raise<NotImplementedError>("convert: {} is not supported yet (Llama and Mistral are)", c.architecture);

@@ -178,6 +178,12 @@ def test_adapter_options_of_generate_forward_perplexity_and_merge(base, tmp_path
         run("forward", "--model", folder, "--inputs", inputs, "--out", tmp_path / f"{name}.npy", *extra)
         outs[name] = np.load(tmp_path / f"{name}.npy")
     merged = tmp_path / "merged"
+    # Never written over its own inputs (the base folder was rewritten in place).
+    base_bytes = (folder / "model.safetensors").read_bytes()
+    for out, which in ((folder, "--model"), (adapter, "--adapter")):
+        p = run("merge", "--model", folder, "--adapter", adapter, "--out", str(out) + "/", check=False)
+        assert p.returncode == 1 and f"is the {which} folder" in p.stderr, p.stderr
+    assert (folder / "model.safetensors").read_bytes() == base_bytes
     run("merge", "--model", folder, "--adapter", adapter, "--out", merged)
     assert os.path.exists(merged / "tokenizer.json") and os.path.exists(merged / "config.json")
     run("forward", "--model", merged, "--inputs", inputs, "--out", tmp_path / "merged.npy")

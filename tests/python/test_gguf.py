@@ -201,6 +201,12 @@ def test_convert_llama_folder_and_load_it(tmp_path):
     with torch.no_grad():
         ref = forward(cfg, w, torch.tensor(ids), torch.ones(1, 7, dtype=torch.long)).numpy()
     results = {}
+    # A GGUF over the folder's own weights destroyed the source.
+    source = open(os.path.join(folder, "model.safetensors"), "rb").read()
+    p = subprocess.run([tp.FOUNDRY, "convert", "--model", folder, "--to", os.path.join(folder, "model.safetensors")],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "the model folder's own model.safetensors" in p.stderr, p.stderr
+    assert open(os.path.join(folder, "model.safetensors"), "rb").read() == source
     for typ in ("f32", "f16", "q8_0", "q4_0"):
         out = str(tmp_path / f"m-{typ}.gguf")
         tp.run("convert", "--model", folder, "--to", out, "--type", typ)
