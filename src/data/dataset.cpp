@@ -228,6 +228,8 @@ PreparedDataset prepare_dataset(const std::string& input, const std::string& out
   write_token_shard(p.val_path, val);
   json meta = json::parse(encoder.describe());
   meta["source"] = input;
+  meta["field"] = jsonl_field;
+  meta["val_fraction"] = val_fraction;
   meta["train_tokens"] = train.size();
   meta["val_tokens"] = val.size();
   io::write_file_atomic(p.meta_path, meta.dump(1));

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "foundry/autograd/grad_mode.h"
@@ -194,6 +196,28 @@ std::string model_config_json(const ModelSpec& spec) {
   return j.dump();
 }
 
+namespace {
+
+// "" when <out_dir>/data's meta.json records the recipe `c` asks for, else how it differs.
+std::string prepared_from_elsewhere(const std::string& meta_text, const TrainConfig& c) {
+  const json meta = json::parse(meta_text, nullptr, false);
+  if (!meta.is_object()) return "by an unreadable meta.json";
+  auto text = [&](const char* key) { return meta.contains(key) && meta[key].is_string() ? meta[key].get<std::string>() : ""; };
+  if (text("source") != c.data_path) return fmt::format("from '{}', not data.path '{}'", text("source"), c.data_path);
+  if (!meta.contains("field")) return "";  // written before the recipe was recorded in full
+  if (text("field") != c.data_field) return fmt::format("from field '{}', not '{}'", text("field"), c.data_field);
+  if (!meta["val_fraction"].is_number() || meta["val_fraction"].get<double>() != c.val_fraction)
+    return fmt::format("with val_fraction {}, not {}", meta["val_fraction"].dump(), c.val_fraction);
+  const std::string kind = text("kind");
+  const bool same_tokenizer = c.tokenizer == "char" || c.tokenizer == "byte" ? kind == c.tokenizer
+                                                                            : kind == "tokenizer" && text("path") == c.tokenizer;
+  if (!same_tokenizer)
+    return fmt::format("with the {} tokenizer, not '{}'", kind == "tokenizer" ? "'" + text("path") + "'" : kind, c.tokenizer);
+  return "";
+}
+
+}  // namespace
+
 Trainer::Trainer(TrainConfig config) : cfg_(std::move(config)), st_(std::make_unique<State>()) {
   check_train_config(cfg_, "train");
   if (cfg_.threads > 0) set_num_threads(cfg_.threads);
@@ -203,6 +227,15 @@ Trainer::Trainer(TrainConfig config) : cfg_(std::move(config)), st_(std::make_un
   std::string meta_path = data_dir + "/meta.json";
   if (!cfg_.prepared_dir.empty() && !std::filesystem::exists(meta_path))
     raise<IOError>("train: '{}' is not a prepared dataset (no meta.json; run foundry prepare)", cfg_.prepared_dir);
+  if (std::filesystem::exists(meta_path) && cfg_.prepared_dir.empty() && !cfg_.data_path.empty()) {
+    // The folder Foundry prepared on an earlier run: kept only if made from this config's data the
+    // same way (a changed data.path, field, split or tokenizer was silently trained on the old data).
+    const std::string stale = prepared_from_elsewhere(io::read_file(meta_path), cfg_);
+    if (!stale.empty()) {
+      std::fprintf(stderr, "train: %s was prepared %s; preparing it again\n", data_dir.c_str(), stale.c_str());
+      std::filesystem::remove(meta_path);
+    }
+  }
   if (std::filesystem::exists(meta_path)) {
     st_->encoder = data::TextEncoder::from_description(io::read_file(meta_path));
   } else {

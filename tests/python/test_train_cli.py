@@ -255,3 +255,36 @@ def test_export_carries_the_tokenizer_the_data_used(tmp_path):
                "--temperature", "0", "--ignore-eos")
     # The prompt went through the exported BPE ("To", " be", ",", " or", " not"), not bytes (13).
     assert "prefill: 5 tokens" in g.stderr and g.stdout.strip()
+
+
+def test_prepared_data_follows_the_config(tmp_path):
+    """<out_dir>/data is prepared again when data.path, the split or the tokenizer changed (it was
+    reused whatever the config said, training on the old corpus without a word)."""
+    model_toml = 'architecture = "gpt2"\nblock_size = 16\nn_embd = 16\nn_layer = 1\nn_head = 2'
+    cfg = write_run(tmp_path, model_toml, steps=2, sample_tokens=0)
+    tp.run("train", "--config", cfg)
+    meta = json.load(open(tmp_path / "run" / "data" / "meta.json"))
+    assert meta["source"].endswith("corpus.txt") and meta["kind"] == "byte"
+    other = tmp_path / "other.txt"
+    other.write_text("zyx wvu " * 500)
+
+    def edit(old, new):
+        text = open(cfg).read()
+        assert old in text
+        with open(cfg, "w") as f:
+            f.write(text.replace(old, new))
+
+    edit(str(tmp_path / "corpus.txt"), str(other))
+    p = tp.run("train", "--config", cfg)
+    assert "preparing it again" in p.stderr and "not data.path" in p.stderr
+    meta = json.load(open(tmp_path / "run" / "data" / "meta.json"))
+    assert meta["source"] == str(other) and meta["train_tokens"] + meta["val_tokens"] == len("zyx wvu " * 500) + 1
+    p = tp.run("train", "--config", cfg)  # unchanged: kept
+    assert "preparing it again" not in p.stderr
+    edit('tokenizer = "byte"', 'tokenizer = "char"')
+    p = tp.run("train", "--config", cfg)
+    assert "with the byte tokenizer, not 'char'" in p.stderr
+    assert json.load(open(tmp_path / "run" / "data" / "meta.json"))["kind"] == "char"
+    edit(str(other), str(tmp_path / "missing.txt"))
+    p = tp.run("train", "--config", cfg, check=False)
+    assert p.returncode == 1 and "missing.txt" in p.stderr
