@@ -101,7 +101,9 @@ void add_chat_command(CLI::App& app) {
         continue;
       }
       messages.push_back({{"role", "user"}, {"content", line}});
-      const std::string prompt = chat.apply(messages.dump(), true, m.bos_token, m.eos_token);
+      // Ill-formed UTF-8 typed or piped in becomes U+FFFD, as the tokenizers read it.
+      const std::string prompt = chat.apply(messages.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), true,
+                                            m.bos_token, m.eos_token);
       std::vector<int64_t> ids;
       for (uint32_t id : tok->encode_ids(prompt, false)) ids.push_back(int64_t(id));
       const int64_t room = model->config().max_positions > 0 ? model->config().max_positions - int64_t(ids.size()) : g.max_new_tokens;

@@ -13,6 +13,7 @@
 #include "foundry/io/npy.h"
 #include "foundry/text/tokenizer.h"
 #include "foundry/io/json_depth.h"
+#include "text/unicode.h"
 
 namespace foundry::data {
 
@@ -86,6 +87,17 @@ std::vector<std::string> utf8_chars(std::string_view s) {
   }
   return out;
 }
+// The offset of the first byte that does not start a well-formed UTF-8 sequence (s.size(): none).
+size_t first_ill_formed_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || i + len > s.size() || (len > 1 && !text::uni::is_valid_utf8(s.substr(i, len)))) return i;
+    i += len;
+  }
+  return s.size();
+}
+
 }  // namespace
 
 struct TextEncoder::Impl {
@@ -108,6 +120,12 @@ TextEncoder TextEncoder::bytes() {
 }
 
 TextEncoder TextEncoder::chars_of(const std::string& corpus) {
+  // Its characters are stored as JSON (meta.json), which must be UTF-8: name the first bad byte
+  // here rather than fail in the JSON writer after the shards were written.
+  if (const size_t bad = first_ill_formed_utf8(corpus); bad < corpus.size())
+    raise<ValueError>("the char tokenizer needs UTF-8 text; the corpus has an ill-formed byte 0x{:02X} at offset {} "
+                      "(convert it to UTF-8, or use tokenizer = \"byte\")",
+                      static_cast<unsigned char>(corpus[bad]), bad);
   TextEncoder e;
   e.impl_->kind = "char";
   std::set<std::string> set;

@@ -325,6 +325,20 @@ def test_foundry_chat_keeps_history_and_obeys_commands(folder):
     assert lines == [a1, a2, "(new system message; conversation reset)", a3, "(conversation reset)", a4], p.stdout
 
 
+def test_foundry_chat_reads_ill_formed_utf8_as_replacement_characters(folder):
+    # A line that is not UTF-8 ended the session with the JSON library's own error (type_error.316).
+    script = b"\xff\xfe abc\nHello there\n/exit\n"
+    p = subprocess.run([tp.FOUNDRY, "chat", "--model", str(folder), "--temperature", "0", "--max-new-tokens", "8"],
+                       input=script, capture_output=True, timeout=120)
+    assert p.returncode == 0 and b"json.exception" not in p.stderr, p.stderr
+    # The same session typed with U+FFFD itself answers the same.
+    typed = subprocess.run([tp.FOUNDRY, "chat", "--model", str(folder), "--temperature", "0", "--max-new-tokens", "8"],
+                           input="\ufffd\ufffd abc\nHello there\n/exit\n".encode("utf-8"), capture_output=True,
+                           timeout=120)
+    assert typed.returncode == 0, typed.stderr
+    assert len(p.stdout.splitlines()) == 2 and p.stdout == typed.stdout
+
+
 def test_ctrl_c_stops_the_answer_not_the_chat(tmp_path):
     import signal
     # A context of 8192 positions: an answer takes seconds, so Ctrl-C lands in the middle of it.

@@ -288,3 +288,14 @@ def test_prepared_data_follows_the_config(tmp_path):
     edit(str(other), str(tmp_path / "missing.txt"))
     p = tp.run("train", "--config", cfg, check=False)
     assert p.returncode == 1 and "missing.txt" in p.stderr
+
+
+def test_char_tokenizer_names_the_first_byte_that_is_not_utf8(tmp_path):
+    src = tmp_path / "latin1.txt"
+    src.write_bytes("hello caf\u00e9 world\n".encode("utf-8") + "na\u00efve\n".encode("latin-1"))
+    out = tmp_path / "prepared"
+    p = tp.run("prepare", "--input", str(src), "--out", str(out), "--tokenizer", "char", check=False)
+    offset = len("hello caf\u00e9 world\nna".encode("utf-8"))
+    assert p.returncode == 1 and f"ill-formed byte 0xEF at offset {offset}" in p.stderr, p.stderr
+    assert not out.exists()  # nothing half-written
+    assert tp.run("prepare", "--input", str(src), "--out", str(out), "--tokenizer", "byte").returncode == 0
