@@ -108,6 +108,7 @@ std::string runs_table(Store& store, const std::string& project, const std::stri
     const int64_t steps = std::max<int64_t>(0, store.max_step(r.id, /*include_system=*/false).value_or(0));
     std::string summary;
     json s = parse_or(r.summary_json, json::object());
+    if (!s.is_object()) s = json::object();  // a database edited by hand: list the run without it
     for (auto it = s.begin(); it != s.end() && summary.size() < 60; ++it)
       summary += (summary.empty() ? "" : " ") + it.key() + "=" +
                  (it.value().is_number() ? format_value(it.value().get<double>()) : it.value().dump());

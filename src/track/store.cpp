@@ -175,6 +175,20 @@ void with_busy_retries(sqlite3* db, const std::function<void()>& step) {
 
 }  // namespace
 
+namespace {
+
+// A histogram's stored array of numbers, or an error naming the row (a database edited by hand).
+std::vector<double> stored_numbers(const std::string& text, const std::string& run_id, const std::string& key,
+                                   int64_t step, const char* column) {
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_array() && std::all_of(j.begin(), j.end(), [](const json& v) { return v.is_number(); }))
+    return j.get<std::vector<double>>();
+  raise<IOError>("tracking database: run {} histogram '{}' step {}: {} is not an array of numbers ({})", run_id, key,
+                 step, column, text.substr(0, 40));
+}
+
+}  // namespace
+
 Store Store::open(const std::string& dir, bool create) {
   fs::path db_file = fs::path(dir) / "foundry.db";
   if (!create && !fs::exists(db_file)) raise<IOError>("no tracking database at '{}'", db_file.string());
@@ -363,8 +377,8 @@ std::vector<HistogramPoint> Store::histograms(const std::string& run_id, const s
     p.histogram.num = q.real(4);
     p.histogram.sum = q.real(5);
     p.histogram.sum_squares = q.real(6);
-    p.histogram.bucket_limits = json::parse(q.text(7)).get<std::vector<double>>();
-    p.histogram.bucket_counts = json::parse(q.text(8)).get<std::vector<double>>();
+    p.histogram.bucket_limits = stored_numbers(q.text(7), run_id, key, p.step, "bucket_limits");
+    p.histogram.bucket_counts = stored_numbers(q.text(8), run_id, key, p.step, "bucket_counts");
     out.push_back(std::move(p));
   }
   return out;
@@ -542,7 +556,8 @@ std::string Store::rows_after_json(const std::string& run_id, Series s, int64_t 
       while (q.step()) {
         rows.push_back({q.i64(0), q.text(1), q.i64(2), q.real(3), json_number(q.real(4)), json_number(q.real(5)),
                         json_number(q.real(6)), json_number(q.real(7)), json_number(q.real(8)),
-                        json::parse(q.text(9)), json::parse(q.text(10))});
+                        stored_numbers(q.text(9), run_id, q.text(1), q.i64(2), "bucket_limits"),
+                        stored_numbers(q.text(10), run_id, q.text(1), q.i64(2), "bucket_counts")});
         *last_rowid = q.i64(0);
       }
       break;

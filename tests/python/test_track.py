@@ -316,6 +316,27 @@ def test_empty_database_beside_artifacts_is_refused(tmp_path):
     assert (d / "foundry.db").stat().st_size == 0
 
 
+def test_hand_edited_rows_are_named_not_the_json_library(tmp_path):
+    # A summary that is not an object, and a histogram row cut short, ended `runs list` / export in
+    # nlohmann's own exceptions (invalid_iterator.207, parse_error.101).
+    run = make_run(tmp_path)
+    run.log_histogram("h", np.arange(10.0), step=3)
+    run.finish()
+    d = tmp_path / "runs"
+    con = sqlite3.connect(d / "foundry.db")
+    con.execute("UPDATE runs SET summary = '[1, 2]'")
+    con.execute("UPDATE histograms SET bucket_limits = '[1,2'")
+    con.commit()
+    con.close()
+    if not os.path.exists(FOUNDRY):
+        pytest.skip("foundry CLI not built")
+    p = cli("runs", "--dir", d, "list", check=False)
+    assert p.returncode == 0 and run.id in p.stdout, p.stderr
+    p = cli("runs", "--dir", d, "export", run.id, "--format", "tensorboard", "--out", tmp_path / "tb", check=False)
+    assert p.returncode == 1 and "json.exception" not in p.stderr, p.stderr
+    assert f"run {run.id} histogram 'h' step 3: bucket_limits is not an array of numbers" in p.stderr
+
+
 def test_exports_jsonl_csv_tensorboard_mlflow(tmp_path):
     run = make_run(tmp_path)
     run.log({"nan": float("nan")}, step=20)
