@@ -473,6 +473,16 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
   }
   c.vocab_size = f.info("token_embd.weight").shape()[0];
   c.tie_word_embeddings = !f.contains("output.weight");
+  // Values no model file can mean, which ran (a 0-layer model) or gave NaN.
+  FOUNDRY_CHECK_AS(ValueError, c.num_layers > 0 && c.intermediate_size > 0 && c.max_positions > 0,
+                   "{}: llama.block_count ({}), llama.feed_forward_length ({}) and llama.context_length ({}) must be "
+                   "positive", path, c.num_layers, c.intermediate_size, c.max_positions);
+  FOUNDRY_CHECK_AS(ValueError, std::isfinite(c.norm_eps) && c.norm_eps >= 0 && std::isfinite(c.rope_theta) &&
+                                   c.rope_theta > 0 && std::isfinite(c.rope_factor) && c.rope_factor > 0,
+                   "{}: llama.attention.layer_norm_rms_epsilon ({}) must be >= 0, llama.rope.freq_base ({}) and the "
+                   "rope scaling factor ({}) > 0", path, c.norm_eps, c.rope_theta, c.rope_factor);
+  if (const GGUFValue* v = find(f, "llama.vocab_size"); v && v->as_int() != c.vocab_size)
+    raise<ValueError>("{}: llama.vocab_size is {} but token_embd.weight has {} rows", path, v->as_int(), c.vocab_size);
   if (const GGUFValue* e = find(f, "tokenizer.ggml.eos_token_id")) c.eos_token_ids = {e->as_int()};
   if (const GGUFValue* b = find(f, "tokenizer.ggml.bos_token_id")) c.bos_token_id = b->as_int();
   c.json = "{}";

@@ -625,3 +625,49 @@ def test_llama_gguf_features_foundry_does_not_compute_are_refused(tmp_path, key,
     foundry.models.from_pretrained(out)
     with pytest.raises(NotImplementedError, match=message):
         foundry.models.from_pretrained(bad)
+
+
+@pytest.mark.parametrize("key,kind,value,message", [
+    ("llama.block_count", "uint32", 0, r"llama.block_count \(0\).* must be positive"),
+    ("llama.context_length", "uint32", 0, r"llama.context_length \(0\) must be positive"),
+    ("llama.attention.layer_norm_rms_epsilon", "float32", float("nan"), r"layer_norm_rms_epsilon \(nan\) must be >= 0"),
+    ("llama.rope.freq_base", "float32", -1.0, r"freq_base \(-1\)"),
+    ("llama.vocab_size", "uint32", 1000, "llama.vocab_size is 1000 but token_embd.weight has"),
+])
+def test_llama_gguf_values_no_model_can_mean_are_refused(tmp_path, key, kind, value, message):
+    """A 0-layer model ran, and NaN or negative constants gave NaN logits, with exit status 0."""
+    import test_pretrained as tp
+    cfg, w, _, folder = llama_folder(tmp_path, 5, hidden_size=64, tie_word_embeddings=False)
+    out = str(tmp_path / "m.gguf")
+    tp.run("convert", "--model", folder, "--to", out, "--type", "f32")
+    info = foundry.gguf.read(out)
+    md = [(k, info["types"][k], v) for k, v in info["metadata"].items() if k != key] + [(key, kind, value)]
+    tensors = [(t["name"], t["shape"], 0, foundry.gguf.tensor(out, t["name"]).numpy().tobytes()) for t in info["tensors"]]
+    bad = str(tmp_path / "bad.gguf")
+    foundry.gguf.write(bad, md, tensors)
+    with pytest.raises(ValueError, match=message):
+        foundry.models.from_pretrained(bad)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(rms_norm_eps=-1.0), "norm epsilon .* must be finite and >= 0, got -1"),
+    (dict(rope_theta=0.0), "rope_theta must be finite and > 0, got 0"),
+    (dict(rope_scaling={"type": "linear", "factor": 0.0}), "rope_scaling's factor must be finite and > 0"),
+    (dict(max_position_embeddings=-5), "max_position_embeddings must be >= 0, got -5"),
+])
+def test_config_values_no_model_can_mean_are_refused(tmp_path, change, message):
+    import json as json_module
+    cfg, w, _, folder = llama_folder(tmp_path, 5, hidden_size=64, tie_word_embeddings=False)
+    path = os.path.join(folder, "config.json")
+    data = json_module.load(open(path))
+    data.update(change)
+    json_module.dump(data, open(path, "w"))
+    with pytest.raises(ValueError, match=message):
+        foundry.models.from_pretrained(folder)
+
+
+def test_a_file_that_is_not_gguf_is_named_as_such(tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"GGUX" + b"\0" * 60)
+    with pytest.raises(OSError, match="neither a GGUF model .* nor a model folder"):
+        foundry.models.from_pretrained(str(bad))

@@ -772,6 +772,18 @@ namespace {
 
 // config.json (an object) -> the normalised config and its architecture. `where` names the source
 // in messages. A config without "architectures" may name its model_type instead.
+// Values no checkpoint can mean, which ran and gave NaN or silently different numbers.
+void check_config_values(const ModelConfig& c, const std::string& where) {
+  FOUNDRY_CHECK_AS(ValueError, std::isfinite(c.norm_eps) && c.norm_eps >= 0,
+                   "{}: the norm epsilon (rms_norm_eps / layer_norm_eps) must be finite and >= 0, got {}", where, c.norm_eps);
+  FOUNDRY_CHECK_AS(ValueError, std::isfinite(c.rope_theta) && c.rope_theta > 0,
+                   "{}: rope_theta must be finite and > 0, got {}", where, c.rope_theta);
+  FOUNDRY_CHECK_AS(ValueError, std::isfinite(c.rope_factor) && c.rope_factor > 0,
+                   "{}: rope_scaling's factor must be finite and > 0, got {}", where, c.rope_factor);
+  FOUNDRY_CHECK_AS(ValueError, c.max_positions >= 0, "{}: max_position_embeddings must be >= 0, got {}", where,
+                   c.max_positions);
+}
+
 std::pair<ModelConfig, const hf::Architecture*> config_from_json(const json& j, const std::string& where,
                                                                  const fs::path& generation_config = {}) {
   if (!j.is_object()) raise<ValueError>("{}: config.json must be a JSON object", where);
@@ -801,12 +813,17 @@ std::pair<ModelConfig, const hf::Architecture*> config_from_json(const json& j, 
   FOUNDRY_CHECK_AS(ValueError, c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
                    "{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", where, c.num_heads,
                    c.num_kv_heads);
+  check_config_values(c, where);
   return {c, &arch};
 }
 
 std::pair<ModelConfig, const hf::Architecture*> parse_config(const std::string& dir) {
   fs::path folder(dir);
-  if (!fs::is_directory(folder)) raise<IOError>("{}: not a model folder (no such directory)", dir);
+  if (!fs::is_directory(folder)) {
+    if (fs::exists(folder))
+      raise<IOError>("{}: a file that is neither a GGUF model (it does not start with 'GGUF') nor a model folder", dir);
+    raise<IOError>("{}: not a model folder (no such directory)", dir);
+  }
   fs::path cfg_path = folder / "config.json";
   if (!fs::exists(cfg_path)) raise<IOError>("{}: no config.json in the model folder", dir);
   return config_from_json(hf::read_json(cfg_path), dir, folder / "generation_config.json");
