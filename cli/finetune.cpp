@@ -41,8 +41,8 @@ void add_finetune(CLI::App& app) {
                   "QLoRA: keep the frozen base quantized: nf4 (bitsandbytes, double quantization), int8, or a GGML "
                   "format (q4_0, q8_0, q4_K, ...)");
   cmd->add_option("--lr", c->lr, "peak learning rate (default 2e-4)");
-  auto* steps = cmd->add_option("--steps", c->steps, "optimizer steps");
-  auto* epochs = cmd->add_option("--epochs", c->epochs, "passes over the data (default 1)");
+  auto* steps = cmd->add_option("--steps", c->steps, "optimizer steps")->check(CLI::PositiveNumber);
+  auto* epochs = cmd->add_option("--epochs", c->epochs, "passes over the data (default 1)")->check(CLI::PositiveNumber);
   steps->excludes(epochs);
   cmd->add_option("--batch-size", c->batch_size, "examples per micro-batch (default 4)");
   cmd->add_option("--grad-accum", c->grad_accum, "micro-batches per optimizer step (default 1)");

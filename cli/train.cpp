@@ -19,7 +19,7 @@ void add_train_command(CLI::App& app) {
   auto precision = std::make_shared<std::string>();
   cmd->add_option("--config", *config, "TOML run configuration")->required();
   cmd->add_option("--data", *data, "text file to train on (overrides data.path)");
-  cmd->add_option("--max-steps", *steps, "overrides train.max_steps");
+  cmd->add_option("--max-steps", *steps, "overrides train.max_steps")->check(CLI::PositiveNumber);
   cmd->add_option("--out-dir", *out, "overrides train.out_dir");
   cmd->add_option("--threads", *threads, "threads (default: all cores)")->check(thread_count());
   cmd->add_option("--precision", *precision, "float32 or bfloat16 (autocast); checked with the TOML's values");

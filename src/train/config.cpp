@@ -1,4 +1,5 @@
 // TOML run configurations for `foundry train` (toml++).
+#include <cmath>
 #include <set>
 #include <string_view>
 
@@ -352,7 +353,8 @@ void check_train_config(const TrainConfig& c, const std::string& where) {
                    "{}: max_steps, batch_size and grad_accum_steps must be positive", where);
   FOUNDRY_CHECK_AS(ValueError, c.val_fraction > 0 && c.val_fraction < 1, "{}: val_fraction must be in (0, 1), got {}",
                    where, c.val_fraction);
-  FOUNDRY_CHECK_AS(ValueError, c.lr >= 0 && c.min_lr >= 0, "{}: lr and min_lr must not be negative", where);
+  FOUNDRY_CHECK_AS(ValueError, c.lr >= 0 && c.min_lr >= 0 && std::isfinite(c.lr) && std::isfinite(c.min_lr),
+                   "{}: lr and min_lr must be finite and not negative, got {} and {}", where, c.lr, c.min_lr);
   // A negative clip norm was taken as "off" without a word (torch's clip_grad_norm_ would scale
   // the gradients by a negative factor); 0 turns clipping off.
   FOUNDRY_CHECK_AS(ValueError, c.grad_clip >= 0, "{}: grad_clip must be 0 (off) or positive, got {}", where, c.grad_clip);

@@ -36,8 +36,14 @@ namespace {
 void check_config(const FinetuneConfig& c) {
   FOUNDRY_CHECK_AS(ValueError, c.batch_size > 0 && c.grad_accum > 0, "finetune: --batch-size and --grad-accum must be positive");
   FOUNDRY_CHECK_AS(ValueError, c.seq_len > 1, "finetune: --seq-len must be at least 2");
-  FOUNDRY_CHECK_AS(ValueError, c.lr > 0, "finetune: --lr must be positive");
-  FOUNDRY_CHECK_AS(ValueError, c.grad_clip >= 0, "finetune: --grad-clip must be 0 (off) or positive");
+  FOUNDRY_CHECK_AS(ValueError, std::isfinite(c.lr) && c.lr > 0, "finetune: --lr must be positive and finite, got {}", c.lr);
+  FOUNDRY_CHECK_AS(ValueError, std::isfinite(c.grad_clip) && c.grad_clip >= 0,
+                   "finetune: --grad-clip must be 0 (off) or positive, got {}", c.grad_clip);
+  FOUNDRY_CHECK_AS(ValueError, std::isfinite(c.lora_alpha) && c.lora_alpha > 0 && c.lora_dropout >= 0 && c.lora_dropout < 1,
+                   "finetune: --lora-alpha must be positive and finite (got {}), --lora-dropout in [0, 1) (got {})",
+                   c.lora_alpha, c.lora_dropout);
+  FOUNDRY_CHECK_AS(ValueError, c.steps >= 0 && std::isfinite(c.epochs) && c.epochs >= 0,
+                   "finetune: --steps ({}) and --epochs ({}) must be positive", c.steps, c.epochs);
   FOUNDRY_CHECK_AS(ValueError, c.steps > 0 || c.epochs > 0, "finetune: give --steps or --epochs");
   FOUNDRY_CHECK_AS(ValueError, c.warmup >= 0 && c.eval_every >= 0 && c.checkpoint_every >= 0,
                    "finetune: --warmup, --eval-every and --checkpoint-every must be 0 or more");
@@ -298,6 +304,9 @@ FinetuneResult finetune(const FinetuneConfig& c, const std::function<bool(int64_
       loss_sum += loss.item<double>();
       (c.grad_accum > 1 ? loss / double(c.grad_accum) : loss).backward();
     }
+    FOUNDRY_CHECK_AS(ValueError, std::isfinite(loss_sum),
+                     "finetune: the loss is {} at step {}: training diverged (lower --lr, or keep --grad-clip on); "
+                     "stopped before the update", loss_sum, step + 1);
     const double grad_norm = c.grad_clip > 0 ? optim::clip_grad_norm_(params, c.grad_clip) : 0.0;
     const double lr = opt.lr(0);
     opt.step();

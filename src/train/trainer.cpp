@@ -449,6 +449,10 @@ TrainResult Trainer::run(int64_t stop_after) {
       loss_sum += loss.item<double>();
       (cfg_.grad_accum_steps > 1 ? loss / double(cfg_.grad_accum_steps) : loss).backward();
     }
+    // Stopped before the update and before anything is saved or exported from the ruined weights.
+    FOUNDRY_CHECK_AS(ValueError, std::isfinite(loss_sum),
+                     "train: the loss is {} at step {}: training diverged (lower the learning rate, or set "
+                     "train.grad_clip); stopped before the update", loss_sum, st_->step + 1);
     double grad_norm = cfg_.grad_clip > 0 ? optim::clip_grad_norm_(params, cfg_.grad_clip) : 0.0;
     double lr = st_->optimizer->lr(0);
     st_->optimizer->step();

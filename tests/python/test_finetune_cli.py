@@ -219,6 +219,18 @@ def test_refusals(base, tmp_path):
         r = run("finetune", "--model", folder, "--data", data, "--out", tmp_path / "o", "--steps", 1, flag, value,
                 check=False)
         assert r.returncode == 1 and "must be 0" in r.stderr and flag in r.stderr, (flag, r.stderr)
+    # Counts below 1 were ignored (a full epoch ran), and NaN / infinite rates trained NaN adapters.
+    for flag, value, words in [("--steps", 0, "--steps"), ("--steps", -1, "--steps"), ("--epochs", -1, "--epochs"),
+                               ("--lr", "inf", "--lr must be positive and finite"),
+                               ("--lora-alpha", "nan", "--lora-alpha must be positive and finite")]:
+        extra = [] if flag in ("--steps", "--epochs") else ["--steps", 1]
+        r = run("finetune", "--model", folder, "--data", data, "--out", tmp_path / "o", *extra, flag, value,
+                check=False)
+        assert r.returncode == 1 and words in r.stderr, (flag, value, r.stderr)
+    r = run("finetune", "--model", folder, "--data", data, "--out", tmp_path / "o", "--steps", 3, "--lr", 1e30,
+            "--no-progress", check=False)
+    assert r.returncode == 1 and "training diverged" in r.stderr, r.stderr
+    assert not (tmp_path / "o" / "adapter_model.safetensors").exists()
 
 
 def test_epochs_accumulation_bf16_and_the_other_flags(base, tmp_path):

@@ -299,3 +299,22 @@ def test_char_tokenizer_names_the_first_byte_that_is_not_utf8(tmp_path):
     assert p.returncode == 1 and f"ill-formed byte 0xEF at offset {offset}" in p.stderr, p.stderr
     assert not out.exists()  # nothing half-written
     assert tp.run("prepare", "--input", str(src), "--out", str(out), "--tokenizer", "byte").returncode == 0
+
+
+def test_a_diverging_run_stops_with_an_error_before_saving(tmp_path):
+    """lr = 1e30 trained on to NaN weights, exported them and exited 0."""
+    model_toml = 'architecture = "gpt2"\nblock_size = 16\nn_embd = 16\nn_layer = 1\nn_head = 2'
+    cfg = write_run(tmp_path, model_toml, steps=6, sample_tokens=0)
+    text = open(cfg).read().replace("lr = 3e-3", "lr = 1e30").replace("min_lr = 3e-4", "min_lr = 0")
+    with open(cfg, "w") as f:
+        f.write(text)
+    p = tp.run("train", "--config", cfg, "--export", str(tmp_path / "export"), check=False)
+    assert p.returncode == 1 and "training diverged" in p.stderr and "stopped before the update" in p.stderr, p.stderr
+    assert not (tmp_path / "export").exists()
+    for flag in (["--max-steps", "0"], ["--max-steps", "-1"]):
+        p = tp.run("train", "--config", cfg, *flag, check=False)
+        assert p.returncode == 1 and "--max-steps" in p.stderr, p.stderr
+    with open(cfg, "w") as f:
+        f.write(text.replace("lr = 1e30", "lr = inf"))
+    p = tp.run("train", "--config", cfg, check=False)
+    assert p.returncode == 1 and "lr and min_lr must be finite" in p.stderr, p.stderr
