@@ -39,10 +39,12 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("--adapter", o->adapter, "a LoRA adapter folder (PEFT)");
   cmd->add_option("--system", o->system, "a system message to start the conversation with");
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens per answer at most (default 512)");
-  cmd->add_option("--temperature", o->temperature, "sampling temperature (default 0.7; 0: greedy)");
+  cmd->add_option("--temperature", o->temperature, "sampling temperature (default 0.7; 0: greedy)")
+      ->check(sampling_temperature());
   cmd->add_option("--top-p", o->top_p, "nucleus sampling (default 1: off)");
   cmd->add_option("--top-k", o->top_k, "top-k sampling (default 0: off)");
-  cmd->add_option("--seed", o->seed, "sampling seed (default 0)");
+  cmd->add_option("--seed", o->seed, "sampling seed (default 0)")
+      ->check(count_or_zero("seed", "seed 0"));
   cmd->add_option("--quantize", o->quantize, "weight format of the products (q8_0, q4_K, ...)");
   add_threads_option(cmd);
   cmd->callback([o] {

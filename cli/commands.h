@@ -42,6 +42,11 @@ CLI::Validator thread_count();
 /// "all"): an integer, 0 or more.
 CLI::Validator count_or_zero(const std::string& what, const std::string& zero_means);
 
+/// The check of a number `what` (e.g. "a loss in nats") that is finite and 0 or more.
+CLI::Validator finite_at_least_zero(const std::string& what);
+/// The check of a sampling temperature: finite, 0 (greedy) or more (NaN and -1 became greedy unseen).
+CLI::Validator sampling_temperature();
+
 /// The non-empty items of a comma-separated list ("a,b,,c" -> a, b, c).
 std::vector<std::string> split_list(const std::string& s);
 

@@ -1,4 +1,6 @@
 // Helpers the subcommands share (commands.h).
+#include <cmath>
+#include <cstdlib>
 #include <charconv>
 #include <sstream>
 #include <system_error>
@@ -13,6 +15,7 @@ namespace foundry::cli {
 
 std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const models::LoadOptions& options,
                                              const std::string& adapter, bool merge) {
+  if (adapter.empty() && merge) raise<ValueError>("--merge merges an adapter: give --adapter DIR too");
   if (adapter.empty()) return models::load_pretrained(dir, options);
   if (!merge) {
     std::shared_ptr<models::CausalLM> model = models::load_pretrained(dir, options);
@@ -70,6 +73,19 @@ CLI::Validator count_or_zero(const std::string& what, const std::string& zero_me
 }
 
 CLI::Validator thread_count() { return count_or_zero("thread count", "all cores"); }
+
+CLI::Validator finite_at_least_zero(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& v) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0) return "takes " + what + ", finite and 0 or more, not '" + v + "'";
+        return "";
+      },
+      "X");
+}
+
+CLI::Validator sampling_temperature() { return finite_at_least_zero("a temperature (0: greedy)"); }
 
 void add_threads_option(CLI::App* cmd) {
   cmd->add_option_function<int>(

@@ -428,14 +428,18 @@ void add_memorization(CLI::App& app) {
   cmd->add_option("--prompts", o->prompts, "prompts, one per line, used in turn (default: the model's prefix token alone)");
   cmd->add_option("--samples", o->samples, "continuations to sample (default 32)");
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens per continuation (default 64)");
-  cmd->add_option("--temperature", o->temperature, "sampling temperature (default 1.0; 0: greedy)");
+  cmd->add_option("--temperature", o->temperature, "sampling temperature (default 1.0; 0: greedy)")
+      ->check(sampling_temperature());
   cmd->add_option("--top-k", o->top_k, "top-k sampling (default 40; 0: off)");
-  cmd->add_option("--seed", o->seed, "sampling seed (default 0)");
+  cmd->add_option("--seed", o->seed, "sampling seed (default 0)")
+      ->check(count_or_zero("seed", "seed 0"));
   cmd->add_option("--window", o->window, "tokens per window whose mean loss is tested (default 16)");
   cmd->add_option("--max-loss", o->max_loss,
                   "a window is abnormally predictable at or below this mean loss in nats per token (default 0.25: text the "
-                  "model has all but memorized; typical text costs 1-4)");
-  cmd->add_option("--min-chars", o->min_chars, "report verbatim matches of at least this many bytes (default 32)");
+                  "model has all but memorized; typical text costs 1-4)")
+      ->check(finite_at_least_zero("a mean loss in nats per token"));
+  cmd->add_option("--min-chars", o->min_chars, "report verbatim matches of at least this many bytes (default 32)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--out", o->out, "report JSON")->required();
   cmd->add_option("--quantize", o->quantize, "weight format of the products");
   add_threads_option(cmd);

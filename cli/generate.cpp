@@ -36,7 +36,7 @@ std::vector<int64_t> parse_ids(const std::string& s) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
+    if (item.empty()) raise<ValueError>("--input-ids: an empty item in '{}' (ids are separated by single commas)", s);
     try {
       size_t used = 0;
       ids.push_back(std::stoll(item, &used));
@@ -103,7 +103,8 @@ void add_generate(CLI::App& app) {
   prompt->excludes(ids);
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate (default 32)");
   cmd->add_option("--temperature", o->temperature,
-                  "sampling temperature; 0 means greedy (greedy also when no sampling option is given)");
+                  "sampling temperature; 0 means greedy (greedy also when no sampling option is given)")
+      ->check(sampling_temperature());
   cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens (sampling)");
   cmd->add_option("--top-p", o->top_p, "nucleus sampling mass");
   cmd->add_option("--min-p", o->min_p, "drop tokens below min_p x the top probability");
@@ -120,7 +121,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--draft-model", o->draft_model, "smaller model of the same tokenizer for speculative decoding");
   cmd->add_option("--lookahead", o->lookahead, "draft tokens proposed per step (speculative decoding)");
   cmd->add_option("--stop", o->stop, "stop when the output contains this text (repeatable)");
-  auto* seed = cmd->add_option("--seed", o->seed, "random seed; sampling is reproducible for a seed");
+  auto* seed = cmd->add_option("--seed", o->seed, "random seed; sampling is reproducible for a seed")
+      ->check(count_or_zero("seed", "seed 0"));
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past EOS");
   cmd->add_flag("--print-ids", o->print_ids, "print the generated ids as a JSON list on the last line");
   cmd->add_flag("--stream", o->stream, "print tokens as they are generated");

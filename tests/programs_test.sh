@@ -32,6 +32,27 @@ done
 [ -x "$bin/foundry" ] && check foundry 1 attribute --presence /nonexistent.csv --scores /nonexistent.csv --out /tmp/x.json
 [ -x "$bin/foundry" ] && check foundry 1 memorization --model /nonexistent/model --corpus /nonexistent.txt --out /tmp/x.json
 [ -x "$bin/foundry" ] && check foundry 1 ops --dump-samples "${TMPDIR:-/tmp}/foundry-no-samples-$$" --only no_such_op
+# Values that were taken silently (NaN / -1 temperatures as greedy, seeds wrapping around, counts
+# below 0 as "unset", an empty id as nothing): refused at the command line, naming the option.
+if [ -x "$bin/foundry" ]; then
+  while read -r opt args; do
+    out=$(timeout 20 "$bin/foundry" $args 2>&1); status=$?
+    { [ $status -eq 1 ] && echo "$out" | grep -q -- "$opt"; } || { echo "FAIL: foundry $args -> status $status: $out"; fail=1; }
+  done <<'CASES'
+--temperature generate --model /nonexistent --input-ids 1 --temperature inf
+--temperature chat --model /nonexistent --temperature nan
+--temperature chat --model /nonexistent --temperature -1
+--temperature memorization --model /nonexistent --corpus /nonexistent --out /tmp/x --temperature -1
+--seed generate --model /nonexistent --input-ids 1 --seed -1
+--seed chat --model /nonexistent --seed -1
+--limit eval --model /nonexistent --tasks /nonexistent --limit -1
+--num-fewshot eval --model /nonexistent --tasks /nonexistent --num-fewshot -1
+--max-loss memorization --model /nonexistent --corpus /nonexistent --out /tmp/x --max-loss nan
+--min-chars memorization --model /nonexistent --corpus /nonexistent --out /tmp/x --min-chars -1
+--max-steps train --config /nonexistent.toml --max-steps 0
+--steps finetune --model /nonexistent --data /nonexistent --out /tmp/x --steps -1
+CASES
+fi
 # An empty key or token (an unset shell variable) would leave the server open: refused by name.
 if [ -x "$bin/foundry" ]; then
   for args in "serve --model /nonexistent/model --api-key=" "dashboard --dir /nonexistent --token=" \

@@ -495,8 +495,8 @@ void check_settings(const GenerationConfig& cfg) {
                    "generate: max_new_tokens must be in 0..{}, got {}", kMaxNewTokens, cfg.max_new_tokens);
   FOUNDRY_CHECK_AS(ValueError, cfg.num_beams >= 1 && cfg.num_beams <= kMaxBeams,
                    "generate: num_beams must be in 1..{}, got {}", kMaxBeams, cfg.num_beams);
-  FOUNDRY_CHECK_AS(ValueError, in(cfg.temperature, 0, HUGE_VAL),
-                   "generate: temperature must be 0 (greedy) or more, got {}", cfg.temperature);
+  FOUNDRY_CHECK_AS(ValueError, in(cfg.temperature, 0, HUGE_VAL) && std::isfinite(cfg.temperature),
+                   "generate: temperature must be 0 (greedy) or more and finite, got {}", cfg.temperature);
   FOUNDRY_CHECK_AS(ValueError, cfg.top_k >= 0, "generate: top_k must be 0 (off) or more, got {}", cfg.top_k);
   FOUNDRY_CHECK_AS(ValueError, in(cfg.top_p, 0, 1), "generate: top_p must be in [0, 1], got {}", cfg.top_p);
   FOUNDRY_CHECK_AS(ValueError, in(cfg.min_p, 0, 1), "generate: min_p must be in [0, 1], got {}", cfg.min_p);
