@@ -102,7 +102,11 @@ void add_eval_command(CLI::App& app) {
   out->needs(requests);
   cmd->add_option("--num-fewshot", o->num_fewshot, "few-shot examples per document (default: each task's num_fewshot)")
       ->needs(tasks)
-      ->check(count_or_zero("few-shot count", "zero-shot"));
+      ->check([](const std::string& v) {
+        char* end = nullptr;
+        const long long n = std::strtoll(v.c_str(), &end, 10);
+        return !v.empty() && *end == '\0' && n >= 0 ? std::string() : "num_fewshot must be 0 or more, got '" + v + "'";
+      });
   cmd->add_option("--fewshot-seed", o->fewshot_seed, "seed of the few-shot draws (default 1234, as lm-eval)")->needs(tasks);
   cmd->add_option("--limit", o->limit, "evaluate the first N documents of each task (a fraction < 1: that share)")
       ->needs(tasks)
@@ -111,7 +115,7 @@ void add_eval_command(CLI::App& app) {
         const double x = std::strtod(v.c_str(), &end);
         return !v.empty() && *end == '\0' && x > 0 && std::isfinite(x)
                    ? std::string()
-                   : "takes a number of documents (or a share below 1), above 0, not '" + v + "'";
+                   : "limit must be a positive number (documents, or a share below 1), got '" + v + "'";
       });
   cmd->add_option("--output", o->output, "results.json path (lm-eval's shape)")->needs(tasks);
   cmd->add_flag("--log-samples", o->log_samples, "write samples_<task>.jsonl beside --output")->needs(tasks);

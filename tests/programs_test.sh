@@ -45,8 +45,8 @@ if [ -x "$bin/foundry" ]; then
 --temperature memorization --model /nonexistent --corpus /nonexistent --out /tmp/x --temperature -1
 --seed generate --model /nonexistent --input-ids 1 --seed -1
 --seed chat --model /nonexistent --seed -1
---limit eval --model /nonexistent --tasks /nonexistent --limit -1
---num-fewshot eval --model /nonexistent --tasks /nonexistent --num-fewshot -1
+limit eval --model /nonexistent --tasks /nonexistent --limit -1
+num_fewshot eval --model /nonexistent --tasks /nonexistent --num-fewshot -1
 --max-loss memorization --model /nonexistent --corpus /nonexistent --out /tmp/x --max-loss nan
 --min-chars memorization --model /nonexistent --corpus /nonexistent --out /tmp/x --min-chars -1
 --max-steps train --config /nonexistent.toml --max-steps 0

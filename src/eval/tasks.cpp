@@ -1,8 +1,10 @@
 // Running lm-eval tasks: few-shot contexts, requests per output_type, the harness's
 // process_results, filters, aggregations and stderr, and results.json / samples / the table.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <limits>
 #include <set>
@@ -301,6 +303,8 @@ struct TaskRunner {
         const ojson text = c.text(doc);
         if (c.output_type == "multiple_choice") {
           d.choices = c.choices(doc);
+          if (d.choices.empty())
+            raise<ValueError>("task file {}: document {} has no choices (doc_to_choice gave an empty list)", c.file, i);
           d.multiple_input = text.is_number_integer();
           d.target = d.multiple_input ? text : c.target(doc);
           d.first_request = ll.size();
@@ -426,6 +430,15 @@ struct TaskRunner {
       std::vector<int64_t> golds;
       if (d.target.is_array()) for (const ojson& g : d.target) golds.push_back(gold_index(g));
       else golds.push_back(gold_index(d.target));
+      // Scored as wrong, as lm-eval does (gold -100), and said, as lm-eval does: a task whose
+      // labels miss their choices otherwise reads as a model that never gets it right.
+      if (std::find(golds.begin(), golds.end(), -100) != golds.end()) {
+        static std::atomic<int> warned{0};
+        if (warned.fetch_add(1) < 3)
+          std::fprintf(stderr, "warning: task file %s: the gold label %s is not one of the document's %zu choices "
+                               "(scored as wrong, as lm-eval does)\n",
+                       c.file.c_str(), d.target.dump().c_str(), n);
+      }
       auto hit = [&](size_t p) { return std::find(golds.begin(), golds.end(), int64_t(p)) != golds.end(); };
       if (name == "acc") it.x = hit(pred);
       else if (name == "acc_norm") it.x = hit(pred_norm);

@@ -176,6 +176,8 @@ def foundry_eval():
 
 BAD = [
     ("task: t\ndataset_path: d.jsonl\noutput_type: multiple_choice\ndoc_to_text: q\ndoc_to_target: 0\n"
+     "doc_to_choice: '{{ [] }}'\n", "document 0 has no choices"),
+    ("task: t\ndataset_path: d.jsonl\noutput_type: multiple_choice\ndoc_to_text: q\ndoc_to_target: 0\n"
      "doc_to_choice: [a, b]\nshuffle: true\n", "'shuffle': unknown key"),
     ("task: t\ndataset_path: d.jsonl\ndoc_to_text: '{{ nope }}'\ndoc_to_target: a\n", "'doc_to_text': template: 'nope' is undefined"),
     ("task: t\ndataset_path: d.jsonl\ndoc_to_text: '{% if q %}'\ndoc_to_target: a\n", "'doc_to_text': template: missing {% endif %}"),
@@ -221,6 +223,8 @@ def test_bad_data_and_a_model_without_a_tokenizer(model, tmp_path):
     assert p.returncode == 1 and "no tokenizer" in p.stderr, p.stderr
     # Options out of range were taken as the default (or as an empty run) without a word.
     for flag, value, message in [("--num-fewshot", "-3", "num_fewshot must be 0 or more"),
+                                 ("--num-fewshot", "-1", "num_fewshot must be 0 or more"),  # -1 was "unset"
+                                 ("--limit", "-1", "limit must be a positive number"),
                                  ("--limit", "-2", "limit must be a positive number"),
                                  ("--limit", "nan", "limit must be a positive number"),
                                  ("--bootstrap-iters", "-5", "bootstrap_iters must be 0 (none) or more"),
@@ -228,3 +232,16 @@ def test_bad_data_and_a_model_without_a_tokenizer(model, tmp_path):
         p = subprocess.run([tp.FOUNDRY, "eval", "--model", str(folder), "--tasks", str(task), flag, value],
                            capture_output=True, text=True)
         assert p.returncode == 1 and message in p.stderr, (flag, value, p.stderr)
+
+
+def test_gold_labels_outside_the_choices_are_said(model, tmp_path):
+    # Scored as wrong as lm-eval does, but no longer without a word (the task read as a model at 0%).
+    folder, _ = model
+    jsonl(str(tmp_path / "d.jsonl"), [{"q": "is it?", "a": "yes"}, {"q": "or not?", "a": "no"}])
+    task = tmp_path / "t.yaml"
+    task.write_text("task: t\ndataset_path: d.jsonl\noutput_type: multiple_choice\ndoc_to_text: '{{q}}'\n"
+                    "doc_to_target: 7\ndoc_to_choice: [yes, no]\n")
+    p = subprocess.run([tp.FOUNDRY, "eval", "--model", str(folder), "--tasks", str(task), "--bootstrap-iters", "0"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "the gold label 7 is not one of the document's 2 choices" in p.stderr, p.stderr
