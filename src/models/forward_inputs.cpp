@@ -64,6 +64,14 @@ ForwardInputs parse_forward_inputs(const std::string& json, const std::string& w
   B = in.input_ids.size(0);
   T = in.input_ids.size(1);
   in.attention_mask = batch("attention_mask", T);
+  if (in.attention_mask.defined()) {
+    // transformers reads 0 / 1 (2 or -1 became "attend" here, and a bias elsewhere)
+    const int64_t* m = in.attention_mask.data<int64_t>();
+    for (int64_t i = 0; i < in.attention_mask.numel(); ++i)
+      if (m[i] != 0 && m[i] != 1)
+        raise<ValueError>("forward: {}: attention_mask holds {} at row {}, position {}; it takes 0 (padding) and 1",
+                          where, m[i], i / T, i % T);
+  }
   in.token_type_ids = batch("token_type_ids", T);
   in.decoder_input_ids = batch("decoder_input_ids", -1);
   return in;

@@ -642,6 +642,11 @@ def test_logits_and_greedy_match_reference(tmp_path, name):
     keep = mask.bool().numpy()
     err = np.abs(got[keep] - ref.numpy()[keep]).max()
     assert err <= 1e-4, f"{name}: max abs logits difference {err}"
+    # A mask holds 0 and 1 only (2 and -1 were read as "attend").
+    for bad in (2, -1):
+        inputs.write_text(json.dumps({"input_ids": ids.tolist(), "attention_mask": [[1] * 8 + [bad]] * 2}))
+        p = run("forward", "--model", folder, "--inputs", str(inputs), "--out", out, check=False)
+        assert p.returncode == 1 and f"attention_mask holds {bad} at row 0, position 8" in p.stderr, p.stderr
     # Without a mask the unpadded row gives the same logits.
     inputs.write_text(json.dumps({"input_ids": ids[:1].tolist()}))
     run("forward", "--model", folder, "--inputs", str(inputs), "--out", out)
