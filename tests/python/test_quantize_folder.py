@@ -127,6 +127,15 @@ def test_quantize_errors(tmp_path, model_folder):
     folder, _, _ = model_folder
     bad = tp.run("quantize", "--model", folder, "--out", folder, "--type", "nf4", check=False)
     assert bad.returncode != 0 and "must differ" in bad.stderr
+    # Rows narrower than the group: nothing can be quantized, and nothing is written.
+    cfg, make_weights, _ = tp.CASES["llama"]
+    cfg = dict(cfg, hidden_size=32, intermediate_size=96, num_attention_heads=2, num_key_value_heads=2)
+    small = str(tmp_path / "small")
+    tp.write_folder(small, cfg, make_weights(cfg, torch.Generator().manual_seed(3)))
+    narrow = tp.run("quantize", "--model", small, "--out", str(tmp_path / "n"), "--type", "int4", "--group-size", "128",
+                    check=False)
+    assert narrow.returncode == 1 and "every row length must be a multiple of --group-size 128" in narrow.stderr
+    assert not os.path.exists(tmp_path / "n")
     out = str(tmp_path / "q")
     tp.run("quantize", "--model", folder, "--out", out, "--type", "nf4", "--no-double-quant")
     again = tp.run("quantize", "--model", out, "--out", str(tmp_path / "qq"), "--type", "int8", check=False)

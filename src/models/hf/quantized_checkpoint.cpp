@@ -127,6 +127,12 @@ int64_t quantize_folder(const std::string& dir, const std::string& out, const Qu
       if (!o.symmetric) tensors[name + ".zeros"] = vector_tensor(q.zeros, {rows, cols / o.group_size}, DType::UInt8);
     }
   }
+  // A folder that claims quantization_config while every matrix stayed float (rows narrower than
+  // the int4 group, say) was written with "quantized 0 weights" and exit status 0.
+  FOUNDRY_CHECK_AS(ValueError, count > 0,
+                   "quantize: no matrix of {} can be quantized to {}{} (nothing written)", dir, o.type,
+                   o.type == "int4" ? fmt::format(": every row length must be a multiple of --group-size {}", o.group_size)
+                                    : std::string());
 
   fs::create_directories(out);
   io::save_safetensors((fs::path(out) / "model.safetensors").string(), tensors, {{"format", "pt"}});
