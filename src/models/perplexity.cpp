@@ -42,6 +42,9 @@ PerplexityResult perplexity(CausalLM& model, const std::vector<int64_t>& all_ids
     ++r.windows;
   }
   r.mean_nll = nll / double(r.tokens_scored);
+  // Not a perplexity: the model's logits held NaN (NaN or infinite weights, a broken config).
+  FOUNDRY_CHECK_AS(ValueError, !std::isnan(r.mean_nll),
+                   "perplexity: the model's log-probabilities are NaN (its weights or config give non-finite logits)");
   r.perplexity = std::exp(r.mean_nll);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

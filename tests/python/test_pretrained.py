@@ -1263,3 +1263,16 @@ def test_dynamic_rope_scaling_beyond_the_trained_length(tmp_path, name):
     out = str(tmp_path / "logits.npy")
     run("forward", "--model", folder, "--inputs", str(inputs), "--out", out)
     assert np.abs(np.load(out) - ref.numpy()).max() <= 1e-4
+
+
+def test_perplexity_of_nan_logits_is_an_error(tmp_path):
+    """A model whose weights give NaN logits printed "perplexity nan" with exit status 0."""
+    cfg, make_weights, _ = CASES["llama"]
+    w = make_weights(cfg, torch.Generator().manual_seed(5))
+    w["model.norm.weight"] = torch.full_like(w["model.norm.weight"], float("nan"))
+    folder = str(tmp_path / "nan")
+    write_folder(folder, cfg, w)
+    text = tmp_path / "t.txt"
+    text.write_text("0123456789" * 10)  # bytes 48-57, inside the 97-word vocabulary
+    p = run("perplexity", "--model", folder, "--data", str(text), "--tokenizer", "byte", "--context", "16", check=False)
+    assert p.returncode == 1 and "log-probabilities are NaN" in p.stderr, p.stderr

@@ -113,6 +113,7 @@ def test_bad_input_lines_and_options_give_clear_errors(tmp_path):
         (["--input", "-", "--decode"], "\"text\"\n", "array of ids"),
         (["--input", "-", "--tiktoken-encoding", "cl100k_base"], "\"x\"\n", "applies to .tiktoken"),
         (["--input", tmp_path / "missing.jsonl"], None, "cannot open"),
+        (["--input", tmp_path], None, "is a directory, not a JSON Lines file"),
         ([], None, "--input"),
     ]
     for extra, stdin, words in cases:
