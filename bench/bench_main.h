@@ -10,6 +10,7 @@
 #include <exception>
 #include <functional>
 #include <stdexcept>
+#include <initializer_list>
 #include <string>
 #include <system_error>
 
@@ -35,6 +36,22 @@ inline int64_t integer_value(const std::string& option, const std::string& value
 inline int64_t integer_option(int argc, char** argv, int& i, int64_t min = 0) {
   const std::string option = argv[i];
   return integer_value(option, option_value(argc, argv, i), min);
+}
+
+/// The value of option argv[i], which must be one of `allowed` (advancing i).
+inline std::string choice_option(int argc, char** argv, int& i, std::initializer_list<const char*> allowed) {
+  const std::string option = argv[i], value = option_value(argc, argv, i);
+  std::string names;
+  for (const char* a : allowed) {
+    if (value == a) return value;
+    names += (names.empty() ? "" : ", ") + std::string(a);
+  }
+  throw std::invalid_argument(option + " takes one of " + names + ", not '" + value + "'");
+}
+
+/// `--only NAME` that matched no case: an error, not an empty table.
+inline void check_only_matched(const std::string& only, bool matched) {
+  if (!only.empty() && !matched) throw std::invalid_argument("--only '" + only + "' names no case (see --help)");
 }
 
 [[noreturn]] inline void unknown_option(const std::string& arg) {

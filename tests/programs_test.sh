@@ -82,6 +82,13 @@ if [ -x "$bin/bench_track_log" ]; then
     { echo "FAIL: bench_track_log --dir removed or left files in $keep: $(ls "$keep")"; fail=1; }
   rm -rf "$keep"
 fi
+# Values a bench took without a word (an empty table, float16 as float32, no work at all).
+[ -x "$bin/bench_finetune" ] && check bench_finetune 1 --precision float16
+[ -x "$bin/bench_train_step" ] && check bench_train_step 1 --precision float16
+[ -x "$bin/bench_infer" ] && check bench_infer 1 --dtype bogus
+[ -x "$bin/bench_ops_vs_torch" ] && check bench_ops_vs_torch 1 --only no_such_case
+[ -x "$bin/bench_optim_vs_torch" ] && check bench_optim_vs_torch 1 --only no_such_case
+[ -x "$bin/tokenize_bench" ] && check tokenize_bench 1
 # A malformed number is named, not reported as the parser's own exception ("stoi").
 numcheck() {  # numcheck NAME ARGS...
   local name=$1; shift

@@ -29,7 +29,7 @@ static int run(int argc, char** argv) {
     auto number = [&](int64_t min) { return bench::integer_option(argc, argv, i, min); };
     if (a == "--model") model_dir = next();
     else if (a == "--targets") targets = next();
-    else if (a == "--precision") precision = next();
+    else if (a == "--precision") precision = bench::choice_option(argc, argv, i, {"float32", "bfloat16"});
     else if (a == "--quantize") quantize = next();
     else if (a == "--threads") threads = int(number(1));
     else if (a == "--steps") steps = int(number(1));

@@ -76,7 +76,7 @@ static int run(int argc, char** argv) {
     else if (a == "--prompt") prompt = number(1);
     else if (a == "--decode") decode = number(1);
     else if (a == "--quantize") quantize = next();
-    else if (a == "--dtype") dtype = next();
+    else if (a == "--dtype") dtype = bench::choice_option(argc, argv, i, {"float32", "native"});
     else if (a == "--quantized-prefill") quantized_prefill = next();
     else if (a == "--kv-cache") kv_cache = next();
     else if (a == "--stream-mb") stream_mb = number(1);

@@ -52,7 +52,8 @@ static int run(int argc, char** argv) {
   set_num_threads(threads);
   manual_seed(0);
   autograd::NoGradGuard no_grad;
-  auto want = [&](const char* name) { return only.empty() || only == name; };
+  bool matched = false;
+  auto want = [&](const char* name) { return only.empty() || (only == name && (matched = true)); };
 
   const int64_t N = 1 << 22;  // 4M floats = 16 MB per tensor
   Tensor a = randn({N}), b = randn({N});
@@ -111,6 +112,7 @@ static int run(int argc, char** argv) {
            }),
            0, flops);
   }
+  bench::check_only_matched(only, matched);
   return 0;
 }
 

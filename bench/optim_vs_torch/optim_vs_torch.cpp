@@ -86,7 +86,8 @@ static int run(int argc, char** argv) {
     else bench::unknown_option(a);
   }
   set_num_threads(threads);
-  auto want = [&](const char* name) { return only.empty() || only == name; };
+  bool matched = false;
+  auto want = [&](const char* name) { return only.empty() || (only == name && (matched = true)); };
   int64_t n = 0;
   for (const auto& s : gpt2_124m_shapes()) n += numel_of(s);
   const double adam_bytes = 28.0 * double(n);  // read p, g, m, v; write p, m, v
@@ -118,6 +119,7 @@ static int run(int argc, char** argv) {
     // max_norm small enough that every call scales (torch multiplies even by 1; Foundry skips that).
     report("clip_grad_norm", time_ms([&] { optim::clip_grad_norm_(ps, 1e-3); }, reps), 12.0 * double(n));
   }
+  bench::check_only_matched(only, matched);
   return 0;
 }
 

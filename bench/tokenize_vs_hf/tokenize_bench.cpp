@@ -73,6 +73,8 @@ static int run(int argc, char** argv) {
       toks.emplace_back(a.substr(0, eq), a.substr(eq + 1));
     }
   }
+  if (toks.empty() || files.empty())
+    throw std::invalid_argument("give at least one NAME=TOKENIZER_FILE, then --, then at least one corpus file");
   std::vector<std::string> lines = read_lines(files);
   size_t bytes = 0;
   for (auto& l : lines) bytes += l.size();

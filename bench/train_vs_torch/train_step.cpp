@@ -33,7 +33,7 @@ static int run(int argc, char** argv) {
     else if (a == "--warmup") warmup = int(number(0));
     else if (a == "--batch") batch = number(1);
     else if (a == "--seq") seq = number(1);
-    else if (a == "--precision") precision = next();
+    else if (a == "--precision") precision = bench::choice_option(argc, argv, i, {"float32", "bfloat16"});
     else if (a == "--checkpointing") ckpt = true;
     else if (a == "--layers") layers = number(1);
     else bench::unknown_option(a);
