@@ -45,8 +45,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--kv-cache", o->kv_cache, "KV cache format (f16, bf16, q8_0, ...; default: the model's dtype)");
   cmd->add_option("--served-model-name", o->name, "the model id clients use (default: the folder's name)");
   cmd->add_option("--max-queue", o->max_queue, "waiting requests beyond which the server answers 429 (default 64)");
-  cmd->add_option("--timeout", o->timeout, "seconds after which a request is cancelled (default 600)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--timeout", o->timeout, "seconds after which a request is cancelled (default 600)");
   cmd->add_option("--block-size", o->block_size, "positions per KV cache block (default 16)");
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per prefill forward (default 128)");
   cmd->add_option("--max-body", o->max_body, "largest request body in bytes (default 8 MiB; larger: 413)")

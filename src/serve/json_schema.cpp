@@ -93,6 +93,11 @@ std::shared_ptr<Schema> parse_schema(const json& j, const std::string& where) {
     if (!s->properties.count(r) && !s->additional)
       raise<ValueError>("json_schema: {} requires '{}', which its properties lack", where, r);
   if (!s->items) s->items = any_schema();
+  // Bounds no value meets: refused here, as the request's error, not found token by token later.
+  if (s->max_length >= 0 && s->min_length > s->max_length)
+    raise<ValueError>("json_schema: {} has minLength {} above maxLength {}", where, s->min_length, s->max_length);
+  if (s->max_items >= 0 && s->min_items > s->max_items)
+    raise<ValueError>("json_schema: {} has minItems {} above maxItems {}", where, s->min_items, s->max_items);
   return s;
 }
 

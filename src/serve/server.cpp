@@ -384,6 +384,8 @@ struct Server::Impl {
         msg["content"] = text;
       } else if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null()) {
         throw ApiError(400, "a message's 'content' must be a string or a list of text parts", "messages");
+      } else if (!m.contains("content") || m["content"].is_null()) {
+        msg["content"] = "";  // OpenAI's null content (an assistant turn that only called tools): no text
       }
       messages.push_back(msg);
     }
@@ -460,6 +462,10 @@ struct Server::Impl {
     json choices = json::array();
     for (size_t i = 0; i < jobs.size(); ++i) {
       Job& j = *jobs[i];
+      // A schema no output satisfies (minLength above maxLength, say) is the request's fault.
+      if (j.reason.find("no token satisfies the constraint") != std::string::npos)
+        throw ApiError(400, "response_format: no output satisfies the schema (contradictory bounds such as "
+                            "minLength above maxLength?)", "response_format");
       if (j.reason.rfind("error", 0) == 0) throw ApiError(500, j.reason, "", "", "server_error");
       auto [text, hit] = decode_until_stop(tok, j.ids, p.stop);
       json choice;

@@ -409,6 +409,19 @@ def test_response_format_constrains_the_output(server):
                          "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"anyOf": []}}}})
     err = json.loads(text)["error"]
     assert status == 400 and "anyOf" in err["message"] and err["param"] == "response_format"
+    # Bounds no value meets were a 500 "no token satisfies the constraint" after generation began.
+    for schema, words in [({"type": "string", "minLength": 10, "maxLength": 2}, "minLength 10 above maxLength 2"),
+                          ({"type": "array", "minItems": 3, "maxItems": 1}, "minItems 3 above maxItems 1")]:
+        status, text = post(server.url + "/v1/chat/completions",
+                            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 8,
+                             "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}})
+        err = json.loads(text)["error"]
+        assert status == 400 and words in err["message"] and err["param"] == "response_format", text
+    # OpenAI's null content (an assistant turn that only called tools) renders as empty text.
+    status, text = post(server.url + "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None},
+                                      {"role": "user"}], "max_tokens": 2, "temperature": 0})
+    assert status == 200, text
 
 
 def test_deeply_nested_requests_are_refused_not_fatal(server):
