@@ -286,9 +286,9 @@ void add_info(CLI::App& app) {
     const models::ModelConfig& c = model->config();
     std::map<std::string, int64_t> by_dtype;
     int64_t bytes = 0;
-    for (const auto& [name, w] : model->weights()) {
-      by_dtype[std::string(dtype_name(w.dtype()))] += w.numel();
-      bytes += w.nbytes();
+    for (const auto& [name, w] : model->stored_weights()) {  // a GGUF's quantized matrices by their format
+      by_dtype[w.kind] += w.numel;
+      bytes += w.bytes;
     }
     std::printf("architecture: %s (model_type %s)\n", c.architecture.c_str(), c.model_type.c_str());
     std::printf("layers %lld, hidden %lld, heads %lld (kv %lld, head_dim %lld), intermediate %lld, vocab %lld, "

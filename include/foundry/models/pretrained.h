@@ -212,6 +212,13 @@ class CausalLM : public nn::Module {
   Tensor hidden_states(const Tensor& input_ids, const Tensor& attention_mask = {});
   /// Parameters by their HF names (tied tensors once).
   std::map<std::string, Tensor> weights() const;
+  /// How a parameter is held: its dtype's name, or the block format of adopted quantized bytes
+  /// (a GGUF file's, an NF4 folder's), and the bytes it takes.
+  struct StoredWeight {
+    std::string kind;
+    int64_t numel = 0, bytes = 0;
+  };
+  std::map<std::string, StoredWeight> stored_weights() const;
   DType dtype() const { return dtype_; }
   /// Weight products use `format` ("q8_0", "q4_K", ...) copies of the weights, quantized on first
   /// use: up to kQuantizedMaxRows activation rows (decode) with the quantized matrix-vector kernels,

@@ -96,6 +96,15 @@ std::map<std::string, Tensor> CausalLM::weights() const {
   return out;
 }
 
+std::map<std::string, CausalLM::StoredWeight> CausalLM::stored_weights() const {
+  std::map<std::string, StoredWeight> out;
+  for (auto& [name, t] : named_parameters()) {
+    if (auto q = products_->adopted_storage(t)) out[name] = {q->first, t.numel(), q->second};
+    else out[name] = {std::string(dtype_name(t.dtype())), t.numel(), t.nbytes()};
+  }
+  return out;
+}
+
 void CausalLM::set_weight_quantization(const std::string& format) { products_->set_format(format); }
 
 const std::string& CausalLM::weight_quantization() const { return products_->format(); }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <unordered_map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -156,6 +157,8 @@ class WeightProducts {
   void adopt(const Tensor& w, const std::string& format, const Tensor& bytes, bool transposed = false);
   /// Whether products with w read adopted quantized bytes (w itself is then a placeholder).
   bool adopted(const Tensor& w) const;
+  /// The format and byte count of an adopted w's quantized rows; nullopt when w is not adopted.
+  std::optional<std::pair<std::string, int64_t>> adopted_storage(const Tensor& w) const;
   /// Rows `ids` of an adopted w, dequantized to w's dtype ([*ids.shape, k]): an embedding table
   /// kept in its file's format (a GGUF's token_embd) looked up without a dense copy. Undefined
   /// when w is not adopted.

@@ -158,6 +158,13 @@ bool WeightProducts::adopted(const Tensor& w) const {
   return it != quantized_.end() && !it->second->owned;
 }
 
+std::optional<std::pair<std::string, int64_t>> WeightProducts::adopted_storage(const Tensor& w) const {
+  auto it = quantized_.find(w.impl());
+  if (it == quantized_.end() || it->second->owned) return std::nullopt;
+  const Quantized& q = *it->second;
+  return std::pair{std::string(q.format->name), quant::quantized_bytes(*q.format, q.rows, q.k)};
+}
+
 namespace {
 
 // Rows [r0, r1) of a quantized [rows, k] matrix as float32 [r1 - r0, k].
