@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -138,6 +139,24 @@ std::vector<int64_t> list_checkpoints(const std::string& root) {
   }
   std::sort(steps.begin(), steps.end());
   return steps;
+}
+
+std::vector<std::string> incomplete_checkpoints(const std::string& root) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(root, ec))
+    if (parse_step_name(entry.path().filename().string()) &&
+        !(entry.is_directory(ec) && fs::is_regular_file(entry.path() / kManifest, ec)))
+      out.push_back(entry.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void resume_note(const std::string& root, const char* who) {
+  for (const std::string& dir : incomplete_checkpoints(root))
+    std::fprintf(stderr, "%s: skipping %s: not a complete checkpoint (no %s; a save that did not finish?)\n", who,
+                 dir.c_str(), kManifest);
 }
 
 std::optional<int64_t> latest_checkpoint(const std::string& root) {

@@ -232,6 +232,7 @@ FinetuneResult finetune(const FinetuneConfig& c, const std::function<bool(int64_
 
   int64_t step = 0;
   if (c.resume) {
+    io::resume_note(checkpoints.root(), "finetune");
     if (auto latest = checkpoints.load_latest()) {
       io::CheckpointState& s = latest->second;
       nn::NamedTensors adapter;

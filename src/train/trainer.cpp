@@ -395,6 +395,7 @@ TrainResult Trainer::run(int64_t stop_after) {
   auto t_start = std::chrono::steady_clock::now();
   // Resume.
   if (cfg_.resume) {
+    io::resume_note(st_->checkpoints->root(), "train");
     if (auto latest = st_->checkpoints->latest()) {
       io::CheckpointState s = st_->checkpoints->load(*latest);
       nn::NamedTensors model_state(s.at("model").tensors.begin(), s.at("model").tensors.end());

@@ -318,3 +318,15 @@ def test_a_diverging_run_stops_with_an_error_before_saving(tmp_path):
         f.write(text.replace("lr = 1e30", "lr = inf"))
     p = tp.run("train", "--config", cfg, check=False)
     assert p.returncode == 1 and "lr and min_lr must be finite" in p.stderr, p.stderr
+
+
+def test_resume_names_checkpoint_folders_it_skips(tmp_path):
+    """A step folder without checkpoint.json (a save that did not finish) is skipped, as before, but said."""
+    model_toml = 'architecture = "gpt2"\nblock_size = 16\nn_embd = 16\nn_layer = 1\nn_head = 2'
+    cfg = write_run(tmp_path, model_toml, steps=2, sample_tokens=0)
+    partial = tmp_path / "run" / "checkpoints" / "step-7"
+    partial.mkdir(parents=True)
+    (partial / "model.safetensors").write_bytes(b"")
+    p = tp.run("train", "--config", cfg)
+    assert f"skipping {partial}: not a complete checkpoint (no checkpoint.json" in p.stderr, p.stderr
+    assert "resumed" not in p.stdout

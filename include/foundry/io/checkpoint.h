@@ -53,6 +53,11 @@ std::string save_checkpoint(const std::string& root, int64_t step, const Checkpo
 std::vector<int64_t> list_checkpoints(const std::string& root);
 /// The newest complete checkpoint's step.
 std::optional<int64_t> latest_checkpoint(const std::string& root);
+/// Folders named step-<N> under root that hold no checkpoint.json (a save that did not finish, or
+/// one emptied by hand): list_checkpoints skips them; a resume says so (resume_note).
+std::vector<std::string> incomplete_checkpoints(const std::string& root);
+/// Prints to stderr, for a resume from `root`, which step-<N> folders were skipped as incomplete.
+void resume_note(const std::string& root, const char* who);
 
 /// Loads `<root>/step-<step>`. Tensors are read-only views over the mapped safetensors files
 /// (clone() or copy_ into parameters). Throws IOError naming the file and the problem for a
