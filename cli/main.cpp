@@ -1,4 +1,5 @@
 // foundry: the command-line front end of the framework.
+#include <algorithm>
 #include <cstdio>
 #include <new>
 #include <exception>
@@ -24,6 +25,13 @@ int main(int argc, char** argv) {
   foundry::cli::add_chat_command(app);
   foundry::cli::add_embed_command(app);
   foundry::cli::add_runs_commands(app);
+  // CLI11 answers an unknown first word with "A subcommand is required".
+  const auto subcommands = app.get_subcommands([](CLI::App*) { return true; });
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(subcommands.begin(), subcommands.end(), [&](const CLI::App* sub) { return sub->check_name(argv[1]); })) {
+    std::fprintf(stderr, "foundry: error: unknown command '%s' (see `foundry --help`)\n", argv[1]);
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -22,6 +22,11 @@ for p in foundry bench_infer bench_finetune bench_train_step bench_ops_vs_torch 
   check "$p" 0 --help
 done
 [ -x "$bin/foundry" ] && check foundry 1 generate --model /nonexistent/model --input-ids 1,2
+if [ -x "$bin/foundry" ]; then
+  out=$("$bin/foundry" no_such_command 2>&1); status=$?
+  { [ $status -eq 1 ] && echo "$out" | grep -q "unknown command 'no_such_command'"; } ||
+    { echo "FAIL: foundry no_such_command -> status $status: $out"; fail=1; }
+fi
 [ -x "$bin/foundry" ] && check foundry 1 train --config /nonexistent.toml
 [ -x "$bin/foundry" ] && check foundry 1 serve --model /nonexistent/model --port 0
 [ -x "$bin/foundry" ] && check foundry 1 chat --model /nonexistent/model
