@@ -28,6 +28,11 @@ if [ -x "$bin/foundry" ]; then
     { echo "FAIL: foundry no_such_command -> status $status: $out"; fail=1; }
 fi
 [ -x "$bin/foundry" ] && check foundry 1 train --config /nonexistent.toml
+# A directory where a file belongs is named as such (it read as an empty file: "no data path given").
+for args in "train --config ${TMPDIR:-/tmp}" "prepare --input ${TMPDIR:-/tmp} --out ${TMPDIR:-/tmp}/foundry-no-prep-$$"; do
+  out=$("$bin/foundry" $args 2>&1); status=$?
+  { [ $status -eq 1 ] && echo "$out" | grep -q "is a directory, not a file"; } || { echo "FAIL: foundry $args -> $status: $out"; fail=1; }
+done
 [ -x "$bin/foundry" ] && check foundry 1 serve --model /nonexistent/model --port 0
 [ -x "$bin/foundry" ] && check foundry 1 chat --model /nonexistent/model
 [ -x "$bin/foundry" ] && check foundry 1 embed --model /nonexistent/model --text hi

@@ -20,6 +20,8 @@ namespace foundry::data {
 using json = nlohmann::json;
 
 void for_each_line(const std::string& path, const std::function<void(std::string_view)>& fn) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) raise<IOError>("'{}' is a directory, not a file", path);
   std::ifstream f(path, std::ios::binary);
   if (!f) raise<IOError>("cannot open '{}': {}", path, std::strerror(errno));
   std::string carry;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -96,6 +97,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 }
 
 std::string read_file(const std::string& path) {
+  // An ifstream opens a directory and reads nothing: callers then saw an empty file ("no data
+  // path given", "produced no tokens") instead of the mistake.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) raise<IOError>("'{}' is a directory, not a file", path);
   std::ifstream f(path, std::ios::binary);
   if (!f) raise<IOError>("cannot open '{}': {}", path, errno_text(errno));
   std::ostringstream ss;
