@@ -209,8 +209,10 @@ std::string prepared_from_elsewhere(const std::string& meta_text, const TrainCon
   if (!meta["val_fraction"].is_number() || meta["val_fraction"].get<double>() != c.val_fraction)
     return fmt::format("with val_fraction {}, not {}", meta["val_fraction"].dump(), c.val_fraction);
   const std::string kind = text("kind");
-  const bool same_tokenizer = c.tokenizer == "char" || c.tokenizer == "byte" ? kind == c.tokenizer
-                                                                            : kind == "tokenizer" && text("path") == c.tokenizer;
+  // A tokenizer file is recorded by its absolute path (TextEncoder::from_tokenizer_file).
+  const bool same_tokenizer = c.tokenizer == "char" || c.tokenizer == "byte"
+                                  ? kind == c.tokenizer
+                                  : kind == "tokenizer" && text("path") == std::filesystem::absolute(c.tokenizer).string();
   if (!same_tokenizer)
     return fmt::format("with the {} tokenizer, not '{}'", kind == "tokenizer" ? "'" + text("path") + "'" : kind, c.tokenizer);
   return "";

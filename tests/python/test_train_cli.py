@@ -330,3 +330,18 @@ def test_resume_names_checkpoint_folders_it_skips(tmp_path):
     p = tp.run("train", "--config", cfg)
     assert f"skipping {partial}: not a complete checkpoint (no checkpoint.json" in p.stderr, p.stderr
     assert "resumed" not in p.stdout
+
+
+def test_prepared_data_with_a_relative_tokenizer_path_is_kept(tmp_path, monkeypatch):
+    """The recipe compares a tokenizer file by its absolute path, as meta.json records it."""
+    if not os.path.exists(PHI2_TOKENIZER):
+        pytest.skip("needs ../shared/data (Phi-2's tokenizer.json)")
+    import shutil
+    shutil.copy(PHI2_TOKENIZER, tmp_path / "tok.json")
+    monkeypatch.chdir(tmp_path)
+    model_toml = ('architecture = "llama"\nblock_size = 16\nhidden_size = 32\nintermediate_size = 64\n'
+                  'num_hidden_layers = 1\nnum_attention_heads = 4')
+    cfg = write_run(tmp_path, model_toml, steps=1, tokenizer="tok.json", sample_tokens=0)
+    tp.run("train", "--config", cfg)
+    p = tp.run("train", "--config", cfg)
+    assert "preparing it again" not in p.stderr, p.stderr
