@@ -22,9 +22,16 @@ std::shared_ptr<models::CausalLM> load_model(const std::string& dir, const model
     peft::PeftModel::from_pretrained(model, adapter);  // the LoRA layers stay in the model's tree
     return model;
   }
+  // Merging writes into the weights: a GGUF file's are its read-only mapping (or quantized blocks).
+  if (models::is_gguf_file(dir))
+    raise<ValueError>("merging an adapter needs a Hugging Face folder of float weights, and '{}' is a GGUF file; "
+                      "load the adapter without --merge, or merge into the folder the GGUF was converted from", dir);
   models::LoadOptions float_options = options;
   float_options.quantize.clear();
   std::shared_ptr<models::CausalLM> model = models::load_pretrained(dir, float_options);
+  if (model->has_adopted_quantized_weights())
+    raise<ValueError>("merging an adapter needs float weights, and '{}' holds quantized ones; load the adapter "
+                      "without --merge", dir);
   model = peft::PeftModel::from_pretrained(model, adapter)->merge_and_unload();
   if (!options.quantize.empty()) {
     model->set_weight_quantization(options.quantize);

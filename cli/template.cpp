@@ -1,6 +1,7 @@
 // foundry template: a conversation rendered with a model folder's chat template, as
 // transformers' apply_chat_template(messages, tokenize=False) renders it (docs/models.md).
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -39,6 +40,8 @@ void add_template_command(CLI::App& app) {
     for (size_t i = 0; i < msgs.size(); ++i)
       if (!msgs[i].is_object() || !msgs[i].contains("role") || !msgs[i]["role"].is_string())
         raise<ValueError>("template: message {} in '{}' needs a string \"role\"", i, *messages);
+    // A path that names nothing rendered ChatML behind a warning, as if it were a folder without a template.
+    if (!std::filesystem::exists(*model)) raise<IOError>("template: '{}': no such model folder or file", *model);
     models::TokenizerSettings s = models::folder_tokenizer_settings(*model);
     std::string source = s.chat_template.value_or("");
     if (source.empty()) {

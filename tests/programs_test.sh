@@ -28,6 +28,13 @@ if [ -x "$bin/foundry" ]; then
     { echo "FAIL: foundry no_such_command -> status $status: $out"; fail=1; }
 fi
 [ -x "$bin/foundry" ] && check foundry 1 train --config /nonexistent.toml
+# template with a model path that names nothing rendered ChatML behind a warning.
+if [ -x "$bin/foundry" ]; then
+  msgs=$(mktemp); echo '[{"role": "user", "content": "hi"}]' > "$msgs"
+  out=$("$bin/foundry" template --model /nonexistent/model --messages "$msgs" 2>&1); status=$?
+  { [ $status -eq 1 ] && echo "$out" | grep -q "no such model folder or file"; } || { echo "FAIL: template -> $status: $out"; fail=1; }
+  rm -f "$msgs"
+fi
 # A directory where a file belongs is named as such (it read as an empty file: "no data path given").
 for args in "train --config ${TMPDIR:-/tmp}" "prepare --input ${TMPDIR:-/tmp} --out ${TMPDIR:-/tmp}/foundry-no-prep-$$"; do
   out=$("$bin/foundry" $args 2>&1); status=$?

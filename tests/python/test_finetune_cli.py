@@ -201,6 +201,9 @@ def test_adapter_options_of_generate_forward_perplexity_and_merge(base, tmp_path
     assert float(p2.split()[1]) < float(p1.split()[1])
     run("convert", "--model", merged, "--to", tmp_path / "merged.gguf", "--type", "f32")
     assert os.path.getsize(tmp_path / "merged.gguf") > 0
+    # A GGUF base cannot take a merge (its weights are the file's read-only mapping): said so.
+    p = run("merge", "--model", tmp_path / "merged.gguf", "--adapter", adapter, "--out", tmp_path / "m2", check=False)
+    assert p.returncode == 1 and "is a GGUF file; load the adapter without --merge" in p.stderr, p.stderr
 
 
 def test_refusals(base, tmp_path):
