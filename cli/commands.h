@@ -1,6 +1,8 @@
 // Subcommands of the `foundry` program; each file registers one with CLI11.
 #pragma once
 
+#include <cmath>
+
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -42,8 +44,13 @@ CLI::Validator thread_count();
 /// "all"): an integer, 0 or more.
 CLI::Validator count_or_zero(const std::string& what, const std::string& zero_means);
 
-/// The check of a number `what` (e.g. "a loss in nats") that is finite and 0 or more.
-CLI::Validator finite_at_least_zero(const std::string& what);
+/// The check of a finite number above `min` (or equal to it when `min_allowed`), at most `max`, and
+/// whole when `integer`; otherwise the error is `rule` and the value given.
+CLI::Validator finite_number(const std::string& rule, double min, bool min_allowed, bool integer = false,
+                             double max = HUGE_VAL);
+/// The check of a text option that must not be empty when given (an unset shell variable, say);
+/// `absent_means` says what leaving the option out does.
+CLI::Validator non_empty(const std::string& option, const std::string& absent_means);
 /// The check of a sampling temperature: finite, 0 (greedy) or more (NaN and -1 became greedy unseen).
 CLI::Validator sampling_temperature();
 

@@ -81,18 +81,29 @@ CLI::Validator count_or_zero(const std::string& what, const std::string& zero_me
 
 CLI::Validator thread_count() { return count_or_zero("thread count", "all cores"); }
 
-CLI::Validator finite_at_least_zero(const std::string& what) {
+CLI::Validator finite_number(const std::string& rule, double min, bool min_allowed, bool integer, double max) {
   return CLI::Validator(
-      [what](std::string& v) -> std::string {
+      [=](std::string& v) -> std::string {
         char* end = nullptr;
         const double x = std::strtod(v.c_str(), &end);
-        if (v.empty() || *end != '\0' || !std::isfinite(x) || x < 0) return "takes " + what + ", finite and 0 or more, not '" + v + "'";
-        return "";
+        const bool ok = !v.empty() && *end == '\0' && std::isfinite(x) && (x > min || (min_allowed && x == min)) &&
+                        x <= max && (!integer || x == std::floor(x));
+        return ok ? std::string() : rule + ", got '" + v + "'";
       },
-      "X");
+      integer ? "N" : "X");
 }
 
-CLI::Validator sampling_temperature() { return finite_at_least_zero("a temperature (0: greedy)"); }
+CLI::Validator non_empty(const std::string& option, const std::string& absent_means) {
+  return CLI::Validator(
+      [=](std::string& v) -> std::string {
+        return v.empty() ? option + " is empty: give it, or leave the option out for " + absent_means : "";
+      },
+      "");
+}
+
+CLI::Validator sampling_temperature() {
+  return finite_number("takes a temperature, finite and 0 or more (0: greedy)", 0, /*min_allowed=*/true);
+}
 
 void add_threads_option(CLI::App* cmd) {
   cmd->add_option_function<int>(

@@ -1,8 +1,6 @@
 // foundry eval: lm-evaluation-harness requests (--requests: loglikelihood, loglikelihood_rolling,
 // generate_until answered with the harness's semantics, one JSON line per request in input order)
 // or whole lm-eval task files (--tasks: results.json shaped like lm-eval's). docs/evaluation.md.
-#include <cmath>
-#include <cstdlib>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -102,21 +100,11 @@ void add_eval_command(CLI::App& app) {
   out->needs(requests);
   cmd->add_option("--num-fewshot", o->num_fewshot, "few-shot examples per document (default: each task's num_fewshot)")
       ->needs(tasks)
-      ->check([](const std::string& v) {
-        char* end = nullptr;
-        const long long n = std::strtoll(v.c_str(), &end, 10);
-        return !v.empty() && *end == '\0' && n >= 0 ? std::string() : "num_fewshot must be 0 or more, got '" + v + "'";
-      });
+      ->check(finite_number("num_fewshot must be 0 or more", 0, /*min_allowed=*/true, /*integer=*/true));
   cmd->add_option("--fewshot-seed", o->fewshot_seed, "seed of the few-shot draws (default 1234, as lm-eval)")->needs(tasks);
   cmd->add_option("--limit", o->limit, "evaluate the first N documents of each task (a fraction < 1: that share)")
       ->needs(tasks)
-      ->check([](const std::string& v) {
-        char* end = nullptr;
-        const double x = std::strtod(v.c_str(), &end);
-        return !v.empty() && *end == '\0' && x > 0 && std::isfinite(x)
-                   ? std::string()
-                   : "limit must be a positive number (documents, or a share below 1), got '" + v + "'";
-      });
+      ->check(finite_number("limit must be a positive number (documents, or a share below 1)", 0, /*min_allowed=*/false));
   cmd->add_option("--output", o->output, "results.json path (lm-eval's shape)")->needs(tasks);
   cmd->add_flag("--log-samples", o->log_samples, "write samples_<task>.jsonl beside --output")->needs(tasks);
   cmd->add_option("--bootstrap-iters", o->bootstrap_iters, "bootstrap resamples for stderr (default 100000; 0: none)")->needs(tasks);

@@ -437,7 +437,7 @@ void add_memorization(CLI::App& app) {
   cmd->add_option("--max-loss", o->max_loss,
                   "a window is abnormally predictable at or below this mean loss in nats per token (default 0.25: text the "
                   "model has all but memorized; typical text costs 1-4)")
-      ->check(finite_at_least_zero("a mean loss in nats per token"));
+      ->check(finite_number("takes a mean loss in nats per token, finite and 0 or more", 0, /*min_allowed=*/true));
   cmd->add_option("--min-chars", o->min_chars, "report verbatim matches of at least this many bytes (default 32)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--out", o->out, "report JSON")->required();

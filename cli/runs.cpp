@@ -108,19 +108,10 @@ void add_runs_commands(CLI::App& app) {
   dash->add_option("--port", d->port, "port (default 6006; 0 picks a free one)")->check(CLI::Range(0, 65535));
   dash->add_flag("--allow-remote", d->allow_remote, "allow binding to a non-loopback address");
   dash->add_option("--token", d->token, "require this token (Bearer header, ?token= or cookie); enables sync ingest")
-      ->check([](const std::string& t) {
-        return t.empty() ? std::string("--token is empty: give the token, or leave the option out for none") : "";
-      });
+      ->check(non_empty("--token", "none"));
   auto max_body_mb = std::make_shared<double>(256);
   dash->add_option("--max-body-mb", *max_body_mb, "largest request body accepted (sync ingest), MB (default 256)")
-      ->check([](const std::string& v) {
-        double mb = 0;
-        try {
-          mb = std::stod(v);
-        } catch (const std::exception&) {
-        }
-        return mb >= 1e-6 && mb <= 1e6 ? std::string() : "--max-body-mb must be a number of MB in (0, 1e6], got " + v;
-      });
+      ->check(finite_number("--max-body-mb must be a number of MB in (0, 1e6]", 0, /*min_allowed=*/false, false, 1e6));
   dash->callback([=] {
     d->max_body_bytes = int64_t(*max_body_mb * 1e6);
     std::signal(SIGINT, [](int) { g_stop_dashboard = true; });

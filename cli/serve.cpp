@@ -35,10 +35,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", o->port, "port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on every request")
-      ->check([](const std::string& k) {
-        // An unset shell variable ("--api-key $KEY") would otherwise leave the server open, unannounced.
-        return k.empty() ? std::string("--api-key is empty: give the key, or leave the option out for no key") : "";
-      });
+      ->check(non_empty("--api-key", "no key"));  // an unset shell variable left the server open
   cmd->add_option("--parallel", o->parallel, "sequences decoded together (default 4)");
   cmd->add_option("--ctx-size", o->ctx_size, "each sequence's context in tokens (default: the model's maximum positions)");
   cmd->add_option("--quantize", o->quantize, "weight format of the products (q8_0, q4_K, ...)");

@@ -1,6 +1,5 @@
 // foundry tokenize: encode JSON Lines of text (or pairs) into ids, tokens and offsets, or decode
 // lines of ids, with any supported tokenizer file (docs/tokenizers.md, "Command line").
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -8,6 +7,7 @@
 
 #include "commands.h"
 #include "foundry/core/error.h"
+#include "foundry/io/atomic_file.h"
 #include "foundry/models/gguf.h"
 #include "foundry/text/tokenizer.h"
 #include "foundry/io/json_depth.h"
@@ -139,7 +139,7 @@ void add_tokenize_command(CLI::App& app) {
     }
     std::ifstream in_file;
     if (o->input != "-") {
-      if (std::filesystem::is_directory(o->input)) raise<IOError>("tokenize: '{}' is a directory, not a JSON Lines file", o->input);
+      io::refuse_directory(o->input, "a JSON Lines file");
       in_file.open(o->input, std::ios::binary);
       if (!in_file) raise<IOError>("tokenize: cannot open '{}'", o->input);
     }

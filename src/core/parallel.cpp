@@ -312,8 +312,7 @@ class Pool {
     // before the system refused one.
     constexpr int kMaxThreads = 1024;
     if (threads > kMaxThreads) {
-      threads_ = 1;
-      groups_ = std::make_unique<Group[]>(1);
+      run_alone_after_failed_start();
       raise<Error>("thread pool: {} threads asked for, at most {} (--threads, OMP_NUM_THREADS)", threads, kMaxThreads);
     }
     threads_ = std::max(1, threads);
@@ -330,12 +329,17 @@ class Pool {
         // Out of threads (ulimit -u, memory): join those started and stay usable with one.
         const int wanted = threads_;
         stop();
-        threads_ = 1;
-        groups_ = std::make_unique<Group[]>(1);
+        run_alone_after_failed_start();
         raise<Error>("thread pool: the system refused thread {} of the {} asked for ({}); ask for fewer threads "
                      "(--threads, OMP_NUM_THREADS)", i + 1, wanted, e.what());
       }
     }
+  }
+
+  // The pool as one thread (the caller) with no workers: what a start that raised leaves.
+  void run_alone_after_failed_start() {
+    threads_ = 1;
+    groups_ = std::make_unique<Group[]>(1);
   }
 
   // A fork()ed child has none of the parent's workers (a job still completes: the caller claims

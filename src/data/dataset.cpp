@@ -12,6 +12,7 @@
 #include "foundry/core/rng.h"
 #include "foundry/io/npy.h"
 #include "foundry/text/tokenizer.h"
+#include "foundry/io/atomic_file.h"
 #include "foundry/io/json_depth.h"
 #include "text/unicode.h"
 
@@ -20,8 +21,7 @@ namespace foundry::data {
 using json = nlohmann::json;
 
 void for_each_line(const std::string& path, const std::function<void(std::string_view)>& fn) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) raise<IOError>("'{}' is a directory, not a file", path);
+  io::refuse_directory(path);  // "produced no tokens" otherwise
   std::ifstream f(path, std::ios::binary);
   if (!f) raise<IOError>("cannot open '{}': {}", path, std::strerror(errno));
   std::string carry;

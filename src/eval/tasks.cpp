@@ -1,7 +1,6 @@
 // Running lm-eval tasks: few-shot contexts, requests per output_type, the harness's
 // process_results, filters, aggregations and stderr, and results.json / samples / the table.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -350,6 +349,7 @@ struct TaskRunner {
       if (ak->second != metric_registry().at(m.metric).kind)
         raise<ValueError>("task file {}: metric {} cannot be aggregated with '{}'", c.file, m.metric, agg);
     }
+    warn_of_golds_outside_choices(c, docs, metrics);
     std::vector<FilterEnsemble> filters = c.filters;
     if (filters.empty()) filters.push_back({"none", {{"take_first"}}});
 
@@ -380,6 +380,44 @@ struct TaskRunner {
       if (samples) log_samples(c, docs, metrics, ens, ll_res, roll_res, gen_res, filtered, sample_values, *samples);
     }
     return result;
+  }
+
+  // A multiple-choice document's gold: an index, a choice string, or a list of either (several
+  // correct choices); -100 (lm-eval's marker, never a hit) for one outside the choices.
+  static std::vector<int64_t> gold_indices(const Doc& d) {
+    auto gold_index = [&](const ojson& g) -> int64_t {
+      if (g.is_number_integer())
+        return g.get<int64_t>() >= 0 && size_t(g.get<int64_t>()) < d.choices.size() ? g.get<int64_t>() : -100;
+      auto f = std::find(d.choices.begin(), d.choices.end(), python_str(g));
+      return f == d.choices.end() ? -100 : int64_t(f - d.choices.begin());
+    };
+    std::vector<int64_t> golds;
+    if (d.target.is_array()) for (const ojson& g : d.target) golds.push_back(gold_index(g));
+    else golds.push_back(gold_index(d.target));
+    return golds;
+  }
+
+  // Gold labels outside their choices are scored as wrong, as lm-eval does, and said once per
+  // task, as lm-eval warns: such a task otherwise reads as a model that never gets it right.
+  static void warn_of_golds_outside_choices(const TaskConfig& c, const std::vector<Doc>& docs,
+                                            const std::vector<MetricSpec>& metrics) {
+    if (c.output_type != "multiple_choice" ||
+        std::all_of(metrics.begin(), metrics.end(), [](const MetricSpec& m) {
+          return m.metric == "pearsonr" || m.metric == "spearmanr";  // numeric targets, not choices
+        }))
+      return;
+    const Doc* first = nullptr;
+    size_t count = 0;
+    for (const Doc& d : docs) {
+      const std::vector<int64_t> golds = gold_indices(d);
+      if (std::find(golds.begin(), golds.end(), -100) == golds.end()) continue;
+      if (!first) first = &d;
+      ++count;
+    }
+    if (first)
+      std::fprintf(stderr, "warning: task file %s: the gold label %s is not one of the document's %zu choices (%zu of "
+                           "%zu documents so; scored as wrong, as lm-eval does)\n",
+                   c.file.c_str(), first->target.dump().c_str(), first->choices.size(), count, docs.size());
   }
 
   Item score(const TaskConfig& c, const Doc& d, const MetricSpec& m, const std::vector<LoglikelihoodResult>& ll_res,
@@ -420,25 +458,7 @@ struct TaskRunner {
         it.y = num(ojson(d.choices[pred]));
         return it;
       }
-      // gold: an index, a choice string, or a list of either (several correct choices).
-      auto gold_index = [&](const ojson& g) -> int64_t {
-        if (g.is_number_integer()) return g.get<int64_t>() >= 0 && size_t(g.get<int64_t>()) < n ? g.get<int64_t>() : -100;
-        const std::string s = python_str(g);
-        auto f = std::find(d.choices.begin(), d.choices.end(), s);
-        return f == d.choices.end() ? -100 : int64_t(f - d.choices.begin());
-      };
-      std::vector<int64_t> golds;
-      if (d.target.is_array()) for (const ojson& g : d.target) golds.push_back(gold_index(g));
-      else golds.push_back(gold_index(d.target));
-      // Scored as wrong, as lm-eval does (gold -100), and said, as lm-eval does: a task whose
-      // labels miss their choices otherwise reads as a model that never gets it right.
-      if (std::find(golds.begin(), golds.end(), -100) != golds.end()) {
-        static std::atomic<int> warned{0};
-        if (warned.fetch_add(1) < 3)
-          std::fprintf(stderr, "warning: task file %s: the gold label %s is not one of the document's %zu choices "
-                               "(scored as wrong, as lm-eval does)\n",
-                       c.file.c_str(), d.target.dump().c_str(), n);
-      }
+      const std::vector<int64_t> golds = gold_indices(d);
       auto hit = [&](size_t p) { return std::find(golds.begin(), golds.end(), int64_t(p)) != golds.end(); };
       if (name == "acc") it.x = hit(pred);
       else if (name == "acc_norm") it.x = hit(pred_norm);

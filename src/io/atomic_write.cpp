@@ -96,11 +96,13 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   f.commit();
 }
 
-std::string read_file(const std::string& path) {
-  // An ifstream opens a directory and reads nothing: callers then saw an empty file ("no data
-  // path given", "produced no tokens") instead of the mistake.
+void refuse_directory(const std::string& path, const char* expected) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) raise<IOError>("'{}' is a directory, not a file", path);
+  if (std::filesystem::is_directory(path, ec)) raise<IOError>("'{}' is a directory, not {}", path, expected);
+}
+
+std::string read_file(const std::string& path) {
+  refuse_directory(path);  // callers saw an empty file ("no data path given") instead of the mistake
   std::ifstream f(path, std::ios::binary);
   if (!f) raise<IOError>("cannot open '{}': {}", path, errno_text(errno));
   std::ostringstream ss;

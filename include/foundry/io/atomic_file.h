@@ -40,6 +40,9 @@ class AtomicFile {
 void write_file_atomic(const std::string& path, const std::string& bytes);
 /// Reads a whole file. Throws IOError naming the file.
 std::string read_file(const std::string& path);
+/// Throws IOError when `path` is a directory: an ifstream opens one and reads nothing, which its
+/// reader would take for an empty `expected` ("a file", "a JSON Lines file").
+void refuse_directory(const std::string& path, const char* expected = "a file");
 /// fsync's a file that is already closed (opens it read-only). Throws IOError.
 void fsync_file(const std::string& path);
 /// fsync's a directory so that renames and creations inside it are durable. Throws IOError.

@@ -47,17 +47,15 @@ namespace {
 // allocation (q4_0, 2 threads, 1500 tokens).
 std::pair<std::vector<Tensor>, std::vector<Tensor>> layer_rows(int64_t layers, IntList shape, DType stored) {
   // Checked: a capacity from a huge max_new_tokens wrapped around to a small buffer that decode
-  // then wrote past.
-  int64_t bytes = itemsize(stored);
-  for (int64_t d : shape)
-    FOUNDRY_CHECK_AS(ValueError, !__builtin_mul_overflow(bytes, d, &bytes) && bytes <= (int64_t(1) << 56),
-                     "KVCache: {} positions ({} layers, {} heads of {} values, {} rows) need more memory than can "
-                     "be addressed: ask for fewer positions (max_new_tokens, the sequence length)",
-                     shape[2], layers, shape[1], shape[3], shape[0]);
-  const int64_t each = (bytes + 63) / 64 * 64;
-  FOUNDRY_CHECK_AS(ValueError, each <= (int64_t(1) << 56) / (2 * layers),
-                   "KVCache: {} positions of {} layers need more memory than can be addressed: ask for fewer "
-                   "positions (max_new_tokens, the sequence length)", shape[2], layers);
+  // then wrote past. All of both K and V, every layer, must stay far below the address space.
+  int64_t total = 2 * layers * itemsize(stored);
+  bool fits = true;
+  for (int64_t d : shape) fits = fits && !__builtin_mul_overflow(total, d, &total);
+  FOUNDRY_CHECK_AS(ValueError, fits && total <= (int64_t(1) << 56),
+                   "KVCache: {} positions ({} layers, {} heads of {} values, {} rows) need more memory than can be "
+                   "addressed: ask for fewer positions (max_new_tokens, the sequence length)",
+                   shape[2], layers, shape[1], shape[3], shape[0]);
+  const int64_t each = (numel_of(shape) * itemsize(stored) + 63) / 64 * 64;
   hf::HugePageChunks chunks(2 * layers * each);
   std::pair<std::vector<Tensor>, std::vector<Tensor>> kv;
   for (int64_t l = 0; l < layers; ++l)
