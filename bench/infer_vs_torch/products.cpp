@@ -9,7 +9,9 @@
 // the ratio to the plain sum over the same memory, and A/B runs within one process, are what make a
 // kernel change of a few percent measurable. Where quant::preferred_layout keeps a format's matrices
 // in another layout than their rows (q4_0 in groups of 8 rows), the products run in it, and a copy in
-// the row layout runs too, alternating in the same rounds ("rows_layout_gb_s").
+// the row layout runs too, alternating in the same rounds ("rows_layout_gb_s"). Packed bf16 reads
+// fewer bytes than its rows hold: every figure is the rows' bytes over the time (what a plain bf16
+// stream would have to read to keep up).
 #include "products.h"
 
 #include <sys/mman.h>
@@ -28,6 +30,7 @@
 
 #include "foundry/core/error.h"
 #include "foundry/core/parallel.h"
+#include "quant/bf16_packed.h"
 #include "quant/q8_kernels.h"
 
 namespace foundry::bench {
@@ -78,6 +81,15 @@ Matrix copy_of(const quant::BlockFormatTraits& t, const Matrix& m) {
   Matrix copy{huge_page_bytes(bytes), m.rows, m.k};
   std::memcpy(copy.bytes.get(), m.bytes.get(), bytes);
   return copy;
+}
+
+// A bf16 matrix packed (quant::WeightLayout::PackedBF16), placed alike.
+Matrix packed_copy(const Matrix& m) {
+  const auto* w = reinterpret_cast<const uint16_t*>(m.bytes.get());
+  const int64_t bytes = quant::packed_bf16_bytes(m.rows, m.k, quant::packed_bf16_escapes(w, m.rows, m.k));
+  Matrix packed{huge_page_bytes(size_t(bytes)), m.rows, m.k};
+  quant::pack_bf16(w, m.rows, m.k, packed.bytes.get(), bytes);
+  return packed;
 }
 
 // Words [b, e) summed: 256 bits a load, four accumulators (AVX2 where the CPU has it: the plain
@@ -161,14 +173,15 @@ int products_bench(const std::string& format, int rounds) {
     }
   std::vector<uint64_t> partial(static_cast<size_t>((largest / 8 + kChunkWords - 1) / kChunkWords));
   // Every matrix has a multiple of 8 rows: one layout for all.
-  const quant::WeightLayout layout = quant::preferred_layout(t, kHidden);
+  const quant::WeightLayout layout = quant::preferred_layout(t, kHidden, kHidden);
   std::vector<std::vector<Matrix>> row_jobs;  // the row layout's copy, where the layout differs
   if (layout != quant::WeightLayout::Rows) {
     for (auto& job : jobs) {
       row_jobs.emplace_back();
       for (Matrix& m : job) {
         row_jobs.back().push_back(copy_of(t, m));
-        quant::to_layout(t, layout, m.bytes.get(), m.rows, m.k);
+        if (layout == quant::WeightLayout::PackedBF16) m = packed_copy(m);
+        else quant::to_layout(t, layout, m.bytes.get(), m.rows, m.k);
       }
     }
   }
@@ -211,7 +224,7 @@ int products_bench(const std::string& format, int rounds) {
     const double products_s = token(targets, layout);
     const double rows_s = row_jobs.empty() ? 0. : token(row_targets, quant::WeightLayout::Rows);
     const auto start = clock::now();
-    checksum += plain_sum(jobs, t, partial);
+    checksum += plain_sum(row_jobs.empty() ? jobs : row_jobs, t, partial);  // the bytes in rows
     const double sum_s = std::chrono::duration<double>(clock::now() - start).count();
     if (round == 0) continue;  // the first round faults the pages in
     products_gb_s.push_back(double(weight_bytes) / products_s / 1e9);

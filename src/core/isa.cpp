@@ -25,8 +25,14 @@ MaxIsa max_isa() {
   return cap;
 }
 
-std::string cpu_capability() {
+int64_t supported_simd_targets() {
   const int64_t targets = hwy::SupportedTargets();
+  hwy::GetChosenTarget().Update(targets);
+  return targets;
+}
+
+std::string cpu_capability() {
+  const int64_t targets = supported_simd_targets();
   std::string name = hwy::TargetName(targets & -targets);  // the lowest bit: the best target
   if (quant::vnni_available()) name += " VNNI";
   if (quant::amx_int8_available()) name += " AMX-INT8";

@@ -1,6 +1,8 @@
 // FOUNDRY_MAX_ISA: the newest x86 instruction set the kernels may use, whatever the CPU has.
 #pragma once
 
+#include <cstdint>
+
 namespace foundry {
 
 enum class MaxIsa {
@@ -15,5 +17,12 @@ enum class MaxIsa {
 /// unknown value is reported on stderr and ignored. OpenBLAS reads OPENBLAS_CORETYPE (e.g.
 /// Haswell) itself.
 MaxIsa max_isa();
+
+/// Highway's targets this process may use (FOUNDRY_MAX_ISA applied), its dispatch pinned to them
+/// again. Call this, not hwy::SupportedTargets() alone: Highway 1.0.3's SupportedTargets() points
+/// the dispatch at every target the CPU has and only then masks what it returns, so a capped
+/// process would go on dispatching to AVX-512 (tests that listed the targets at start-up ran
+/// their "AVX2-only" passes at AVX-512 that way).
+int64_t supported_simd_targets();
 
 }  // namespace foundry

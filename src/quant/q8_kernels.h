@@ -44,7 +44,11 @@ float dot_nf4_q8_0(const void* x, const void* y, int64_t k);
 /// runs of 32 bytes, run c holding each row's payload bytes 4c..4c+3 (row i at 4i). Decode's kernel
 /// reads the 8 rows' block as one stream and sums each row's products in one int32 lane with one
 /// scale conversion for all 8 (row_groups.cpp says what it measured).
-enum class WeightLayout { Rows, Groups8 };
+/// PackedBF16 (bf16 only, k a multiple of 64): each row's values without loss in ~12.3 bits
+/// (bf16_packed.h), blocks stored whole in a tail after the rows; decode streams 25% fewer bytes.
+enum class WeightLayout { Rows, Groups8, PackedBF16 };
+/// Bytes of one row of a [*, k] matrix of t in `layout` (PackedBF16: without the tail).
+int64_t layout_row_bytes(const BlockFormatTraits& t, WeightLayout layout, int64_t k);
 /// y[r] = dot(row r of w, xq) for a [rows, k] q8_0 (or q4_0) matrix and a q8_0 vector; rows split
 /// over threads.
 void gemv_q8_0(const void* w, int64_t rows, int64_t k, const void* xq, float* y);
@@ -61,11 +65,13 @@ void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, co
 bool has_row_groups(BlockFormat format);
 /// The layout decode and prefill read fastest for a [rows, k] matrix of t on this CPU: Groups8 for
 /// has_row_groups formats where the AVX2 kernels run (q8_0 only without AVX-512 VNNI: its VNNI row
-/// kernel decodes faster), 8 rows or more, unless FOUNDRY_ROW_LAYOUT is set; else Rows.
-WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows);
+/// kernel decodes faster), 8 rows or more; PackedBF16 for bf16 with k a multiple of 64 where
+/// packed_bf16_preferred(); unless FOUNDRY_ROW_LAYOUT is set; else Rows.
+WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows, int64_t k);
 /// Rearranges a [rows, k] matrix of t in place from Rows to `layout` (Rows: nothing to do). Groups8
 /// takes rows / 8 whole groups; a matrix's last rows % 8 rows (GPT-2's 50257-row output matrix has
-/// one) stay in the row layout after them.
+/// one) stay in the row layout after them. PackedBF16 changes the size: pack_bf16 (bf16_packed.h)
+/// writes it into new memory, and to_layout refuses it.
 void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int64_t rows, int64_t k);
 /// The rows of a [rows, ...] matrix in `layout` that lie in groups (the rest in rows, after them).
 inline int64_t rows_in_groups(WeightLayout layout, int64_t rows) { return layout == WeightLayout::Groups8 ? rows / 8 * 8 : 0; }

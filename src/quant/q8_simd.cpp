@@ -24,6 +24,7 @@
 #include "foundry/quant/weight_only.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/unary.h"
+#include "quant/bf16_packed.h"
 #include "quant/formats_internal.h"
 #include "quant/q8_kernels.h"
 #include "quant/vnni_gemv.h"
@@ -594,7 +595,9 @@ bool integer_gemm_preferred(const BlockFormatTraits& t) {
   return has_integer_gemm(t) && use_vnni();
 }
 
-WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows) {
+WeightLayout preferred_layout(const BlockFormatTraits& t, int64_t rows, int64_t k) {
+  if (t.format == BlockFormat::BF16)
+    return k % kPackedBF16Block == 0 && packed_bf16_preferred() ? WeightLayout::PackedBF16 : WeightLayout::Rows;
   // FOUNDRY_ROW_LAYOUT=1 keeps every matrix in its rows (to compare the two).
   static const bool groups = use_avx2() && std::getenv("FOUNDRY_ROW_LAYOUT") == nullptr;
   // Groups win everywhere the AVX2 kernels run, for every format but q8_0 on AVX-512 VNNI CPUs. There
@@ -703,8 +706,28 @@ RowKernel group_kernel(const BlockFormatTraits& t, int64_t k, const void* xq, bo
 }
 
 // The fastest kernel this CPU has for t (in `layout`: Groups8 where preferred_layout chose it).
+// A bf16 row widened to float32 once per product (the 16-bit kernels' activation).
+const PreparedRow& widened_row(const BlockFormatTraits& t, int64_t k, const void* xq) {
+  PreparedRow& p = prepared_row(t, k, xq);
+  p.xs.resize(static_cast<size_t>(k));
+  (t.format == BlockFormat::BF16 ? kernels::convert_bf16_to_f32 : kernels::convert_f16_to_f32)(
+      static_cast<const uint16_t*>(xq), p.xs.data(), k);
+  return p;
+}
+
 RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq, WeightLayout layout, bool rows_past_groups) {
   if (layout == WeightLayout::Groups8) return group_kernel(t, k, xq, rows_past_groups);
+  if (layout == WeightLayout::PackedBF16) {
+    FOUNDRY_CHECK(t.format == BlockFormat::BF16, "gemv: {} rows cannot be packed as bf16", t.name);
+    const PreparedRow* pp = &widened_row(t, k, xq);
+    RowKernel kernel{[pp](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
+      gemv_packed_bf16_rows(w, pp->k, pp->xs.data(), r0, r1, y);
+    }};
+    kernel.quarters = [pp](const uint8_t* w, int64_t first, int64_t stride, int64_t count, float* y) {
+      gemv_packed_bf16_quarters(w, pp->k, pp->xs.data(), first, stride, count, y);
+    };
+    return kernel;
+  }
   // q8_0 and the 32-value nibble formats: VNNI steps, else AVX2 ones.
   const bool byte_blocks = t.format == BlockFormat::Q8_0 || t.format == BlockFormat::Q4_0 ||
                            t.format == BlockFormat::Q4_1 || t.format == BlockFormat::Q5_0 ||
@@ -734,10 +757,7 @@ RowKernel row_kernel(const BlockFormatTraits& t, int64_t k, const void* xq, Weig
   if (t.format == BlockFormat::F16 || t.format == BlockFormat::BF16) {
     // The activation row widened to float32 once per product, then one stream per row.
     const bool bf16 = t.format == BlockFormat::BF16;
-    PreparedRow& p = prepared_row(t, k, xq);
-    p.xs.resize(static_cast<size_t>(k));
-    (bf16 ? kernels::convert_bf16_to_f32 : kernels::convert_f16_to_f32)(static_cast<const uint16_t*>(xq), p.xs.data(), k);
-    const PreparedRow* pp = &p;
+    const PreparedRow* pp = &widened_row(t, k, xq);
     const auto rows16 = bf16 ? kernels::gemv_rows_bf16_range : kernels::gemv_rows_f16_range;
     RowKernel kernel{[pp, rows16](const uint8_t* w, int64_t, int64_t r0, int64_t r1, float* y) {
       rows16(reinterpret_cast<const uint16_t*>(w), pp->k, r0, r1, pp->k, pp->xs.data(), y);
@@ -794,9 +814,10 @@ void run_rows(const RowKernel& kernel, int64_t row_bytes, std::span<const GemvTa
   });
 }
 
-void run_one(const RowKernel& kernel, const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, float* y) {
+void run_one(const RowKernel& kernel, const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, float* y,
+             WeightLayout layout = WeightLayout::Rows) {
   const GemvTarget one{w, rows, y};
-  run_rows(kernel, quantized_bytes(t, 1, k), std::span<const GemvTarget>(&one, 1));
+  run_rows(kernel, layout_row_bytes(t, layout, k), std::span<const GemvTarget>(&one, 1));
 }
 
 }  // namespace
@@ -821,13 +842,13 @@ void gemv_q4_0_vnni(const void* w, int64_t rows, int64_t k, const void* xq, floa
 
 void gemv(const BlockFormatTraits& t, const void* w, int64_t rows, int64_t k, const void* xq, float* y,
           WeightLayout layout) {
-  run_one(row_kernel(t, k, xq, layout, rows % 8 != 0), t, w, rows, k, y);
+  run_one(row_kernel(t, k, xq, layout, rows % 8 != 0), t, w, rows, k, y, layout);
 }
 
 void gemv_many(const BlockFormatTraits& t, int64_t k, const void* xq, std::span<const GemvTarget> targets,
                WeightLayout layout) {
   const bool rows_past_groups = std::any_of(targets.begin(), targets.end(), [](const GemvTarget& g) { return g.rows % 8 != 0; });
-  run_rows(row_kernel(t, k, xq, layout, rows_past_groups), quantized_bytes(t, 1, k), targets);
+  run_rows(row_kernel(t, k, xq, layout, rows_past_groups), layout_row_bytes(t, layout, k), targets);
 }
 
 }  // namespace foundry::quant

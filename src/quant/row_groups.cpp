@@ -22,6 +22,7 @@
 
 #include "foundry/core/error.h"
 #include "foundry/core/parallel.h"
+#include "quant/bf16_packed.h"
 #include "quant/formats_internal.h"
 #include "quant/q8_kernels.h"
 #include "quant/vnni_gemv.h"
@@ -89,8 +90,13 @@ bool has_row_groups(BlockFormat f) {
          f == BlockFormat::Q8_0 || f == BlockFormat::Q4_K || f == BlockFormat::Q5_K || f == BlockFormat::Q6_K;
 }
 
+int64_t layout_row_bytes(const BlockFormatTraits& t, WeightLayout layout, int64_t k) {
+  return layout == WeightLayout::PackedBF16 ? packed_bf16_row_bytes(k) : quantized_bytes(t, 1, k);
+}
+
 void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int64_t rows, int64_t k) {
   if (layout == WeightLayout::Rows) return;
+  FOUNDRY_CHECK(layout == WeightLayout::Groups8, "to_layout: a packed bf16 matrix is written by pack_bf16, not in place");
   FOUNDRY_CHECK(has_row_groups(t.format) && rows >= 8 && k % t.block_size == 0,
                 "to_layout: groups of 8 rows take a q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K or q6_K matrix of 8 rows or more, got {} [{}, {}]",
                 t.name, rows, k);
@@ -107,6 +113,10 @@ void to_layout(const BlockFormatTraits& t, WeightLayout layout, uint8_t* w, int6
 
 const uint8_t* row_of(const BlockFormatTraits& t, WeightLayout layout, const uint8_t* w, int64_t rows, int64_t k, int64_t r,
                       uint8_t* buffer) {
+  if (layout == WeightLayout::PackedBF16) {
+    unpack_bf16_row(w + r * packed_bf16_row_bytes(k), k, reinterpret_cast<uint16_t*>(buffer));
+    return buffer;
+  }
   const int64_t row_bytes = quantized_bytes(t, 1, k);
   if (layout == WeightLayout::Rows || r >= rows_in_groups(layout, rows)) return w + r * row_bytes;
   const BlockHeader h = block_header(t.format);

@@ -10,12 +10,20 @@
 #include <string>
 #include <vector>
 
+#include "core/isa.h"
+
 namespace foundry_test {
 
 class PerTarget : public ::testing::TestWithParam<int64_t> {
  protected:
-  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+  void SetUp() override {
+    hwy::SetSupportedTargetsForTest(GetParam());
+    foundry::supported_simd_targets();
+  }
+  void TearDown() override {
+    hwy::SetSupportedTargetsForTest(0);
+    foundry::supported_simd_targets();  // back to the targets FOUNDRY_MAX_ISA allows
+  }
 };
 
 inline std::string target_name(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }

@@ -272,6 +272,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <hwy/targets.h>
 
+#include "core/isa.h"
+
 namespace foundry::optim::kernels {
 HWY_EXPORT(AdamF32);
 HWY_EXPORT(SgdF32);
@@ -312,9 +314,16 @@ void rmsprop_f32(const RMSpropStep& s, float* param, const float* grad, float* s
 
 bool simd_native_fma() { return HWY_DYNAMIC_DISPATCH(NativeFma)(); }
 
-std::vector<int64_t> simd_targets() { return hwy::SupportedAndGeneratedTargets(); }
+std::vector<int64_t> simd_targets() {
+  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  supported_simd_targets();  // the listing pointed the dispatch past FOUNDRY_MAX_ISA (core/isa.h)
+  return targets;
+}
 std::string simd_target_name(int64_t target) { return hwy::TargetName(target); }
-void force_simd_target(int64_t target) { hwy::SetSupportedTargetsForTest(target); }
+void force_simd_target(int64_t target) {
+  hwy::SetSupportedTargetsForTest(target);
+  supported_simd_targets();
+}
 
 }  // namespace foundry::optim::kernels
 #endif

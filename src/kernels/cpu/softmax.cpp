@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/isa.h"
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
 
@@ -159,12 +160,13 @@ template void softmax_backward_ref<double>(const double*, const double*, double*
 std::vector<std::pair<std::string, int64_t>> simd_targets() {
   std::vector<std::pair<std::string, int64_t>> out;
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) out.emplace_back(hwy::TargetName(t), t);
+  supported_simd_targets();  // the listing pointed the dispatch past FOUNDRY_MAX_ISA
   return out;
 }
 
 void force_simd_target(int64_t target) {
   hwy::SetSupportedTargetsForTest(target);
-  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  supported_simd_targets();
 }
 
 }  // namespace foundry::kernels

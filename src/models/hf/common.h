@@ -153,7 +153,7 @@ class WeightProducts {
   /// Products with w read `bytes`: W's rows ([out, in]; for a transposed [in, out] weight, of W^T)
   /// quantized in `format`. Where quant::preferred_layout picks another layout, writable bytes the
   /// process owns are rearranged in place (the caller hands them over), others (a file's mapping)
-  /// in a copy.
+  /// in a copy; bf16 rows are packed (quant::WeightLayout::PackedBF16) into a copy.
   void adopt(const Tensor& w, const std::string& format, const Tensor& bytes, bool transposed = false);
   /// Whether products with w read adopted quantized bytes (w itself is then a placeholder).
   bool adopted(const Tensor& w) const;

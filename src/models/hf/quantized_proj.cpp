@@ -39,6 +39,7 @@
 #include "kernels/cpu/scratch.h"
 #include "kernels/cpu/unary.h"
 #include "models/hf/common.h"
+#include "quant/bf16_packed.h"
 #include "quant/q8_kernels.h"
 
 namespace foundry::models::hf {
@@ -51,7 +52,23 @@ struct WeightProducts::Quantized {
   bool owned = false;  // made by quantizing a weight (carved), not adopted
   bool transposed = false;  // the rows are W^T's (a [in, out] weight)
   quant::WeightLayout layout = quant::WeightLayout::Rows;  // quant::preferred_layout's, chosen when made or adopted
+  int64_t bytes = 0;  // what `data` holds (a packed bf16 matrix's tail included)
 };
+
+namespace {
+
+// A [rows, k] bf16 matrix (contiguous rows at w) packed without loss into chunk memory
+// (quant::WeightLayout::PackedBF16): q's data, keepalive and bytes.
+void pack_into(HugePageChunks& chunks, const uint16_t* w, WeightProducts::Quantized& q) {
+  q.bytes = quant::packed_bf16_bytes(q.rows, q.k, quant::packed_bf16_escapes(w, q.rows, q.k));
+  uint8_t* dst = nullptr;
+  std::tie(dst, q.keepalive) = chunks.carve(q.bytes);
+  quant::pack_bf16(w, q.rows, q.k, dst, q.bytes);
+  q.data = dst;
+  q.layout = quant::WeightLayout::PackedBF16;
+}
+
+}  // namespace
 
 std::pair<uint8_t*, Tensor> HugePageChunks::carve(int64_t bytes) {
   constexpr int64_t kMaxChunk = int64_t(32) << 20;
@@ -127,8 +144,12 @@ void WeightProducts::adopt(const Tensor& weight, const std::string& format, cons
   q->keepalive = bytes;
   q->data = static_cast<const uint8_t*>(bytes.data_ptr());
   q->transposed = transposed;
-  q->layout = quant::preferred_layout(t, rows);
-  if (q->layout != quant::WeightLayout::Rows) {
+  q->bytes = bytes.nbytes();
+  q->layout = quant::preferred_layout(t, rows, k);
+  if (q->layout == quant::WeightLayout::PackedBF16) {
+    pack_into(chunks_, static_cast<const uint16_t*>(bytes.data_ptr()), *q);
+    release_mapped_pages(bytes);
+  } else if (q->layout != quant::WeightLayout::Rows) {
     uint8_t* dst = static_cast<uint8_t*>(bytes.data_ptr());
     if (bytes.storage()->kind() != StorageImpl::Kind::Owned || bytes.storage()->read_only()) {
       // A file's pages (or memory this process does not own): rearranged in a copy, the pages handed back.
@@ -162,7 +183,7 @@ std::optional<std::pair<std::string, int64_t>> WeightProducts::adopted_storage(c
   auto it = quantized_.find(w.impl());
   if (it == quantized_.end() || it->second->owned) return std::nullopt;
   const Quantized& q = *it->second;
-  return std::pair{std::string(q.format->name), quant::quantized_bytes(*q.format, q.rows, q.k)};
+  return std::pair{std::string(q.format->name), q.bytes};
 }
 
 namespace {
@@ -245,9 +266,19 @@ const std::shared_ptr<WeightProducts::Quantized>& WeightProducts::quantized(cons
   // Carved from chunks in huge pages, not one block per matrix: alternating x4, 1 thread, f16
   // weights decoded at 69-95 tokens/s in separate blocks and 120-144 in chunks (q4_K 308-324 ->
   // 335).
-  std::tie(dst, q->keepalive) = chunks_.carve(quant::quantized_bytes(t, q->rows, q->k));
-  q->data = dst;
   q->owned = true;
+  q->layout = quant::preferred_layout(t, q->rows, k);
+  q->bytes = quant::quantized_bytes(t, q->rows, q->k);
+  // A packed bf16 copy's size is known once the rows are bf16: they go to a scratch matrix first.
+  const bool packed = q->layout == quant::WeightLayout::PackedBF16;
+  Tensor unpacked;
+  if (packed) {
+    unpacked = foundry::empty({q->bytes}, DType::UInt8);
+    dst = static_cast<uint8_t*>(unpacked.data_ptr());
+  } else {
+    std::tie(dst, q->keepalive) = chunks_.carve(q->bytes);
+  }
+  q->data = dst;
   const int64_t row_bytes = quant::quantized_bytes(t, 1, k);
   const quant::RowQuantizer quantize = quant::exact_quantizer(t);
   // A tile of rows at a time, each tile's pages of a memory-mapped weight dropped once quantized:
@@ -267,8 +298,8 @@ const std::shared_ptr<WeightProducts::Quantized>& WeightProducts::quantized(cons
     if (!transposed) release_mapped_pages(part);
   }
   release_mapped_pages(w);
-  q->layout = quant::preferred_layout(t, q->rows);
-  quant::to_layout(t, q->layout, dst, q->rows, k);
+  if (packed) pack_into(chunks_, reinterpret_cast<const uint16_t*>(dst), *q);
+  else quant::to_layout(t, q->layout, dst, q->rows, k);
   return quantized_.emplace(w.impl(), std::move(q)).first->second;
 }
 
@@ -442,7 +473,7 @@ Tensor quantized_product(const Tensor& x, const Tensor& b, const quant::BlockFor
   } else {
     const bool bf16_gemm = math == PrefillMath::BFloat16;
     Tensor dense;
-    if (t.format == quant::BlockFormat::F16 || t.format == quant::BlockFormat::BF16) {
+    if ((t.format == quant::BlockFormat::F16 || t.format == quant::BlockFormat::BF16) && layout == quant::WeightLayout::Rows) {
       // 16-bit rows are a tensor already: viewed in place, converted by the SIMD casts.
       auto storage = make_ref<StorageImpl>(const_cast<uint8_t*>(w), size_t(rows_out * row_bytes),
                                            StorageImpl::Kind::External, [] {}, true);
