@@ -53,6 +53,7 @@ models::LoadOptions load_options(const std::string& dtype, const std::string& qu
                                  const std::string& kv_cache = "", const std::string& prefill = "auto") {
   models::LoadOptions o;
   o.quantized_prefill = prefill;
+  o.pack_bf16 = true;  // inference: a bf16 checkpoint run in bf16 reads its weights packed, the same values
   if (dtype == "native") o.dtype = std::nullopt;
   o.quantize = quantize;
   o.kv_cache = kv_cache;

@@ -131,6 +131,7 @@ static int run(int argc, char** argv) {
   options.quantize = quantize;
   options.quantized_prefill = quantized_prefill;
   options.kv_cache = kv_cache;
+  options.pack_bf16 = true;  // as `foundry generate` loads
   if (dtype == "native") options.dtype = std::nullopt;
   auto model = models::load_pretrained(dir, options);
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();

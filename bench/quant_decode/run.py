@@ -12,7 +12,9 @@ norms are negligible) next to this machine's read bandwidth, measured in the sam
 
 Rows: `f32` runs the float32 folder; `f16` / `bf16` / `q*` / `nf4` quantize its weights at load
 (`--quantize`); `f16 native` / `bf16 native` run a float16 / bfloat16 checkpoint of the same
-weights computed in its own dtype (`--dtype native`).
+weights computed in its own dtype (`--dtype native`). Foundry's bf16 rows read their matrices
+packed without loss (~12.3 bits a weight, the same values: docs/quantization.md), and their weight
+GB/s counts the packed bytes.
 
 Foundry keeps its KV cache in f16 here (`--kv-cache f16`), as llama-bench does by default. Every
 figure is the median of BENCH_REPEATS (default 5) runs, Foundry's and llama.cpp's alternating
@@ -40,7 +42,8 @@ Without ../shared the llama.cpp columns are left out.
 CPU"): Foundry under FOUNDRY_MAX_ISA=avx2 (no AVX-512 kernels; OPENBLAS_CORETYPE=Haswell) beside a
 llama.cpp built from the same source with GGML_NATIVE=OFF and AVX2 / FMA / F16C only (built once
 next to the native build, then cached), Llama rows only.
-Usage: /usr/bin/python3 bench/quant_decode/run.py [build/bin/bench_infer] [--isa native|avx2]
+`--formats LIST` (comma-separated, e.g. "bf16,bf16 native") runs those rows only.
+Usage: /usr/bin/python3 bench/quant_decode/run.py [build/bin/bench_infer] [--isa native|avx2] [--formats LIST]
 """
 import os as _os, sys as _sys  # noqa: E401,E402  (program.start: --help and one-line errors)
 _sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "..", "..", "tools"))
@@ -65,6 +68,18 @@ if "--isa" in ARGS:
     if i + 1 >= len(ARGS) or ARGS[i + 1] not in ("native", "avx2"):
         sys.exit("quant_decode: error: --isa takes native or avx2")
     ISA = ARGS[i + 1]
+    del ARGS[i:i + 2]
+FORMATS = ["f32", "f16", "f16 native", "bf16", "bf16 native", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K",
+           "q6_K", "nf4"]
+ONLY = None  # --formats f16,bf16 native,...: those rows only
+if "--formats" in ARGS:
+    i = ARGS.index("--formats")
+    if i + 1 >= len(ARGS):
+        sys.exit("quant_decode: error: --formats takes a comma-separated list of the rows' formats")
+    ONLY = [f.strip() for f in ARGS[i + 1].split(",") if f.strip()]
+    unknown = [f for f in ONLY if f not in FORMATS]
+    if unknown or not ONLY:
+        sys.exit(f"quant_decode: error: --formats: unknown {', '.join(unknown) or 'empty list'} (rows: {', '.join(FORMATS)})")
     del ARGS[i:i + 2]
 binary = ARGS[0] if ARGS else os.path.join(HERE, "..", "..", "build", "bin", "bench_infer")
 # Each figure is the median of this many runs per side, the sides alternating (env BENCH_REPEATS).
@@ -96,6 +111,25 @@ def matrix_weights(cfg):
         if ("embed_tokens" in name or "wte" in name) and not tied:
             continue
         total += shape[0] * shape[1]
+    return total
+
+
+def foundry_token_bytes(cfg, fmt):
+    """Bytes of those matrices Foundry reads a token in `fmt`: a bf16 matrix is read packed without loss
+    (quant::WeightLayout::PackedBF16, on every CPU with AVX2): a row of k values is round_up(k / 64, 32)
+    bytes of block exponents and k * 1.5 of the rest (the few blocks kept whole, ~0.3% of them here, left
+    out). Every other format reads BYTES_PER_WEIGHT, as llama.cpp does."""
+    if not fmt.startswith("bf16"):
+        return matrix_weights(cfg) * BYTES_PER_WEIGHT[fmt]
+    total = 0
+    tied = cfg.get("tie_word_embeddings", True)
+    for name, shape in infer.shapes(cfg).items():
+        if len(shape) != 2 or "wpe" in name or (("embed_tokens" in name or "wte" in name) and not tied):
+            continue
+        conv1d = any(p in name for p in ("c_attn", "c_proj", "c_fc"))  # GPT-2's [in, out] weights
+        k = shape[0] if conv1d else shape[1]
+        rows = shape[1] if conv1d else shape[0]
+        total += rows * ((k // 64 + 31) // 32 * 32 + k * 3 // 2)
     return total
 
 
@@ -193,8 +227,7 @@ def main():
     # "f16 native" / "bf16 native": an f16 / bf16 checkpoint computed in that dtype (--dtype native);
     # the others quantize the float32 folder's weights at load (--quantize; f16 / bf16 dots take f16 /
     # bf16 activations).
-    formats = ["f32", "f16", "f16 native", "bf16", "bf16 native", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K",
-               "q5_K", "q6_K", "nf4"]
+    formats = [f for f in FORMATS if not ONLY or f in ONLY]
     print("| model | format | threads | prefill tok/s | decode tok/s | weight GB/s (of read bandwidth) | peak RSS MB "
           "| llama.cpp pp / tg (same run) | llama.cpp peak RSS MB | prefill vs llama.cpp | decode vs llama.cpp "
           f"| Foundry on the .gguf: decode (vs --quantize) | decode best of {REPEATS}: Foundry / llama.cpp "
@@ -236,7 +269,7 @@ def main():
                                                        str(threads)], threads))
                 r = {key: median(x[key] for x in runs) for key in runs[0]}
                 ref = tuple(median(x[i] for x in refs) for i in range(3)) if refs else None
-                gbs = r["decode_tps"] * weights * BYTES_PER_WEIGHT[fmt] / 1e9
+                gbs = r["decode_tps"] * foundry_token_bytes(cfg, fmt) / 1e9
                 ref_text = f"{ref[0]:.0f} / {ref[1]:.1f}" if ref else "-"
                 ref_rss = f"{ref[2]:.0f}" if ref else "-"
                 pp = f"{r['prefill_tps'] / ref[0]:.2f}x" if ref else "-"

@@ -19,6 +19,7 @@
 #include "foundry/text/tokenizer.h"
 #include "models/hf/blocks.h"
 #include "models/hf/decoder.h"
+#include "quant/q8_kernels.h"
 
 #include <nlohmann/json.hpp>
 
@@ -500,6 +501,10 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
   // Matrices, quantized bytes included, are copied out of the mapping into chunks in huge pages as
   // a folder's are (hf::place_weight): the same memory as the folder quantized at load.
   const bool resident = hf::weights_resident(options.quantize);
+  // LoadOptions::pack_bf16: bf16 matrices computed in bf16 are adopted as float32 ones' are, and
+  // their bytes packed (WeightProducts::adopt); the model keeps computing in bf16.
+  const bool pack_bf16 = options.pack_bf16 && options.quantize.empty() && options.dtype != DType::Float32 &&
+                         options.dtype != DType::Float16;
   hf::HugePageChunks chunks;
   auto weight = [&](const std::string& name, const Shape& shape, const hf::Init&, hf::Layout) {
     auto [gname, perm] = gguf_name(name);
@@ -514,16 +519,21 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
     for (const auto& t : quant::block_formats())
       if (t.ggml_type == info.ggml_type &&
           (t.block_size > 1 ||
-           (sixteen_bit_products && (t.format == quant::BlockFormat::F16 || t.format == quant::BlockFormat::BF16))))
+           (sixteen_bit_products && (t.format == quant::BlockFormat::F16 || t.format == quant::BlockFormat::BF16)) ||
+           (pack_bf16 && t.format == quant::BlockFormat::BF16)))
         q = &t;
     const int64_t heads = perm == 1 ? c.num_heads : c.num_kv_heads;
     if (q && shape.size() == 2) {
       Tensor bytes = f.raw(gname);
       if (perm) bytes = permute_rows(bytes, heads, true);
       // The embedding's placeholder has the compute dtype: the model computes in its dtype.
-      const DType dense = gname == "token_embd.weight" ? options.dtype.value_or(DType::Float32) : DType::Float32;
+      const DType dense = gname != "token_embd.weight" ? DType::Float32
+                          : options.dtype.value_or(pack_bf16 && q->format == quant::BlockFormat::BF16 ? DType::BFloat16
+                                                                                                   : DType::Float32);
       Tensor w = zeros({1}, dense).expand(IntList(shape));
-      adopted.push_back({name, q->name, hf::place_weight(chunks, resident, bytes, DType::UInt8)});
+      // bf16 rows to be packed are read from the mapping once (adopt packs them into its own memory).
+      const bool packed_later = quant::preferred_layout(*q, shape[0], shape[1]) == quant::WeightLayout::PackedBF16;
+      adopted.push_back({name, q->name, hf::place_weight(chunks, resident && !packed_later, bytes, DType::UInt8)});
       return w;
     }
     Tensor t = f.tensor(gname);

@@ -2,6 +2,7 @@
 #include "quant/bf16_packed.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -73,9 +74,13 @@ int64_t packed_bf16_row_bytes(int64_t k) {
 
 int64_t packed_bf16_escapes(const uint16_t* w, int64_t rows, int64_t k) {
   check_k(k);
-  int64_t n = 0;
-  for (int64_t r = 0; r < rows; ++r) n += row_escapes(w + r * k, k);
-  return n;
+  std::atomic<int64_t> n{0};
+  parallel_for(0, rows, 64, [&](int64_t lo, int64_t hi) {
+    int64_t part = 0;
+    for (int64_t r = lo; r < hi; ++r) part += row_escapes(w + r * k, k);
+    n += part;
+  });
+  return n.load();
 }
 
 int64_t packed_bf16_bytes(int64_t rows, int64_t k, int64_t escapes) {

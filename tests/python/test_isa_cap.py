@@ -104,13 +104,19 @@ def test_quantized_logits_agree_under_every_cap(folder):
                 assert got.shape == want.shape
                 # The same integer block products, summed in another float order per kernel (nf4's
                 # x86 kernels take the codebook as int16, the others as float32; a matrix in groups
-                # of 8 rows sums a block in one int32 where the row kernels keep four lanes). The
-                # next product quantizes its activation to q8_0, so a sum that lands on the other
-                # side of a rounding step moves a level at one position: allowed at one of the 12
-                # positions (q5_1's groups under the AVX2 cap: 1.3e-3 of the scale at position 5).
+                # of 8 rows sums a block in one int32 where the row kernels keep four lanes; SSE4
+                # has no FMA). The next product quantizes its activation to q8_0 / q8_K, so a sum
+                # that lands on the other side of a rounding step moves a level at one position, and
+                # attention carries it to the positions after it: allowed from one position on
+                # (q5_1's groups under the AVX2 cap: 1.3e-3 of the scale at position 5; q5_K under
+                # SSE4: 1.6e-2 at positions 9-11, every earlier position within 5e-7).
                 err = np.abs(got - want).reshape(-1, got.shape[-1]).max(axis=1)
-                assert (err > 1e-4 * scale).sum() <= (1 if path == "prefill" else 0), (fmt, path, cap, err, scale)
-                assert err.max() <= 3e-3 * scale, (fmt, path, cap, err.max(), scale)
+                off = np.nonzero(err > 1e-4 * scale)[0]
+                if path == "decode" or len(off) == 0:
+                    assert len(off) == 0, (fmt, path, cap, err, scale)
+                else:
+                    assert list(off) == list(range(off[0], len(err))), (fmt, path, cap, err, scale)
+                    assert err.max() <= 2e-2 * scale, (fmt, path, cap, err.max(), scale)
 
 
 def test_bfloat16_model_agrees_under_every_cap(folder):

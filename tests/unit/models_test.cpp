@@ -19,6 +19,7 @@
 #include "foundry/quant/block_formats.h"
 #include "kernels/cpu/unary.h"
 #include "models/hf/common.h"
+#include "quant/bf16_packed.h"
 #include "tiny_models.h"
 
 using namespace foundry;
@@ -507,6 +508,39 @@ TEST(Models, WeightProductsOfOneInputEqualOneProductAtATime) {
         EXPECT_TRUE(equal(together[i], products.product(x, w[i], b[i], false))) << format << " m " << m << " matrix " << i;
     }
   }
+}
+
+// bf16 matrices are packed without loss where the CPU has the kernels (quant::WeightLayout::PackedBF16):
+// adopted bf16 rows take ~12.3 bits a weight, and products, embedding lookups and the dense copy read
+// the values they hold; a bf16 weight quantized to "bf16" computes as the bf16 rows adopted do.
+TEST(Models, WeightProductsPackBF16MatricesWithoutLoss) {
+  autograd::NoGradGuard no_grad;
+  manual_seed(8);
+  const Tensor w = (randn({96, 768}) * 0.02).to(DType::BFloat16), x = randn({1, 1, 768});
+  models::hf::WeightProducts adopted;
+  Tensor bytes = empty({w.numel() * 2}, DType::UInt8);
+  std::memcpy(bytes.data_ptr(), w.data_ptr(), size_t(w.numel() * 2));
+  adopted.adopt(w, "bf16", bytes);
+  const auto storage = adopted.adopted_storage(w);
+  ASSERT_TRUE(storage.has_value());
+  EXPECT_EQ(storage->first, "bf16");
+  if (quant::packed_bf16_preferred()) {
+    EXPECT_LT(storage->second, w.numel() * 2 * 78 / 100) << "packed: ~12.3 bits a weight";
+    EXPECT_GT(storage->second, w.numel() * 2 * 75 / 100);
+  }
+  EXPECT_TRUE(equal(adopted.adopted_dense(w), w));
+  const Tensor ids = tensor<int64_t>({95, 0, 17}, {3});
+  EXPECT_TRUE(equal(adopted.adopted_rows(w, ids), index_select(w, 0, ids)));
+  // The decode product against the weight's plain bf16 rows, quantized to "bf16" and read in place.
+  const Tensor y = adopted.product(x, w, Tensor(), false);
+  models::hf::WeightProducts copied;
+  copied.set_format("bf16");
+  const Tensor y_copied = copied.product(x, w, Tensor(), false);
+  EXPECT_TRUE(equal(y, y_copied));
+  // (decode rounds the activation row to bf16, as the plain bf16 rows' products do)
+  EXPECT_TRUE(allclose(y, matmul(x.to(DType::BFloat16).to(DType::Float32), w.to(DType::Float32).t()), 1e-4, 1e-4));
+  // bf16 activations (a model computing in bf16) read the "bf16" copies too.
+  EXPECT_TRUE(equal(copied.product(x.to(DType::BFloat16), w, Tensor(), false), y.to(DType::BFloat16)));
 }
 
 // A Linear's memo of its weight's quantized rows goes stale when the products change format: the

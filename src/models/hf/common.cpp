@@ -831,6 +831,25 @@ std::pair<ModelConfig, const hf::Architecture*> parse_config(const std::string& 
 
 ModelConfig read_config(const std::string& dir) { return parse_config(dir).first; }
 
+namespace {
+
+// LoadOptions::pack_bf16 applies: every floating matrix of the checkpoint is bf16 and stays bf16.
+bool packs_bf16(const LoadOptions& options, const io::ShardedSafetensors& st) {
+  if (!options.pack_bf16 || !options.quantize.empty() || options.dtype == DType::Float32 ||
+      options.dtype == DType::Float16)
+    return false;
+  bool any = false;
+  for (const std::string& name : st.names()) {
+    const Tensor t = st.get(name);
+    if (t.dim() != 2 || !is_floating(t.dtype())) continue;
+    if (t.dtype() != DType::BFloat16) return false;
+    any = true;
+  }
+  return any;
+}
+
+}  // namespace
+
 std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOptions& options) {
   if (is_gguf_file(dir)) return load_gguf(dir, options);
   auto [config, arch] = parse_config(dir);
@@ -842,11 +861,12 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
     raise<IOError>("{}: no loadable weights (model.safetensors or model.safetensors.index.json): {}", dir, e.what());
   }
   autograd::NoGradGuard no_grad;
+  const std::string quantize = packs_bf16(options, st) ? "bf16" : options.quantize;
   // A `foundry quantize` folder: quantized weights are dequantized, or, for NF4 computed in float32
   // without another --quantize, kept as in-memory nf4 rows (the model gets a placeholder; GPT-2's
   // [in, out] Conv1D weights are not rows of outputs, so they are dequantized).
   const hf::QuantizedCheckpoint qc(dir, config.json, st);
-  const bool keep_nf4 = options.quantize.empty() && options.dtype == DType::Float32 &&
+  const bool keep_nf4 = quantize.empty() && options.dtype == DType::Float32 &&
                         config.architecture != "GPT2LMHeadModel";
   std::vector<std::pair<std::string, Tensor>> nf4_weights;
   // HF's own gpt2 checkpoints store the trunk without the "transformer." prefix.
@@ -858,7 +878,7 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
   // Matrices a decode step streams whole are copied out of the file mapping into chunks in huge
   // pages (hf::place_weight). A bf16 checkpoint computed in bf16, 1 thread, alternating x5:
   // 102-123 tokens/s on the mapping, 122-146 from the chunks, peak RSS 245.0 -> 246.5 MB.
-  const bool resident = hf::weights_resident(options.quantize);
+  const bool resident = hf::weights_resident(quantize);
   hf::HugePageChunks chunks;
   auto fetch = [&](const std::string& module_name, const Shape& shape, const hf::Init&, hf::Layout layout) {
     const std::string name = stored(module_name);
@@ -885,7 +905,7 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
   std::unique_ptr<CausalLM> model =
       arch->build(config, hf::WeightSource(fetch, has, std::make_shared<hf::WeightProducts>()));
   for (const auto& [name, rows] : nf4_weights) model->adopt_quantized(name, "nf4", rows);
-  model->set_weight_quantization(options.quantize);
+  model->set_weight_quantization(quantize);
   model->set_kv_cache_format(options.kv_cache);
   model->set_quantized_prefill(options.quantized_prefill);
   model->eval();

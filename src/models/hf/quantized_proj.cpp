@@ -269,8 +269,14 @@ const std::shared_ptr<WeightProducts::Quantized>& WeightProducts::quantized(cons
   q->owned = true;
   q->layout = quant::preferred_layout(t, q->rows, k);
   q->bytes = quant::quantized_bytes(t, q->rows, q->k);
-  // A packed bf16 copy's size is known once the rows are bf16: they go to a scratch matrix first.
+  // A packed bf16 copy's size is known once the rows are bf16: a bf16 weight's rows are packed where
+  // they lie, others go to a scratch matrix first.
   const bool packed = q->layout == quant::WeightLayout::PackedBF16;
+  if (packed && !transposed && w.dtype() == DType::BFloat16 && w.is_contiguous()) {
+    pack_into(chunks_, static_cast<const uint16_t*>(w.data_ptr()), *q);
+    release_mapped_pages(w);
+    return quantized_.emplace(w.impl(), std::move(q)).first->second;
+  }
   Tensor unpacked;
   if (packed) {
     unpacked = foundry::empty({q->bytes}, DType::UInt8);
@@ -503,7 +509,8 @@ const WeightProducts::Quantized* WeightProducts::lookup(const Tensor& x, const T
   if (memo && memo->q && memo->weight == w.impl() && memo->generation == generation_) return memo->q;
   const Quantized* q = nullptr;
   if (auto it = quantized_.find(w.impl()); it != quantized_.end()) q = it->second.get();
-  else if (x.dtype() == DType::Float32) q = quantized(w, transposed).get();
+  else if (x.dtype() == DType::Float32 || (x.dtype() == DType::BFloat16 && format_ == "bf16"))  // bf16 models: packed copies
+    q = quantized(w, transposed).get();
   else return sixteen_bit_view(x, w, transposed);  // never memoised: it depends on x's rows
   if (memo && q) *memo = {w.impl(), q, generation_};
   return q;
