@@ -53,9 +53,9 @@ def test_packed_bf16_folder_computes_the_unpacked_numbers(tmp_path):
     params = dict(packed.named_parameters())
     for name, v in w.items():
         assert np.array_equal(params[name].detach().float().numpy(), v.float().numpy()), name
-    # Decode (one row a product) sums as the plain rows do; prefill (bf16 GEMMs over unpacked tiles)
-    # within bf16 rounding of the whole-matrix GEMM.
-    prompt = [[3, 17, 99, 1000, 4000, 12, 64]]
+    # Decode (up to 16 rows a product, one at a time) sums as the plain rows do; prefill (more rows:
+    # the bf16 GEMM over the unpacked matrix) within bf16 rounding of the plain rows' GEMM.
+    prompt = [[3, 17, 99, 1000, 4000, 12, 64, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 21, 22, 23]]
     one_dense, one_packed = logits(dense, [[17]]), logits(packed, [[17]])
     if has_simd_kernels():
         assert np.array_equal(one_dense, one_packed)
