@@ -16,8 +16,7 @@
 #include <immintrin.h>
 
 #include "quant/avx2_inline.h"
-#define FOUNDRY_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-#define FOUNDRY_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vbmi2,fma")))
+#define FOUNDRY_AVX512_TARGET __attribute__((target("avx512f,avx512bw,fma")))
 #define FOUNDRY_HAVE_PACKED_BF16_X86 1
 #else
 #define FOUNDRY_HAVE_PACKED_BF16_X86 0
@@ -33,24 +32,28 @@ int64_t header_bytes(int64_t k) { return (k / kBlock + 31) / 32 * 32; }
 
 int exponent(uint16_t v) { return (v >> 7) & 0xFF; }
 
-// The value at position p of block half g (bf16_packed.h).
-int value_at(int g, int p) { return 32 * g + (p & 1 ? 16 + p / 2 : p / 2); }
+// The value at byte position p of a block (bf16_packed.h): positions 16j + r, r < 8, hold the
+// even and odd 16-bit words of the low byte-interleave of 128-bit lane j, r >= 8 the high one's.
+int value_at(int p) {
+  const int j = p / 16, r = p % 16, half = r / 8, odd = r % 2, t = (r % 8) / 2;
+  return 32 * half + 16 * odd + 4 * j + t;
+}
 
-// Whether block `v` (64 values) is stored whole, and its largest exponent.
-bool stored_whole(const uint16_t* v, int& largest) {
+// Whether block `v` (64 values) is stored whole, and its largest exponent's top 7 bits.
+bool stored_whole(const uint16_t* v, int& top) {
   int hi = 0, lo = 255;
   for (int64_t i = 0; i < kBlock; ++i) {
-    hi = std::max(hi, exponent(v[i]));
-    lo = std::min(lo, exponent(v[i]));
+    hi = std::max(hi, exponent(v[i]) >> 1);
+    lo = std::min(lo, exponent(v[i]) >> 1);
   }
-  largest = hi;
-  return hi == 0 || hi - lo > 15;
+  top = hi;
+  return hi == 0 || hi - lo > 7;
 }
 
 int64_t row_escapes(const uint16_t* row, int64_t k) {
   int64_t n = 0;
-  int largest = 0;
-  for (int64_t b = 0; b < k / kBlock; ++b) n += stored_whole(row + b * kBlock, largest);
+  int top = 0;
+  for (int64_t b = 0; b < k / kBlock; ++b) n += stored_whole(row + b * kBlock, top);
   return n;
 }
 
@@ -107,21 +110,21 @@ void pack_bf16(const uint16_t* w, int64_t rows, int64_t k, uint8_t* out, int64_t
       for (int64_t b = 0; b < blocks; ++b) {
         const uint16_t* v = w + r * k + b * kBlock;
         uint8_t* block = row + header_bytes(k) + b * kBlockBytes;
-        int largest = 0;
-        if (stored_whole(v, largest)) {
+        int top = 0;
+        if (stored_whole(v, top)) {
           uint8_t* whole = tail + slot++ * kWholeBytes;
           std::memcpy(whole, v, size_t(kWholeBytes));
           const int64_t offset = whole - block;
           std::memcpy(block, &offset, sizeof offset);
           continue;  // header byte 0
         }
-        row[b] = uint8_t(largest);
-        for (int g = 0; g < 2; ++g)
-          for (int p = 0; p < 32; ++p) {
-            const uint16_t x = v[value_at(g, p)];
-            block[p] |= uint8_t((largest - exponent(x)) << (4 * g));
-            block[32 + 32 * g + p] = uint8_t(((x & 0x7F) << 1) | (x >> 15));
-          }
+        row[b] = uint8_t(top);
+        for (int p = 0; p < 64; ++p) {
+          const uint16_t x = v[value_at(p)];
+          const int nibble = (x >> 15) << 3 | (top - (exponent(x) >> 1));
+          block[p % 32] |= uint8_t(nibble << (p < 32 ? 0 : 4));
+          block[32 + p] = uint8_t(x & 0xFF);
+        }
       }
     }
   });
@@ -149,17 +152,16 @@ void unpack_row_scalar(const uint8_t* row, int64_t k, uint16_t* out) {
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* block = row + header_bytes(k) + b * kBlockBytes;
     uint16_t* v = out + b * kBlock;
-    const int largest = row[b];
-    if (largest == 0) {
+    const int top = row[b];
+    if (top == 0) {
       std::memcpy(v, whole_block(block), size_t(kWholeBytes));
       continue;
     }
-    for (int g = 0; g < 2; ++g)
-      for (int p = 0; p < 32; ++p) {
-        const int e = largest - ((block[p] >> (4 * g)) & 0xF);
-        const uint8_t sm = block[32 + 32 * g + p];
-        v[value_at(g, p)] = uint16_t((sm & 1) << 15 | e << 7 | sm >> 1);
-      }
+    for (int p = 0; p < 64; ++p) {
+      const int nibble = (block[p % 32] >> (p < 32 ? 0 : 4)) & 0xF;
+      const int high = (nibble & 8) << 4 | (top - (nibble & 7));
+      v[value_at(p)] = uint16_t(high << 8 | block[32 + p]);
+    }
   }
 }
 
@@ -179,17 +181,36 @@ void rows_scalar(const uint8_t* w, int64_t k, const float* x, int64_t r0, int64_
 
 constexpr int64_t kAhead = avx2::kStreamAhead;
 
-// AVX-512: a block half's 32 positions are one vector of 16-bit lanes; its even lanes widen to
-// values 0-15 of the half, its odd lanes to values 16-31. Two accumulators, s0 over values
-// [32j, 32j + 16) and s1 over [32j + 16, 32j + 32), as GemvRows sums a bf16 row 16 lanes wide.
-FOUNDRY_AVX512_TARGET inline void half_512(__m512i words, const float* x, __m512& s0, __m512& s1) {
-  const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
-  const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(words, _mm512_set1_epi32(int32_t(0xFFFF0000u))));
-  s0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x), s0);
-  s1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), s1);
+// AVX-512. A block's 64 high bytes (sign, exponent >> 1) from its nibbles: nibble p is byte p % 32's
+// low (p < 32) or high half; high = (nibble & 8) << 4 | (top - (nibble & 7)) (computed: a vpshufb
+// table lookup read 15% slower on a Zen 5, its shuffle port busy with the interleaves).
+FOUNDRY_AVX512_TARGET inline __m512i high_bytes_512(const uint8_t* block, int top) {
+  const __m512i both = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block)));
+  const __m512i n = _mm512_and_si512(_mm512_mask_srli_epi16(both, 0xFFFF0000u, both, 4), _mm512_set1_epi8(0x0F));
+  const __m512i e = _mm512_sub_epi8(_mm512_set1_epi8(int8_t(top)), _mm512_and_si512(n, _mm512_set1_epi8(7)));
+  // e | (n << 4 & 0x80): n < 16 in every byte, so the 16-bit shift moves no bit across bytes.
+  return _mm512_ternarylogic_epi32(e, _mm512_slli_epi16(n, 4), _mm512_set1_epi8(int8_t(0x80)), 0xF8);
 }
 
-FOUNDRY_AVX512_TARGET inline void widened_512(const uint16_t* v, const float* x, __m512& s0, __m512& s1) {
+// The block's bf16 words: w0 the low byte-interleave of each 128-bit lane, w1 the high one.
+struct Words512 {
+  __m512i w0, w1;
+};
+FOUNDRY_AVX512_TARGET inline Words512 words_512(const uint8_t* block, int top) {
+  const __m512i high = high_bytes_512(block, top);
+  // Two 32-byte loads: a 64-byte one would straddle two cache lines in every other block.
+  const __m512i low = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32))),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64)), 1);
+  return {_mm512_unpacklo_epi8(low, high), _mm512_unpackhi_epi8(low, high)};
+}
+
+FOUNDRY_AVX512_TARGET inline __m512 even_words_512(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
+FOUNDRY_AVX512_TARGET inline __m512 odd_words_512(__m512i w) {
+  return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(int32_t(0xFFFF0000u))));
+}
+
+// A block stored whole, in its values' order.
+FOUNDRY_AVX512_TARGET inline void whole_512(const uint16_t* v, const float* x, __m512& s0, __m512& s1) {
   for (int g = 0; g < 2; ++g) {
     const auto* p = reinterpret_cast<const __m256i*>(v + 32 * g);
     const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p)), 16));
@@ -199,54 +220,25 @@ FOUNDRY_AVX512_TARGET inline void widened_512(const uint16_t* v, const float* x,
   }
 }
 
-// A packed block's two halves as bf16 words at their positions; `largest` its exponent byte.
-struct Halves512 {
-  __m512i h0, h1;
-};
-FOUNDRY_AVX512_TARGET inline Halves512 halves_512(const uint8_t* block, int largest) {
-  const __m512i field = _mm512_set1_epi16(0x780), top = _mm512_set1_epi16(int16_t(largest << 7));
-  const __m512i d = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block)));
-  const __m512i e0 = _mm512_sub_epi16(top, _mm512_and_si512(_mm512_slli_epi16(d, 7), field));
-  const __m512i e1 = _mm512_sub_epi16(top, _mm512_and_si512(_mm512_slli_epi16(d, 3), field));
-  const __m512i m0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 32)));
-  const __m512i m1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64)));
-  // (mantissa << 1 | sign) rotated right by one: sign << 15 | mantissa.
-  return {_mm512_or_si512(_mm512_shldi_epi16(m0, m0, 15), e0), _mm512_or_si512(_mm512_shldi_epi16(m1, m1, 15), e1)};
-}
-
-// One block of a row: its 64 values' products added to the row's accumulators.
+// One block of a row: its 64 values' products added to the row's accumulators, s0 over values
+// [32j, 32j + 16) and s1 over [32j + 16, 32j + 32), as GemvRows sums a bf16 row 16 lanes wide.
+// The even words of w0 are values 0-15, its odd ones 16-31; w1's 32-47 and 48-63.
 FOUNDRY_AVX512_TARGET inline void block_512(const uint8_t* row, int64_t head, int64_t b, const float* x, __m512& s0,
                                             __m512& s1) {
   const uint8_t* block = row + head + b * kBlockBytes;
   _mm_prefetch(reinterpret_cast<const char*>(block) + kAhead, _MM_HINT_NTA);
   _mm_prefetch(reinterpret_cast<const char*>(block) + kAhead + 64, _MM_HINT_NTA);
   const float* xb = x + b * kBlock;
-  if (row[b] == 0) return widened_512(whole_block(block), xb, s0, s1);
-  const Halves512 h = halves_512(block, row[b]);
-  half_512(h.h0, xb, s0, s1);
-  half_512(h.h1, xb + 32, s0, s1);
+  if (row[b] == 0) return whole_512(whole_block(block), xb, s0, s1);
+  const Words512 w = words_512(block, row[b]);
+  s0 = _mm512_fmadd_ps(even_words_512(w.w0), _mm512_loadu_ps(xb), s0);
+  s1 = _mm512_fmadd_ps(odd_words_512(w.w0), _mm512_loadu_ps(xb + 16), s1);
+  s0 = _mm512_fmadd_ps(even_words_512(w.w1), _mm512_loadu_ps(xb + 32), s0);
+  s1 = _mm512_fmadd_ps(odd_words_512(w.w1), _mm512_loadu_ps(xb + 48), s1);
 }
 
-// A row's bf16 values in their order: a half's words back in order by one permutation (its even
-// positions hold values 0-15, its odd ones 16-31).
-FOUNDRY_AVX512_TARGET void unpack_avx512(const uint8_t* row, int64_t k, uint16_t* out) {
-  alignas(64) int16_t order[32];
-  for (int i = 0; i < 32; ++i) order[i] = int16_t(i < 16 ? 2 * i : 2 * (i - 16) + 1);
-  const __m512i idx = _mm512_load_si512(order);
-  for (int64_t b = 0; b < k / kBlock; ++b) {
-    const uint8_t* block = row + header_bytes(k) + b * kBlockBytes;
-    if (row[b] == 0) {
-      std::memcpy(out + b * kBlock, whole_block(block), size_t(kWholeBytes));
-      continue;
-    }
-    const Halves512 h = halves_512(block, row[b]);
-    _mm512_storeu_si512(out + b * kBlock, _mm512_permutexvar_epi16(idx, h.h0));
-    _mm512_storeu_si512(out + b * kBlock + 32, _mm512_permutexvar_epi16(idx, h.h1));
-  }
-}
-
-// Rows first + s * stride + j for s < 4, j < count, four rows a step: four streams at once (one
-// core keeps more reads in flight across four than along one; kernels::gemv_quarters_16).
+// Rows first + s * stride + j for s < kRows, j < count: kRows rows a step, kRows streams at once
+// (one core keeps more reads in flight across four than along one; kernels::gemv_quarters_16).
 template <int kRows>
 FOUNDRY_AVX512_TARGET void rows_avx512(const uint8_t* w, int64_t k, const float* x, int64_t first, int64_t stride,
                                        int64_t count, float* y) {
@@ -259,113 +251,40 @@ FOUNDRY_AVX512_TARGET void rows_avx512(const uint8_t* w, int64_t k, const float*
       s0[i] = s1[i] = _mm512_setzero_ps();
     }
     for (int64_t b = 0; b < blocks; ++b)
+#pragma GCC unroll 4  // the rows' accumulators in registers (a loop over them kept them in memory)
       for (int i = 0; i < kRows; ++i) block_512(row[i], head, b, x, s0[i], s1[i]);
     for (int i = 0; i < kRows; ++i) y[first + j + i * stride] = _mm512_reduce_add_ps(_mm512_add_ps(s0[i], s1[i]));
   }
 }
 
-// AVX2: 16 positions a vector. Positions 0-15 of a half widen to its values 0-7 (even lanes) and
-// 16-23 (odd); positions 16-31 to 8-15 and 24-31. s0 takes values [16j, 16j + 8), s1 [16j + 8,
-// 16j + 16), in order, as GemvRows sums a bf16 row 8 lanes wide.
-FOUNDRY_AVX2_TARGET inline __m256 even_lanes(__m256i words) { return _mm256_castsi256_ps(_mm256_slli_epi32(words, 16)); }
-FOUNDRY_AVX2_TARGET inline __m256 odd_lanes(__m256i words) {
-  return _mm256_castsi256_ps(_mm256_and_si256(words, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
-}
-
-FOUNDRY_AVX2_TARGET inline __m256i words_avx2(const uint8_t* sign_mantissa, __m256i exponents) {
-  const __m256i m = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sign_mantissa)));
-  return _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16(m, 1), _mm256_slli_epi16(m, 15)), exponents);
-}
-
-FOUNDRY_AVX2_TARGET inline void block_avx2(const uint8_t* row, int64_t head, int64_t b, const float* x, __m256& s0,
-                                           __m256& s1) {
-  const uint8_t* block = row + head + b * kBlockBytes;
-  _mm_prefetch(reinterpret_cast<const char*>(block) + kAhead, _MM_HINT_NTA);
-  _mm_prefetch(reinterpret_cast<const char*>(block) + kAhead + 64, _MM_HINT_NTA);
-  const float* xb = x + b * kBlock;
-  if (row[b] == 0) {
-    const uint16_t* v = whole_block(block);
-    for (int64_t i = 0; i < kBlock; i += 16) {
-      const __m256i lo = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i)));
-      const __m256i hi = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i + 8)));
-      s0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(lo, 16)), _mm256_loadu_ps(xb + i), s0);
-      s1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(hi, 16)), _mm256_loadu_ps(xb + i + 8), s1);
-    }
-    return;
+// A row's bf16 values in their order: each interleave's words put back by one permutation.
+FOUNDRY_AVX512_TARGET void unpack_avx512(const uint8_t* row, int64_t k, uint16_t* out) {
+  alignas(64) int16_t order[32];  // word i of the output from word order[i] of an interleave
+  for (int w = 0; w < 32; ++w) {
+    const int lane = w / 8, t = (w % 8) / 2, odd = w % 2;
+    order[16 * odd + 4 * lane + t] = int16_t(w);
   }
-  const __m256i field = _mm256_set1_epi16(0x780), top = _mm256_set1_epi16(int16_t(row[b] << 7));
-  for (int q = 0; q < 2; ++q) {  // positions 16q..16q+15 of both halves
-    const __m256i d = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * q)));
-    const __m256i e0 = _mm256_sub_epi16(top, _mm256_and_si256(_mm256_slli_epi16(d, 7), field));
-    const __m256i e1 = _mm256_sub_epi16(top, _mm256_and_si256(_mm256_slli_epi16(d, 3), field));
-    const __m256i h0 = words_avx2(block + 32 + 16 * q, e0), h1 = words_avx2(block + 64 + 16 * q, e1);
-    __m256& s = q == 0 ? s0 : s1;  // q 0: values 0-7 and 16-23 of each half; q 1: 8-15 and 24-31
-    s = _mm256_fmadd_ps(even_lanes(h0), _mm256_loadu_ps(xb + 8 * q), s);
-    s = _mm256_fmadd_ps(odd_lanes(h0), _mm256_loadu_ps(xb + 16 + 8 * q), s);
-    s = _mm256_fmadd_ps(even_lanes(h1), _mm256_loadu_ps(xb + 32 + 8 * q), s);
-    s = _mm256_fmadd_ps(odd_lanes(h1), _mm256_loadu_ps(xb + 48 + 8 * q), s);
-  }
-}
-
-// Positions 0-15 (16-31) of a half: values 0-7 and 16-23 (8-15 and 24-31), even and odd lanes.
-FOUNDRY_AVX2_TARGET inline void store_positions_avx2(__m256i words, uint16_t* half, int q) {
-  const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
-                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-  const __m256i v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(words, split), 0xD8);  // evens, then odds
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(half + 8 * q), _mm256_castsi256_si128(v));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(half + 16 + 8 * q), _mm256_extracti128_si256(v, 1));
-}
-
-FOUNDRY_AVX2_TARGET void unpack_avx2(const uint8_t* row, int64_t k, uint16_t* out) {
-  const __m256i field = _mm256_set1_epi16(0x780);
+  const __m512i idx = _mm512_load_si512(order);
   for (int64_t b = 0; b < k / kBlock; ++b) {
     const uint8_t* block = row + header_bytes(k) + b * kBlockBytes;
     if (row[b] == 0) {
       std::memcpy(out + b * kBlock, whole_block(block), size_t(kWholeBytes));
       continue;
     }
-    const __m256i top = _mm256_set1_epi16(int16_t(row[b] << 7));
-    for (int q = 0; q < 2; ++q) {
-      const __m256i d = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 16 * q)));
-      const __m256i e0 = _mm256_sub_epi16(top, _mm256_and_si256(_mm256_slli_epi16(d, 7), field));
-      const __m256i e1 = _mm256_sub_epi16(top, _mm256_and_si256(_mm256_slli_epi16(d, 3), field));
-      store_positions_avx2(words_avx2(block + 32 + 16 * q, e0), out + b * kBlock, q);
-      store_positions_avx2(words_avx2(block + 64 + 16 * q, e1), out + b * kBlock + 32, q);
-    }
-  }
-}
-
-template <int kRows>
-FOUNDRY_AVX2_TARGET void rows_avx2(const uint8_t* w, int64_t k, const float* x, int64_t first, int64_t stride,
-                                   int64_t count, float* y) {
-  const int64_t row_bytes = packed_bf16_row_bytes(k), head = header_bytes(k), blocks = k / kBlock;
-  for (int64_t j = 0; j < count; ++j) {
-    const uint8_t* row[kRows];
-    __m256 s0[kRows], s1[kRows];
-    for (int i = 0; i < kRows; ++i) {
-      row[i] = w + (first + j + i * stride) * row_bytes;
-      s0[i] = s1[i] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < blocks; ++b)
-      for (int i = 0; i < kRows; ++i) block_avx2(row[i], head, b, x, s0[i], s1[i]);
-    for (int i = 0; i < kRows; ++i) y[first + j + i * stride] = avx2::sum_lanes(_mm256_add_ps(s0[i], s1[i]));
+    const Words512 w = words_512(block, row[b]);
+    _mm512_storeu_si512(out + b * kBlock, _mm512_permutexvar_epi16(idx, w.w0));
+    _mm512_storeu_si512(out + b * kBlock + 32, _mm512_permutexvar_epi16(idx, w.w1));
   }
 }
 
 bool avx512_kernel() {
   static const bool ok = max_isa() == MaxIsa::Native && __builtin_cpu_supports("avx512f") &&
-                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi2");
-  return ok;
-}
-
-bool avx2_kernel() {
-  static const bool ok = max_isa() != MaxIsa::SSE4 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+                         __builtin_cpu_supports("avx512bw");
   return ok;
 }
 
 #else
 bool avx512_kernel() { return false; }
-bool avx2_kernel() { return false; }
 #endif
 
 }  // namespace
@@ -373,7 +292,6 @@ bool avx2_kernel() { return false; }
 void unpack_bf16_row(const uint8_t* row, int64_t k, uint16_t* out) {
 #if FOUNDRY_HAVE_PACKED_BF16_X86
   if (avx512_kernel()) return unpack_avx512(row, k, out);
-  if (avx2_kernel()) return unpack_avx2(row, k, out);
 #endif
   unpack_row_scalar(row, k, out);
 }
@@ -381,7 +299,6 @@ void unpack_bf16_row(const uint8_t* row, int64_t k, uint16_t* out) {
 void gemv_packed_bf16_rows(const uint8_t* w, int64_t k, const float* x, int64_t r0, int64_t r1, float* y) {
 #if FOUNDRY_HAVE_PACKED_BF16_X86
   if (avx512_kernel()) return rows_avx512<1>(w, k, x, r0, 0, r1 - r0, y);
-  if (avx2_kernel()) return rows_avx2<1>(w, k, x, r0, 0, r1 - r0, y);
 #endif
   rows_scalar(w, k, x, r0, r1, y);
 }
@@ -390,13 +307,12 @@ void gemv_packed_bf16_quarters(const uint8_t* w, int64_t k, const float* x, int6
                                int64_t count, float* y) {
 #if FOUNDRY_HAVE_PACKED_BF16_X86
   if (avx512_kernel()) return rows_avx512<4>(w, k, x, first, stride, count, y);
-  if (avx2_kernel()) return rows_avx2<4>(w, k, x, first, stride, count, y);
 #endif
   for (int64_t s = 0; s < 4; ++s) rows_scalar(w, k, x, first + s * stride, first + s * stride + count, y);
 }
 
 bool packed_bf16_preferred() {
-  static const bool on = (avx512_kernel() || avx2_kernel()) && std::getenv("FOUNDRY_ROW_LAYOUT") == nullptr;
+  static const bool on = avx512_kernel() && std::getenv("FOUNDRY_ROW_LAYOUT") == nullptr;
   return on;
 }
 

@@ -88,8 +88,8 @@ TEST(QuantKernels, PackedBF16TakesAQuarterLessMemory) {
 }
 
 // gemv_many over packed rows against the plain bf16 rows: the same sums (the same order and
-// vector width) where the SIMD kernels run, the double-precision sum within float rounding
-// elsewhere. Small matrices run one row at a time, large ones in four streams (quarters).
+// vector width) where the AVX-512 kernel runs, the double-precision sum within float rounding
+// elsewhere (the scalar form). Small matrices run one row at a time, large ones in four streams (quarters).
 TEST(QuantKernels, PackedBF16ProductsEqualThePlainRows) {
   const auto& t = q::traits(q::BlockFormat::BF16);
   for (int64_t k : {int64_t(64), int64_t(768), int64_t(2048)}) {

@@ -17,14 +17,6 @@ CFG = dict(tp.LLAMA, vocab_size=4096, hidden_size=128, intermediate_size=256, nu
            num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
 
 
-def has_simd_kernels():
-    """The packed kernels sum in the plain bf16 kernels' order where the CPU has AVX2 (else a scalar loop)."""
-    try:
-        return " avx2 " in open("/proc/cpuinfo").read().replace("\n", " ")
-    except OSError:
-        return False
-
-
 def bf16_folder(path, seed=3):
     w = tp.llama_weights(CFG, torch.Generator().manual_seed(seed))
     w = {k: v.to(torch.bfloat16) for k, v in w.items() if k != "lm_head.weight"}
@@ -56,10 +48,8 @@ def test_packed_bf16_folder_computes_the_unpacked_numbers(tmp_path):
     # Decode (up to 16 rows a product, one at a time) sums as the plain rows do; prefill (more rows:
     # the bf16 GEMM over the unpacked matrix) within bf16 rounding of the plain rows' GEMM.
     prompt = [[3, 17, 99, 1000, 4000, 12, 64, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 21, 22, 23]]
-    one_dense, one_packed = logits(dense, [[17]]), logits(packed, [[17]])
-    if has_simd_kernels():
-        assert np.array_equal(one_dense, one_packed)
-    assert np.abs(one_dense - one_packed).max() <= 1e-2 * np.abs(one_dense).max()
+    # (Where the CPU has no AVX-512 the copies keep the plain rows: the same kernel, the same sums.)
+    assert np.array_equal(logits(dense, [[17]]), logits(packed, [[17]]))
     full_dense, full_packed = logits(dense, prompt), logits(packed, prompt)
     assert np.abs(full_dense - full_packed).max() <= 2e-2 * np.abs(full_dense).max()
     assert packed.generate(prompt[0], max_new_tokens=12, ignore_eos=True) == \
