@@ -130,21 +130,6 @@ void pack_bf16(const uint16_t* w, int64_t rows, int64_t k, uint8_t* out, int64_t
   });
 }
 
-void check_packed_bf16(const uint8_t* w, int64_t rows, int64_t k, int64_t bytes) {
-  const int64_t row_bytes = packed_bf16_row_bytes(k);
-  FOUNDRY_CHECK_AS(ValueError, rows >= 0 && bytes >= rows * row_bytes && (bytes - rows * row_bytes) % kWholeBytes == 0,
-                   "packed bf16: {} bytes cannot hold a packed [{}, {}] matrix", bytes, rows, k);
-  const uint8_t* tail = w + rows * row_bytes;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < k / kBlock; ++b) {
-      const uint8_t* row = w + r * row_bytes;
-      if (row[b] != 0) continue;
-      const auto* whole = reinterpret_cast<const uint8_t*>(whole_block(row + header_bytes(k) + b * kBlockBytes));
-      FOUNDRY_CHECK_AS(ValueError, whole >= tail && whole + kWholeBytes <= w + bytes && (whole - tail) % kWholeBytes == 0,
-                       "packed bf16: block {} of row {} points outside the matrix's tail", b, r);
-    }
-}
-
 namespace {
 
 void unpack_row_scalar(const uint8_t* row, int64_t k, uint16_t* out) {

@@ -42,9 +42,6 @@ int64_t packed_bf16_bytes(int64_t rows, int64_t k, int64_t escapes);
 void pack_bf16(const uint16_t* w, int64_t rows, int64_t k, uint8_t* out, int64_t out_bytes);
 /// Row `row` (packed_bf16_row_bytes(k) bytes, its matrix's tail after the rows) as k bf16 values.
 void unpack_bf16_row(const uint8_t* row, int64_t k, uint16_t* out);
-/// ValueError unless every block stored whole of a packed [rows, k] matrix of `bytes` bytes points
-/// at 128 bytes of its tail.
-void check_packed_bf16(const uint8_t* w, int64_t rows, int64_t k, int64_t bytes);
 /// y[r] = sum_i row r [i] * x[i] for rows [r0, r1) of a packed matrix, x float32 [k], on the
 /// calling thread. The AVX-512 kernel sums each row in the order of the plain bf16 rows' AVX-512
 /// kernel (kernels::gemv_rows_bf16_range), so the results equal it; the scalar form sums in order.
