@@ -13,7 +13,7 @@ norms are negligible) next to this machine's read bandwidth, measured in the sam
 Rows: `f32` runs the float32 folder; `f16` / `bf16` / `q*` / `nf4` quantize its weights at load
 (`--quantize`); `f16 native` / `bf16 native` run a float16 / bfloat16 checkpoint of the same
 weights computed in its own dtype (`--dtype native`). Foundry's bf16 rows read their matrices
-packed without loss (~12.3 bits a weight, the same values: docs/quantization.md), and their weight
+packed without loss (~12.4 bits a weight, the same values: docs/quantization.md), and their weight
 GB/s counts the packed bytes.
 
 Foundry keeps its KV cache in f16 here (`--kv-cache f16`), as llama-bench does by default. Every
@@ -117,7 +117,7 @@ def matrix_weights(cfg):
 def foundry_token_bytes(cfg, fmt):
     """Bytes of those matrices Foundry reads a token in `fmt`: a bf16 matrix is read packed without loss
     (quant::WeightLayout::PackedBF16, on every CPU with AVX2): a row of k values is round_up(k / 64, 32)
-    bytes of block exponents and k * 1.5 of the rest (the few blocks kept whole, ~0.3% of them here, left
+    bytes of block exponents and k * 1.5 of the rest (the few blocks kept whole, ~0.5% of them here, left
     out). Every other format reads BYTES_PER_WEIGHT, as llama.cpp does."""
     if not fmt.startswith("bf16"):
         return matrix_weights(cfg) * BYTES_PER_WEIGHT[fmt]

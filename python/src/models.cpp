@@ -276,7 +276,7 @@ void bind_models(py::module_& m) {
       "foundry.quant.formats()) computes with quantized weights; kv_cache='f16' / 'bf16' / 'q8_0' stores the "
       "KV cache in that format; quantized_prefill='integer' / 'float32' / 'bfloat16' / 'auto' picks the "
       "prefill math with quantized weights (integer: decode's numbers, where the CPU has a kernel); "
-      "pack_bf16=True (inference) packs a bf16 checkpoint computed in bf16 without loss, ~12.3 bits a weight");
+      "pack_bf16=True (inference) packs a bf16 checkpoint computed in bf16 without loss, ~12.4 bits a weight");
   mm.def("supported_architectures", &models::supported_architectures);
   py::class_<models::ChatTemplate>(mm, "ChatTemplate",
                                    "a Hugging Face chat template (Jinja), rendered as apply_chat_template does")

@@ -1,4 +1,4 @@
-// bfloat16 matrices stored without loss in ~12.3 bits a value (quant::WeightLayout::PackedBF16),
+// bfloat16 matrices stored without loss in ~12.4 bits a value (quant::WeightLayout::PackedBF16),
 // for the decode products that stream them: a 16-bit model's decode step reads every weight once
 // and is bound by memory bandwidth, and of a weight's 16 bits the 8 of its exponent carry little:
 // within a block of 64 trained (or normally initialised) weights they span a few binades below the

@@ -44,7 +44,7 @@ float dot_nf4_q8_0(const void* x, const void* y, int64_t k);
 /// runs of 32 bytes, run c holding each row's payload bytes 4c..4c+3 (row i at 4i). Decode's kernel
 /// reads the 8 rows' block as one stream and sums each row's products in one int32 lane with one
 /// scale conversion for all 8 (row_groups.cpp says what it measured).
-/// PackedBF16 (bf16 only, k a multiple of 64): each row's values without loss in ~12.3 bits
+/// PackedBF16 (bf16 only, k a multiple of 64): each row's values without loss in ~12.4 bits
 /// (bf16_packed.h), blocks stored whole in a tail after the rows; decode streams 25% fewer bytes.
 enum class WeightLayout { Rows, Groups8, PackedBF16 };
 /// Bytes of one row of a [*, k] matrix of t in `layout` (PackedBF16: without the tail).

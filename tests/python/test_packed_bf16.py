@@ -1,5 +1,5 @@
 """bf16 checkpoints packed without loss for inference (LoadOptions::pack_bf16; quant::WeightLayout::PackedBF16,
-src/quant/bf16_packed.h): a folder or GGUF file computed in bf16 reads its matrices packed in ~12.3 bits a
+src/quant/bf16_packed.h): a folder or GGUF file computed in bf16 reads its matrices packed in ~12.4 bits a
 weight, computes the numbers the unpacked model computes, and is frozen
 as a quantized model does. `foundry generate --dtype native` loads this way."""
 import json
@@ -110,3 +110,18 @@ def test_generate_dtype_native_packs_and_gives_the_same_tokens(tmp_path, monkeyp
     monkeypatch.setenv("FOUNDRY_ROW_LAYOUT", "1")
     rows = tp.run(*args).stdout.strip().splitlines()[-1]
     assert packed == rows and len(json.loads(packed)) == 12
+
+
+def test_a_quantized_folder_is_never_packed(tmp_path):
+    """A `foundry quantize` folder (bf16 norms and embeddings beside int8 / nf4 rows) computed in bf16 with
+    pack_bf16 keeps its dequantized matrices: they are not a bf16 checkpoint's values."""
+    if not os.path.exists(tp.FOUNDRY):
+        pytest.skip("foundry CLI not built at " + tp.FOUNDRY)
+    folder = str(tmp_path / "bf16")
+    bf16_folder(folder)
+    out = str(tmp_path / "q")
+    tp.run("quantize", "--model", folder, "--out", out, "--type", "int8")
+    plain = foundry.models.from_pretrained(out, dtype="bfloat16")
+    asked = foundry.models.from_pretrained(out, dtype="bfloat16", pack_bf16=True)
+    assert asked.weight_quantization == ""
+    assert np.array_equal(logits(plain, [[5, 6, 7]]), logits(asked, [[5, 6, 7]]))

@@ -282,7 +282,7 @@ struct LoadOptions {
   /// Prefill with quantized weights: "auto", "integer", "float32", "bfloat16"; see CausalLM::set_quantized_prefill.
   std::string quantized_prefill = "auto";
   /// For inference: a bfloat16 checkpoint computed in its own dtype (dtype nullopt or BFloat16), with
-  /// no `quantize`, has its bf16 matrices packed without loss (~12.3 bits a weight where the CPU has
+  /// no `quantize`, has its bf16 matrices packed without loss (~12.4 bits a weight where the CPU has
   /// the kernels: quant::WeightLayout::PackedBF16), as `quantize = "bf16"` does for a float32
   /// computation. Decode streams a quarter fewer bytes and computes the same numbers; the model is
   /// frozen as a quantized one is (freeze_if_quantized). The command line's inference commands set it.

@@ -861,11 +861,12 @@ std::unique_ptr<CausalLM> load_pretrained(const std::string& dir, const LoadOpti
     raise<IOError>("{}: no loadable weights (model.safetensors or model.safetensors.index.json): {}", dir, e.what());
   }
   autograd::NoGradGuard no_grad;
-  const std::string quantize = packs_bf16(options, st) ? "bf16" : options.quantize;
   // A `foundry quantize` folder: quantized weights are dequantized, or, for NF4 computed in float32
   // without another --quantize, kept as in-memory nf4 rows (the model gets a placeholder; GPT-2's
   // [in, out] Conv1D weights are not rows of outputs, so they are dequantized).
   const hf::QuantizedCheckpoint qc(dir, config.json, st);
+  // (A quantized folder's matrices are not bf16 ones: they are never packed.)
+  const std::string quantize = !qc.active() && packs_bf16(options, st) ? "bf16" : options.quantize;
   const bool keep_nf4 = quantize.empty() && options.dtype == DType::Float32 &&
                         config.architecture != "GPT2LMHeadModel";
   std::vector<std::pair<std::string, Tensor>> nf4_weights;
