@@ -86,9 +86,9 @@ Matrix copy_of(const quant::BlockFormatTraits& t, const Matrix& m) {
 // A bf16 matrix packed (quant::WeightLayout::PackedBF16), placed alike.
 Matrix packed_copy(const Matrix& m) {
   const auto* w = reinterpret_cast<const uint16_t*>(m.bytes.get());
-  const int64_t bytes = quant::packed_bf16_bytes(m.rows, m.k, quant::packed_bf16_escapes(w, m.rows, m.k));
-  Matrix packed{huge_page_bytes(size_t(bytes)), m.rows, m.k};
-  quant::pack_bf16(w, m.rows, m.k, packed.bytes.get(), bytes);
+  const quant::PackedBF16Plan plan = quant::plan_packed_bf16(w, m.rows, m.k);
+  Matrix packed{huge_page_bytes(size_t(plan.bytes())), m.rows, m.k};
+  quant::pack_bf16(w, plan, packed.bytes.get(), plan.bytes());
   return packed;
 }
 

@@ -503,8 +503,7 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
   const bool resident = hf::weights_resident(options.quantize);
   // LoadOptions::pack_bf16: bf16 matrices computed in bf16 are adopted as float32 ones' are, and
   // their bytes packed (WeightProducts::adopt); the model keeps computing in bf16.
-  const bool pack_bf16 = options.pack_bf16 && options.quantize.empty() && options.dtype != DType::Float32 &&
-                         options.dtype != DType::Float16;
+  const bool pack_bf16 = hf::pack_bf16_requested(options);
   hf::HugePageChunks chunks;
   auto weight = [&](const std::string& name, const Shape& shape, const hf::Init&, hf::Layout) {
     auto [gname, perm] = gguf_name(name);

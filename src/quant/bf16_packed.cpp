@@ -2,7 +2,6 @@
 #include "quant/bf16_packed.h"
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -75,38 +74,28 @@ int64_t packed_bf16_row_bytes(int64_t k) {
   return header_bytes(k) + k / kBlock * kBlockBytes;
 }
 
-int64_t packed_bf16_escapes(const uint16_t* w, int64_t rows, int64_t k) {
+int64_t PackedBF16Plan::bytes() const { return rows * packed_bf16_row_bytes(k) + escapes() * kWholeBytes; }
+
+PackedBF16Plan plan_packed_bf16(const uint16_t* w, int64_t rows, int64_t k) {
   check_k(k);
-  std::atomic<int64_t> n{0};
+  PackedBF16Plan plan{rows, k, std::vector<int64_t>(size_t(rows + 1), 0)};
   parallel_for(0, rows, 64, [&](int64_t lo, int64_t hi) {
-    int64_t part = 0;
-    for (int64_t r = lo; r < hi; ++r) part += row_escapes(w + r * k, k);
-    n += part;
+    for (int64_t r = lo; r < hi; ++r) plan.first[size_t(r + 1)] = row_escapes(w + r * k, k);
   });
-  return n.load();
+  for (int64_t r = 0; r < rows; ++r) plan.first[size_t(r + 1)] += plan.first[size_t(r)];
+  return plan;
 }
 
-int64_t packed_bf16_bytes(int64_t rows, int64_t k, int64_t escapes) {
-  return rows * packed_bf16_row_bytes(k) + escapes * kWholeBytes;
-}
-
-void pack_bf16(const uint16_t* w, int64_t rows, int64_t k, uint8_t* out, int64_t out_bytes) {
-  const int64_t row_bytes = packed_bf16_row_bytes(k), blocks = k / kBlock;
-  // Each row's first slot in the tail: the counts' running sum.
-  std::vector<int64_t> first(size_t(rows + 1), 0);
-  parallel_for(0, rows, 64, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) first[size_t(r + 1)] = row_escapes(w + r * k, k);
-  });
-  for (int64_t r = 0; r < rows; ++r) first[size_t(r + 1)] += first[size_t(r)];
-  FOUNDRY_CHECK_AS(ValueError, out_bytes == packed_bf16_bytes(rows, k, first.back()),
-                   "pack_bf16: {} bytes for a packed [{}, {}] matrix that needs {}", out_bytes, rows, k,
-                   packed_bf16_bytes(rows, k, first.back()));
+void pack_bf16(const uint16_t* w, const PackedBF16Plan& plan, uint8_t* out, int64_t out_bytes) {
+  const int64_t rows = plan.rows, k = plan.k, row_bytes = packed_bf16_row_bytes(k), blocks = k / kBlock;
+  FOUNDRY_CHECK_AS(ValueError, out_bytes == plan.bytes(), "pack_bf16: {} bytes for a packed [{}, {}] matrix that needs {}",
+                   out_bytes, rows, k, plan.bytes());
   uint8_t* tail = out + rows * row_bytes;
   parallel_for(0, rows, 64, [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) {
       uint8_t* row = out + r * row_bytes;
       std::memset(row, 0, size_t(row_bytes));
-      int64_t slot = first[size_t(r)];
+      int64_t slot = plan.first[size_t(r)];
       for (int64_t b = 0; b < blocks; ++b) {
         const uint16_t* v = w + r * k + b * kBlock;
         uint8_t* block = row + header_bytes(k) + b * kBlockBytes;

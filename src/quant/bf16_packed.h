@@ -19,13 +19,14 @@
 // its first 8 nibble bytes hold the byte offset (int64) from the block to them. Offsets are
 // relative, so a packed matrix can be copied whole.
 //
-// Chosen where the AVX-512 (BW) kernel runs: on a Zen 5 it decodes Llama-110M's bf16 weights
-// 1.2-1.5x faster than the plain rows at 1 thread; an AVX2 form of it read 0.91x / 0.95x (1 / 2
+// Chosen where the AVX-512 (BW) kernel runs: on a Zen 5 Llama-110M's bf16 decode ran 1.33-1.47x
+// the plain rows' speed at 1 thread and 1.26x at 2; an AVX2 form of it read 0.91x / 0.95x (1 / 2
 // threads), its widening and interleaves outweighing the quarter of the bytes, so AVX2-only CPUs
 // keep the plain rows.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace foundry::quant {
 
@@ -33,13 +34,19 @@ constexpr int64_t kPackedBF16Block = 64;
 
 /// Bytes of one packed row of k values (k a multiple of 64), the tail not counted.
 int64_t packed_bf16_row_bytes(int64_t k);
-/// Blocks of a [rows, k] bf16 matrix (row-major, contiguous) that are stored whole.
-int64_t packed_bf16_escapes(const uint16_t* w, int64_t rows, int64_t k);
-/// Bytes of a packed [rows, k] matrix with `escapes` blocks stored whole.
-int64_t packed_bf16_bytes(int64_t rows, int64_t k, int64_t escapes);
-/// Packs w [rows, k] into out (packed_bf16_bytes(rows, k, packed_bf16_escapes(w, rows, k)) bytes,
-/// ValueError if out_bytes differs). Rows split over the threads.
-void pack_bf16(const uint16_t* w, int64_t rows, int64_t k, uint8_t* out, int64_t out_bytes);
+/// Where the blocks of a [rows, k] bf16 matrix (row-major, contiguous) that are stored whole go in
+/// the tail, and the bytes its packed form takes: one scan of the matrix, shared by sizing the
+/// memory and packing into it.
+struct PackedBF16Plan {
+  int64_t rows = 0, k = 0;
+  std::vector<int64_t> first;  // rows + 1 running counts: row r's blocks stored whole are slots first[r]..
+  int64_t escapes() const { return first.back(); }
+  int64_t bytes() const;
+};
+PackedBF16Plan plan_packed_bf16(const uint16_t* w, int64_t rows, int64_t k);
+/// Packs w (the matrix `plan` was made from) into out, plan.bytes() bytes (ValueError if out_bytes
+/// differs). Rows split over the threads.
+void pack_bf16(const uint16_t* w, const PackedBF16Plan& plan, uint8_t* out, int64_t out_bytes);
 /// Row `row` (packed_bf16_row_bytes(k) bytes, its matrix's tail after the rows) as k bf16 values.
 void unpack_bf16_row(const uint8_t* row, int64_t k, uint16_t* out);
 /// y[r] = sum_i row r [i] * x[i] for rows [r0, r1) of a packed matrix, x float32 [k], on the

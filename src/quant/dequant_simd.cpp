@@ -195,9 +195,6 @@ FOUNDRY_DEQUANTIZER(dequantize_q4_K_bf16, DequantizeQ4KBF16, uint16_t)
 FOUNDRY_DEQUANTIZER(dequantize_nf4_simd, DequantizeNF4F32, float)
 FOUNDRY_DEQUANTIZER(dequantize_nf4_bf16, DequantizeNF4BF16, uint16_t)
 #undef FOUNDRY_DEQUANTIZER
-
-// A bf16 row is its own bf16 values (a packed bf16 matrix's rows come unpacked: quant::row_of).
-void copy_bf16_row(const void* x, uint16_t* y, int64_t k) { std::memcpy(y, x, size_t(k) * sizeof(uint16_t)); }
 }  // namespace
 
 RowDequantizer fast_dequantizer(const BlockFormatTraits& t) {
@@ -216,7 +213,6 @@ BF16RowDequantizer bf16_dequantizer(const BlockFormatTraits& t) {
     case BlockFormat::Q4_0: return dequantize_q4_0_bf16;
     case BlockFormat::Q4_K: return dequantize_q4_K_bf16;
     case BlockFormat::NF4: return dequantize_nf4_bf16;
-    case BlockFormat::BF16: return copy_bf16_row;
     default: return nullptr;
   }
 }

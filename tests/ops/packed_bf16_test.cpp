@@ -43,8 +43,9 @@ std::vector<uint16_t> weights(int64_t rows, int64_t k, uint32_t seed) {
 }
 
 std::vector<uint8_t> packed(const std::vector<uint16_t>& w, int64_t rows, int64_t k) {
-  std::vector<uint8_t> out(size_t(q::packed_bf16_bytes(rows, k, q::packed_bf16_escapes(w.data(), rows, k))));
-  q::pack_bf16(w.data(), rows, k, out.data(), int64_t(out.size()));
+  const q::PackedBF16Plan plan = q::plan_packed_bf16(w.data(), rows, k);
+  std::vector<uint8_t> out(size_t(plan.bytes()));
+  q::pack_bf16(w.data(), plan, out.data(), int64_t(out.size()));
   return out;
 }
 
@@ -60,7 +61,7 @@ TEST(QuantKernels, PackedBF16RowsUnpackToEveryBitPattern) {
     if (!sorted) std::shuffle(w.begin(), w.end(), std::mt19937(1));
     else std::sort(w.begin(), w.end());
     const std::vector<uint8_t> p = packed(w, rows, k);
-    const int64_t escapes = q::packed_bf16_escapes(w.data(), rows, k);
+    const int64_t escapes = q::plan_packed_bf16(w.data(), rows, k).escapes();
     EXPECT_GT(escapes, 0);
     if (sorted) EXPECT_LT(escapes, rows * k / 64 / 2);  // a block of sorted patterns mostly fits
     std::vector<uint16_t> back(static_cast<size_t>(k)), via_row_of(static_cast<size_t>(k));
@@ -78,10 +79,11 @@ TEST(QuantKernels, PackedBF16RowsUnpackToEveryBitPattern) {
 TEST(QuantKernels, PackedBF16TakesAQuarterLessMemory) {
   const int64_t rows = 256, k = 768;
   const std::vector<uint16_t> w = weights(rows, k, 2);
-  const int64_t escapes = q::packed_bf16_escapes(w.data(), rows, k);
+  const q::PackedBF16Plan plan = q::plan_packed_bf16(w.data(), rows, k);
+  const int64_t escapes = plan.escapes();
   EXPECT_GE(escapes, 4);  // the planted blocks
   EXPECT_LT(escapes, rows * k / 64 / 50);  // normal weights pack (~0.5% of blocks do not)
-  const double bits = 8.0 * double(q::packed_bf16_bytes(rows, k, escapes)) / double(rows * k);
+  const double bits = 8.0 * double(plan.bytes()) / double(rows * k);
   EXPECT_LT(bits, 12.5);
   EXPECT_GT(bits, 12.0);
 }
@@ -133,6 +135,6 @@ TEST(QuantKernels, PackedBF16RefusesWhatItCannotHold) {
   int64_t offset;
   std::memcpy(&offset, p.data() + 32, sizeof offset);
   EXPECT_EQ(32 + offset, 8 * q::packed_bf16_row_bytes(k));
-  EXPECT_THROW(q::pack_bf16(w.data(), rows, k, p.data(), int64_t(p.size()) - 1), ValueError);
+  EXPECT_THROW(q::pack_bf16(w.data(), q::plan_packed_bf16(w.data(), rows, k), p.data(), int64_t(p.size()) - 1), ValueError);
   EXPECT_THROW(q::packed_bf16_row_bytes(100), ValueError);
 }

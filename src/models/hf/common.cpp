@@ -835,9 +835,7 @@ namespace {
 
 // LoadOptions::pack_bf16 applies: every floating matrix of the checkpoint is bf16 and stays bf16.
 bool packs_bf16(const LoadOptions& options, const io::ShardedSafetensors& st) {
-  if (!options.pack_bf16 || !options.quantize.empty() || options.dtype == DType::Float32 ||
-      options.dtype == DType::Float16)
-    return false;
+  if (!hf::pack_bf16_requested(options)) return false;
   bool any = false;
   for (const std::string& name : st.names()) {
     const Tensor t = st.get(name);

@@ -195,6 +195,9 @@ class WeightProducts {
 /// place_weight): yes, unless weights are quantized at load (those copies are made then) or
 /// FOUNDRY_MMAP_WEIGHTS is set (weights stay file pages the kernel may drop under memory pressure).
 bool weights_resident(const std::string& quantize);
+/// LoadOptions::pack_bf16 asked for and not ruled out: no `quantize`, and the computation in bf16 or
+/// in the checkpoint's own dtype (which the loader then finds to be bf16 or not).
+bool pack_bf16_requested(const LoadOptions& options);
 /// A loaded weight as the model keeps it: a matrix of 64 KB or more (a decode step streams it
 /// whole) copied into `chunks` when `resident`, in `layout`, else t in `dtype` (t itself, a view
 /// over the file, when the dtype matches).

@@ -60,10 +60,11 @@ namespace {
 // A [rows, k] bf16 matrix (contiguous rows at w) packed without loss into chunk memory
 // (quant::WeightLayout::PackedBF16): q's data, keepalive and bytes.
 void pack_into(HugePageChunks& chunks, const uint16_t* w, WeightProducts::Quantized& q) {
-  q.bytes = quant::packed_bf16_bytes(q.rows, q.k, quant::packed_bf16_escapes(w, q.rows, q.k));
+  const quant::PackedBF16Plan plan = quant::plan_packed_bf16(w, q.rows, q.k);
+  q.bytes = plan.bytes();
   uint8_t* dst = nullptr;
   std::tie(dst, q.keepalive) = chunks.carve(q.bytes);
-  quant::pack_bf16(w, q.rows, q.k, dst, q.bytes);
+  quant::pack_bf16(w, plan, dst, q.bytes);
   q.data = dst;
   q.layout = quant::WeightLayout::PackedBF16;
 }
@@ -105,6 +106,11 @@ Tensor HugePageChunks::copy_of(const Tensor& t, DType dtype, Layout layout) {
   placed.copy_(source);
   release_mapped_pages(t);
   return transpose ? placed.t() : placed;
+}
+
+bool pack_bf16_requested(const LoadOptions& options) {
+  return options.pack_bf16 && options.quantize.empty() && options.dtype != DType::Float32 &&
+         options.dtype != DType::Float16;
 }
 
 bool weights_resident(const std::string& quantize) {
