@@ -31,6 +31,17 @@ int64_t supported_simd_targets() {
   return targets;
 }
 
+std::vector<int64_t> compiled_simd_targets() {
+  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  supported_simd_targets();
+  return targets;
+}
+
+void restrict_simd_target(int64_t target) {
+  hwy::SetSupportedTargetsForTest(target);
+  supported_simd_targets();
+}
+
 std::string cpu_capability() {
   const int64_t targets = supported_simd_targets();
   std::string name = hwy::TargetName(targets & -targets);  // the lowest bit: the best target

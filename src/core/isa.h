@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace foundry {
 
@@ -24,5 +25,11 @@ MaxIsa max_isa();
 /// process would go on dispatching to AVX-512 (tests that listed the targets at start-up ran
 /// their "AVX2-only" passes at AVX-512 that way).
 int64_t supported_simd_targets();
+/// Highway's targets compiled in and runnable here (FOUNDRY_MAX_ISA applied), for tests that run a
+/// kernel on each; the dispatch pinned again after the listing.
+std::vector<int64_t> compiled_simd_targets();
+/// Restricts Highway's dispatch to `target` (a test's pass on one target; 0: back to every target
+/// this process may use).
+void restrict_simd_target(int64_t target);
 
 }  // namespace foundry

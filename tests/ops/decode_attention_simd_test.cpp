@@ -100,5 +100,5 @@ TEST_P(DecodeAttentionEachTarget, FullyMaskedTileChangesNothing) {
   for (float a : acc) EXPECT_EQ(a, 0.f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Targets, DecodeAttentionEachTarget, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
+INSTANTIATE_TEST_SUITE_P(Targets, DecodeAttentionEachTarget, ::testing::ValuesIn(foundry::compiled_simd_targets()),
                          target_name);

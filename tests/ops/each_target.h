@@ -16,14 +16,8 @@ namespace foundry_test {
 
 class PerTarget : public ::testing::TestWithParam<int64_t> {
  protected:
-  void SetUp() override {
-    hwy::SetSupportedTargetsForTest(GetParam());
-    foundry::supported_simd_targets();
-  }
-  void TearDown() override {
-    hwy::SetSupportedTargetsForTest(0);
-    foundry::supported_simd_targets();  // back to the targets FOUNDRY_MAX_ISA allows
-  }
+  void SetUp() override { foundry::restrict_simd_target(GetParam()); }
+  void TearDown() override { foundry::restrict_simd_target(0); }  // back to what FOUNDRY_MAX_ISA allows
 };
 
 inline std::string target_name(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }

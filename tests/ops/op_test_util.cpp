@@ -1,25 +1,8 @@
 #include "op_test_util.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 
-#include "core/isa.h"
 #include "foundry/ops/ops.h"
-
-namespace {
-
-// The per-target tests list Highway's targets as the binary starts (INSTANTIATE_TEST_SUITE_P),
-// which points the dispatch past FOUNDRY_MAX_ISA (core/isa.h): pinned back before any test runs, so
-// the quant_kernels_under_max_isa_* runs use the capped targets.
-class PinCappedTargets : public ::testing::Environment {
- public:
-  void SetUp() override { foundry::supported_simd_targets(); }
-};
-[[maybe_unused]] ::testing::Environment* const pin_capped_targets =
-    ::testing::AddGlobalTestEnvironment(new PinCappedTargets);
-
-}  // namespace
 
 namespace foundry::optest {
 

@@ -862,7 +862,7 @@ TEST_P(EachTarget, GemvManyEqualsGemvPerMatrix) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Targets, EachTarget, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), target_name);
+INSTANTIATE_TEST_SUITE_P(Targets, EachTarget, ::testing::ValuesIn(foundry::compiled_simd_targets()), target_name);
 
 // Row and column broadcasts over a matrix run as blocks of rows in one SIMD call
 // (kernels/cpu/binary.cpp simd_rows): each element against the scalar formula, float and double,

@@ -314,16 +314,9 @@ void rmsprop_f32(const RMSpropStep& s, float* param, const float* grad, float* s
 
 bool simd_native_fma() { return HWY_DYNAMIC_DISPATCH(NativeFma)(); }
 
-std::vector<int64_t> simd_targets() {
-  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
-  supported_simd_targets();  // the listing pointed the dispatch past FOUNDRY_MAX_ISA (core/isa.h)
-  return targets;
-}
+std::vector<int64_t> simd_targets() { return compiled_simd_targets(); }
 std::string simd_target_name(int64_t target) { return hwy::TargetName(target); }
-void force_simd_target(int64_t target) {
-  hwy::SetSupportedTargetsForTest(target);
-  supported_simd_targets();
-}
+void force_simd_target(int64_t target) { restrict_simd_target(target); }
 
 }  // namespace foundry::optim::kernels
 #endif

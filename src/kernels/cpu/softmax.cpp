@@ -159,14 +159,10 @@ template void softmax_backward_ref<double>(const double*, const double*, double*
 
 std::vector<std::pair<std::string, int64_t>> simd_targets() {
   std::vector<std::pair<std::string, int64_t>> out;
-  for (int64_t t : hwy::SupportedAndGeneratedTargets()) out.emplace_back(hwy::TargetName(t), t);
-  supported_simd_targets();  // the listing pointed the dispatch past FOUNDRY_MAX_ISA
+  for (int64_t t : compiled_simd_targets()) out.emplace_back(hwy::TargetName(t), t);
   return out;
 }
 
-void force_simd_target(int64_t target) {
-  hwy::SetSupportedTargetsForTest(target);
-  supported_simd_targets();
-}
+void force_simd_target(int64_t target) { restrict_simd_target(target); }
 
 }  // namespace foundry::kernels
