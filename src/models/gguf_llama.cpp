@@ -505,6 +505,14 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
   // their bytes packed (WeightProducts::adopt); the model keeps computing in bf16.
   const bool pack_bf16 = hf::pack_bf16_requested(options);
   hf::HugePageChunks chunks;
+  // Q and K rows back in HF's order: a copy, so the file's pages read to make it go back to the
+  // kernel (kept mapped, 57 MB of Llama-110M's float32 file stayed resident beside the copies).
+  auto unpermuted = [](const Tensor& mapped, int64_t heads) {
+    // Block bytes are permuted as they are; 16-bit floats go through float32.
+    Tensor rows = permute_rows(mapped.dtype() == DType::UInt8 ? mapped : mapped.to(DType::Float32), heads, true);
+    hf::release_mapped_pages(mapped);
+    return rows;
+  };
   auto weight = [&](const std::string& name, const Shape& shape, const hf::Init&, hf::Layout) {
     auto [gname, perm] = gguf_name(name);
     const io::GGUFTensorInfo& info = f.info(gname);
@@ -524,7 +532,7 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
     const int64_t heads = perm == 1 ? c.num_heads : c.num_kv_heads;
     if (q && shape.size() == 2) {
       Tensor bytes = f.raw(gname);
-      if (perm) bytes = permute_rows(bytes, heads, true);
+      if (perm) bytes = unpermuted(bytes, heads);
       // The embedding's placeholder has the compute dtype: the model computes in its dtype.
       const DType dense = gname != "token_embd.weight" ? DType::Float32
                           : options.dtype.value_or(pack_bf16 && q->format == quant::BlockFormat::BF16 ? DType::BFloat16
@@ -537,7 +545,7 @@ std::unique_ptr<CausalLM> load_gguf(const std::string& path, const LoadOptions& 
     }
     Tensor t = f.tensor(gname);
     const DType want = options.dtype.value_or(t.dtype());
-    if (perm) t = permute_rows(t.to(DType::Float32), heads, true);
+    if (perm) t = unpermuted(t, heads);
     return hf::place_weight(chunks, resident, t, want);
   };
   auto has = [&](const std::string& name) { return f.contains(gguf_name(name).first); };
