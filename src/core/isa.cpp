@@ -42,6 +42,8 @@ void restrict_simd_target(int64_t target) {
   supported_simd_targets();
 }
 
+std::string simd_target_name(int64_t target) { return hwy::TargetName(target); }
+
 std::string cpu_capability() {
   const int64_t targets = supported_simd_targets();
   std::string name = hwy::TargetName(targets & -targets);  // the lowest bit: the best target

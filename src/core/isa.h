@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace foundry {
@@ -31,5 +32,7 @@ std::vector<int64_t> compiled_simd_targets();
 /// Restricts Highway's dispatch to `target` (a test's pass on one target; 0: back to every target
 /// this process may use).
 void restrict_simd_target(int64_t target);
+/// Highway's name of a target ("AVX2", "AVX3_ZEN4", ...), for the tests' names.
+std::string simd_target_name(int64_t target);
 
 }  // namespace foundry

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <hwy/targets.h>
 
 #include <cstdint>
 #include <string>
@@ -20,7 +19,7 @@ class PerTarget : public ::testing::TestWithParam<int64_t> {
   void TearDown() override { foundry::restrict_simd_target(0); }  // back to what FOUNDRY_MAX_ISA allows
 };
 
-inline std::string target_name(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }
+inline std::string target_name(const ::testing::TestParamInfo<int64_t>& info) { return foundry::simd_target_name(info.param); }
 
 /// n values k / divisor for integers k in [-1000, 1000] from a linear congruential sequence
 /// (the same on every machine, unlike <random>'s distributions).

@@ -142,8 +142,9 @@ TEST(NnSoftmax, SpecialValuesGiveNaNRows) {
 }
 
 TEST(NnSoftmax, SimdMatchesScalarTwinOnEveryTarget) {
-  for (auto [name, target] : kernels::simd_targets()) {
-    kernels::force_simd_target(target);
+  for (int64_t target : compiled_simd_targets()) {
+    const std::string name = simd_target_name(target);
+    restrict_simd_target(target);
     for (bool log : {false, true}) {
       for (auto [outer, D, inner] : {std::tuple<int64_t, int64_t, int64_t>{5, 37, 1}, {3, 130, 1}, {2, 9, 21}, {1, 3, 64},
                                      {2, 40000, 1}}) {  // the last: long rows (online form)
@@ -160,7 +161,7 @@ TEST(NnSoftmax, SimdMatchesScalarTwinOnEveryTarget) {
       }
     }
   }
-  kernels::force_simd_target(0);
+  restrict_simd_target(0);
 }
 
 TEST(NnSoftmax, Errors) {
@@ -291,8 +292,9 @@ TEST(NnNorm, LayerNormMatchesNaive) {
 }
 
 TEST(NnNorm, SimdMatchesScalarTwinOnEveryTarget) {
-  for (auto [name, target] : kernels::simd_targets()) {
-    kernels::force_simd_target(target);
+  for (int64_t target : compiled_simd_targets()) {
+    const std::string name = simd_target_name(target);
+    restrict_simd_target(target);
     for (int64_t n : {1, 7, 64, 133}) {
       SCOPED_TRACE(name + " n=" + std::to_string(n));
       const int64_t rows = 5;
@@ -327,7 +329,7 @@ TEST(NnNorm, SimdMatchesScalarTwinOnEveryTarget) {
       expect_close(gw, gw2, 1e-5, 1e-5);
     }
   }
-  kernels::force_simd_target(0);
+  restrict_simd_target(0);
 }
 
 TEST(NnNorm, RmsNormMatchesFormulaAndDefaultEps) {
@@ -648,8 +650,9 @@ TEST(NnAttention, MatchesMathFormula) {
 }
 
 TEST(NnAttention, SimdKernelsMatchReferenceTwin) {
-  for (auto [name, target] : kernels::simd_targets()) {
-    kernels::force_simd_target(target);
+  for (int64_t target : compiled_simd_targets()) {
+    const std::string name = simd_target_name(target);
+    restrict_simd_target(target);
     for (bool causal : {false, true}) {
       Tensor q = rnd({2, 67, 9}), k = rnd({2, 131, 9}), v = rnd({2, 131, 5}), mask = rnd({67, 131}, DType::Float32, -2, 0);
       if (causal) k = rnd({2, 67, 9}), v = rnd({2, 67, 5}), mask = Tensor();
@@ -667,7 +670,7 @@ TEST(NnAttention, SimdKernelsMatchReferenceTwin) {
       for (int i = 0; i < 3; ++i) expect_close(b[size_t(i)], br[size_t(i)], 1e-4, 1e-4);
     }
   }
-  kernels::force_simd_target(0);
+  restrict_simd_target(0);
 }
 
 TEST(NnAttention, BackwardIsIndependentOfThreadCount) {

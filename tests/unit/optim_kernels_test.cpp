@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/isa.h"
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
@@ -49,14 +50,14 @@ const int64_t kSizes[] = {0, 1, 3, 7, 15, 16, 17, 31, 33, 100, 1023, 1025, 4099}
 class OptimKernelTargets : public ::testing::TestWithParam<int64_t> {
  protected:
   void SetUp() override {
-    k::force_simd_target(GetParam());
+    foundry::restrict_simd_target(GetParam());
     exact_ = k::simd_native_fma();
   }
-  void TearDown() override { k::force_simd_target(0); }
+  void TearDown() override { foundry::restrict_simd_target(0); }
   bool exact_ = true;
 };
 
-std::string target_name(const ::testing::TestParamInfo<int64_t>& info) { return k::simd_target_name(info.param); }
+std::string target_name(const ::testing::TestParamInfo<int64_t>& info) { return foundry::simd_target_name(info.param); }
 
 }  // namespace
 
@@ -178,7 +179,7 @@ TEST_P(OptimKernelTargets, NormReductionsAreBitIdenticalToTwins) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Targets, OptimKernelTargets, ::testing::ValuesIn(k::simd_targets()), target_name);
+INSTANTIATE_TEST_SUITE_P(Targets, OptimKernelTargets, ::testing::ValuesIn(foundry::compiled_simd_targets()), target_name);
 
 // ---------------------------------------------------------------------------------------------
 // Optimizer level

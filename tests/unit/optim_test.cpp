@@ -14,6 +14,7 @@
 #include <fstream>
 #include <memory>
 
+#include "core/isa.h"
 #include "foundry/autograd/grad_mode.h"
 #include "foundry/core/parallel.h"
 #include "foundry/io/npy.h"
@@ -285,9 +286,9 @@ std::vector<std::string> case_names() {
 
 // Whether the fused kernels run on an FMA target (Highway orders targets best first by value).
 bool fused_on_fma_target() {
-  const std::vector<int64_t> targets = optim::kernels::simd_targets();
+  const std::vector<int64_t> targets = compiled_simd_targets();
   if (targets.empty()) return false;
-  const std::string best = optim::kernels::simd_target_name(*std::min_element(targets.begin(), targets.end()));
+  const std::string best = simd_target_name(*std::min_element(targets.begin(), targets.end()));
   return best.rfind("AVX", 0) == 0;
 }
 

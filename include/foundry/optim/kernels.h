@@ -123,11 +123,6 @@ float max_abs_f32_ref(const float* x, int64_t n);
 void scale_f32(float* x, float c, int64_t n);
 void scale_f32_ref(float* x, float c, int64_t n);
 
-/// Highway targets compiled into the kernels that this machine supports (for tests that run
-/// every kernel on every target), and a switch that forces dispatch to one of them (0 undoes it).
-std::vector<int64_t> simd_targets();
-std::string simd_target_name(int64_t target);
-void force_simd_target(int64_t target);
 /// Whether the target dispatch currently picks has a native FMA (the twins are then bit-exact).
 bool simd_native_fma();
 

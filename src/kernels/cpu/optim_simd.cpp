@@ -270,10 +270,6 @@ void ScaleF32(float* x, float c, int64_t n) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include <hwy/targets.h>
-
-#include "core/isa.h"
-
 namespace foundry::optim::kernels {
 HWY_EXPORT(AdamF32);
 HWY_EXPORT(SgdF32);
@@ -314,9 +310,6 @@ void rmsprop_f32(const RMSpropStep& s, float* param, const float* grad, float* s
 
 bool simd_native_fma() { return HWY_DYNAMIC_DISPATCH(NativeFma)(); }
 
-std::vector<int64_t> simd_targets() { return compiled_simd_targets(); }
-std::string simd_target_name(int64_t target) { return hwy::TargetName(target); }
-void force_simd_target(int64_t target) { restrict_simd_target(target); }
 
 }  // namespace foundry::optim::kernels
 #endif

@@ -1,13 +1,10 @@
 // Tensor-level softmax drivers (threads, layouts, half types) and the scalar reference twins.
 #include "kernels/cpu/softmax.h"
 
-#include <hwy/targets.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "core/isa.h"
 #include "foundry/core/parallel.h"
 #include "foundry/ops/ops.h"
 
@@ -156,13 +153,5 @@ template void softmax_ref<float>(const float*, float*, int64_t, int64_t, int64_t
 template void softmax_ref<double>(const double*, double*, int64_t, int64_t, int64_t, bool);
 template void softmax_backward_ref<float>(const float*, const float*, float*, int64_t, int64_t, int64_t, bool);
 template void softmax_backward_ref<double>(const double*, const double*, double*, int64_t, int64_t, int64_t, bool);
-
-std::vector<std::pair<std::string, int64_t>> simd_targets() {
-  std::vector<std::pair<std::string, int64_t>> out;
-  for (int64_t t : compiled_simd_targets()) out.emplace_back(hwy::TargetName(t), t);
-  return out;
-}
-
-void force_simd_target(int64_t target) { restrict_simd_target(target); }
 
 }  // namespace foundry::kernels

@@ -9,8 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-#include <vector>
 
 #include "foundry/core/tensor.h"
 
@@ -39,10 +37,5 @@ void softmax_backward_ref(const T* g, const T* y, T* gx, int64_t outer, int64_t 
 /// Tensor-level drivers: x contiguous (float16/bfloat16/float32/float64); returns a new tensor.
 Tensor softmax_forward(const Tensor& x, int64_t dim, bool log);
 Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim, bool log);
-
-/// Highway targets this binary can run (name, bit), and a switch for tests that run SIMD
-/// kernels once per target (0 restores normal dispatch). Process-wide; tests only.
-std::vector<std::pair<std::string, int64_t>> simd_targets();
-void force_simd_target(int64_t target);
 
 }  // namespace foundry::kernels
